@@ -1,0 +1,140 @@
+/* log.c: one line per message on stderr, with journald priority prefixes when it listens. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+static int log_level = LOG_INFO;
+static bool log_to_journal;
+
+static const char *const level_names[] = {
+	[LOG_EMERG] = "emerg", [LOG_ALERT] = "alert", [LOG_CRIT] = "crit",
+	[LOG_ERR] = "error", [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
+	[LOG_INFO] = "info", [LOG_DEBUG] = "debug",
+};
+
+/* JOURNAL_STREAM is "DEV:INODE" of the stream journald gave us; it must still be stderr. */
+static bool
+stderr_is_journal(void)
+{
+	const char *js = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+
+	if (js == NULL || sscanf(js, "%llu:%llu", &dev, &ino) != 2)
+		return false;
+	if (fstat(STDERR_FILENO, &st) == -1)
+		return false;
+	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+void
+log_init(int level)
+{
+	log_level = level;
+	log_to_journal = stderr_is_journal();
+}
+
+void
+log_set_level(int level)
+{
+	log_level = level;
+}
+
+int
+log_get_level(void)
+{
+	return log_level;
+}
+
+int
+log_level_parse(const char *name)
+{
+	for (int i = LOG_ERR; i <= LOG_DEBUG; i++)
+		if (strcmp(name, level_names[i]) == 0)
+			return i;
+	if (strcmp(name, "warn") == 0)
+		return LOG_WARNING;
+	return -1;
+}
+
+const char *
+log_level_name(int level)
+{
+	if (level < LOG_EMERG || level > LOG_DEBUG)
+		return "unknown";
+	return level_names[level];
+}
+
+static void
+log_vwrite(int priority, const char *suffix, const char *fmt, va_list ap)
+{
+	char msg[2048];
+	char stamp[32] = "";
+
+	if (priority > log_level)
+		return;
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	if (log_to_journal) {
+		fprintf(stderr, "<%d>%s%s%s\n", priority, msg,
+		    suffix ? ": " : "", suffix ? suffix : "");
+		return;
+	}
+	struct timespec ts;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	localtime_r(&ts.tv_sec, &tm);
+	strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
+	fprintf(stderr, "%s.%03ld tpd[%d] %s: %s%s%s\n", stamp, ts.tv_nsec / 1000000,
+	    (int)getpid(), level_names[priority], msg,
+	    suffix ? ": " : "", suffix ? suffix : "");
+}
+
+#define LOG_FN(name, prio, with_errno)                                        \
+	void name(const char *fmt, ...)                                       \
+	{                                                                     \
+		int saved = errno;                                            \
+		va_list ap;                                                   \
+		va_start(ap, fmt);                                            \
+		log_vwrite(prio, with_errno ? strerror(saved) : NULL, fmt, ap); \
+		va_end(ap);                                                   \
+		errno = saved;                                                \
+	}
+
+LOG_FN(log_warn, LOG_WARNING, true)
+LOG_FN(log_warnx, LOG_WARNING, false)
+LOG_FN(log_notice, LOG_NOTICE, false)
+LOG_FN(log_info, LOG_INFO, false)
+LOG_FN(log_debug, LOG_DEBUG, false)
+
+void
+fatal(const char *fmt, ...)
+{
+	int saved = errno;
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_vwrite(LOG_ERR, strerror(saved), fmt, ap);
+	va_end(ap);
+	exit(1);
+}
+
+void
+fatalx(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_vwrite(LOG_ERR, NULL, fmt, ap);
+	va_end(ap);
+	exit(1);
+}

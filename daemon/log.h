@@ -1,0 +1,31 @@
+/* log.h: tpd's logging. Lines go to stderr; journald reads them under systemd. */
+#ifndef TPD_LOG_H
+#define TPD_LOG_H
+
+#include <syslog.h>
+
+/*
+ * Sets the level (LOG_ERR..LOG_DEBUG) and the format: when stderr is the
+ * journal's stream (JOURNAL_STREAM names its device and inode), lines carry
+ * "<N>" priority prefixes; otherwise they are plain, with a time stamp.
+ */
+void log_init(int level);
+void log_set_level(int level);
+int log_get_level(void);
+
+/* Parses "error", "warning", "notice", "info", "debug"; -1 if unknown. */
+int log_level_parse(const char *name);
+const char *log_level_name(int level);
+
+/* log_warn appends strerror(errno); the x variants do not. */
+void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* For start-up failures and broken invariants only: logs and exits 1. */
+void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+void fatalx(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+#endif

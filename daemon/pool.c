@@ -1,0 +1,690 @@
+/*
+ * pool.c: the resizable worker pool.
+ *
+ * Locking and ownership (keep these true):
+ *
+ *  - One mutex per pool, pool->lock, guards everything in struct pool and the
+ *    pool-owned fields of every job in it (where, next/prev, times). There is
+ *    no other lock in this file, so there is no lock order to get wrong. The
+ *    cancel flag is atomic so that work functions can poll it unlocked.
+ *  - User code never runs under the lock: work and done callbacks are called
+ *    with it released. on_cancel is the one exception and must not block.
+ *  - Admission is decided at one point: pool_submit, under the lock. Closing
+ *    takes the same lock, so every submission is either in the queue before
+ *    the pool closes (and will end in exactly one done) or rejected.
+ *  - A worker decides whether to leave, take a job or wait at one point: the
+ *    top of worker_loop, under the lock. A surplus worker (registered >
+ *    target) unregisters there, before taking anything, so two surplus
+ *    workers can never both see "one too many" and leave the queue without
+ *    a consumer, and a later resize acts on the newest target.
+ *  - pthread_join is always called without the lock: an exiting worker may
+ *    still need it. Every started thread stays on pool->threads until a
+ *    joiner takes it off; pool->joiners counts joins in progress so that a
+ *    second shutdown waits for the first one's joins.
+ *  - Jobs are owned by the caller's record. The pool only links them; a job
+ *    leaves the pool's hands when where becomes POOL_JOB_FINISHED (under the
+ *    lock), after which done is called once and the pool never touches it.
+ *
+ * Besides the workers, each pool has one watcher thread that expires queued
+ * jobs whose queue deadline passed, so an expiry is delivered on time even
+ * when every worker is busy with a long job.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pool.h"
+
+struct worker {
+	struct pool *pool;
+	pthread_t tid;
+	unsigned serial;
+	bool is_watcher;
+	struct worker *next;     /* on pool->threads until joined */
+};
+
+struct job_list {
+	struct pool_job *head;
+	struct pool_job *tail;
+};
+
+struct pool {
+	pthread_mutex_t lock;
+	pthread_cond_t work_cv;   /* idle workers wait here */
+	pthread_cond_t watch_cv;  /* the deadline watcher waits here */
+	pthread_cond_t joined_cv; /* shutdowners wait here for other joiners */
+
+	char *name;
+	unsigned target;
+	unsigned limit;
+	unsigned capacity;
+	unsigned registered;      /* workers counted against the target */
+	unsigned busy;            /* workers running a job */
+	unsigned queued;
+	unsigned with_deadline;   /* queued jobs that have a deadline */
+	uint64_t watch_until_us;  /* when the watcher next wakes; 0 = never */
+	bool closed;
+	bool stopping_watcher;
+
+	struct job_list queue;    /* FIFO, head is the oldest */
+	struct job_list running;
+
+	struct worker *threads;   /* started and not yet joined */
+	unsigned joiners;
+	unsigned serial;
+	pool_thread_start_fn thread_start;
+
+	uint64_t accepted, rejected_full, rejected_closed;
+	uint64_t succeeded, failed, timed_out, cancelled, expired;
+};
+
+/* The worker record of the current thread, to refuse a worker's own join. */
+static _Thread_local struct worker *current_worker;
+
+static void *worker_main(void *);
+static void *watcher_main(void *);
+
+uint64_t
+clock_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static void
+set_cause(char **cause, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (cause == NULL)
+		return;
+	va_start(ap, fmt);
+	if (vasprintf(cause, fmt, ap) == -1)
+		*cause = NULL;
+	va_end(ap);
+}
+
+const char *
+pool_state_name(enum pool_state s)
+{
+	switch (s) {
+	case POOL_SUCCEEDED: return "succeeded";
+	case POOL_FAILED: return "failed";
+	case POOL_TIMED_OUT: return "timed_out";
+	case POOL_CANCELLED: return "cancelled";
+	case POOL_EXPIRED: return "expired";
+	}
+	return "failed";
+}
+
+/* ---- job lists (lock held) */
+
+static void
+list_append(struct job_list *l, struct pool_job *j)
+{
+	j->next = NULL;
+	j->prev = l->tail;
+	if (l->tail != NULL)
+		l->tail->next = j;
+	else
+		l->head = j;
+	l->tail = j;
+}
+
+static void
+list_remove(struct job_list *l, struct pool_job *j)
+{
+	if (j->prev != NULL)
+		j->prev->next = j->next;
+	else
+		l->head = j->next;
+	if (j->next != NULL)
+		j->next->prev = j->prev;
+	else
+		l->tail = j->prev;
+	j->next = j->prev = NULL;
+}
+
+/* Takes j off the queue, counting it out. */
+static void
+dequeue(struct pool *p, struct pool_job *j)
+{
+	list_remove(&p->queue, j);
+	p->queued--;
+	if (j->queue_deadline_us != 0)
+		p->with_deadline--;
+}
+
+/* Marks a queued job finished without running; done is called later, unlocked. */
+static void
+finish_unrun(struct pool *p, struct pool_job *j, enum pool_state state, struct job_list *out)
+{
+	dequeue(p, j);
+	j->where = POOL_JOB_FINISHED;
+	if (state == POOL_EXPIRED)
+		p->expired++;
+	else
+		p->cancelled++;
+	list_append(out, j);
+}
+
+/* Calls done for jobs that ended without running. Lock not held. */
+static void
+deliver_unrun(struct job_list *jobs, enum pool_state state)
+{
+	uint64_t now = clock_now_us();
+	struct pool_job *j, *next;
+
+	for (j = jobs->head; j != NULL; j = next) {
+		next = j->next;
+		j->next = j->prev = NULL;
+		j->done(j, state, now - j->enqueued_us, 0);
+	}
+}
+
+/* ---- threads */
+
+static void
+name_thread(struct worker *w)
+{
+	char name[16];
+
+	snprintf(name, sizeof name, "%s%.8s/%u", w->is_watcher ? "t~" : "t:",
+	    w->pool->name, w->serial);
+	pthread_setname_np(w->tid, name);
+}
+
+/* Starts one thread and puts it on pool->threads. Lock held. */
+static int
+start_thread(struct pool *p, bool is_watcher)
+{
+	struct worker *w;
+	int rc;
+
+	if ((w = calloc(1, sizeof *w)) == NULL)
+		return ENOMEM;
+	w->pool = p;
+	w->is_watcher = is_watcher;
+	w->serial = ++p->serial;
+	if (!is_watcher)
+		p->registered++;
+	rc = p->thread_start(&w->tid, NULL, is_watcher ? watcher_main : worker_main, w);
+	if (rc != 0) {
+		if (!is_watcher)
+			p->registered--;
+		free(w);
+		return rc;
+	}
+	name_thread(w);
+	w->next = p->threads;
+	p->threads = w;
+	return 0;
+}
+
+/* Joins the given threads, lock not held, and frees their records. */
+static void
+join_all(struct worker *list)
+{
+	struct worker *w, *next;
+
+	for (w = list; w != NULL; w = next) {
+		next = w->next;
+		pthread_join(w->tid, NULL);
+		free(w);
+	}
+}
+
+/*
+ * Takes the threads that have left off pool->threads (lock held), counting
+ * the caller as a joiner. The caller joins them unlocked, then calls
+ * joined().
+ */
+static struct worker *
+take_exited(struct pool *p, bool everything)
+{
+	struct worker *taken = NULL, **wp = &p->threads, *w;
+
+	while ((w = *wp) != NULL) {
+		/* A thread that left cleared its pool pointer under the lock. */
+		if (everything || w->pool == NULL) {
+			*wp = w->next;
+			w->next = taken;
+			taken = w;
+		} else
+			wp = &w->next;
+	}
+	if (taken != NULL)
+		p->joiners++;
+	return taken;
+}
+
+static void
+joined(struct pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->joiners--;
+	pthread_cond_broadcast(&p->joined_cv);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* The thread leaves the pool's books. Lock held; the thread returns right after. */
+static void
+leave(struct worker *w, bool registered)
+{
+	struct pool *p = w->pool;
+
+	if (registered)
+		p->registered--;
+	w->pool = NULL; /* marks it joinable by take_exited */
+	/* It may have been woken for a job it will not take: pass the wake-up on. */
+	if (p->queue.head != NULL)
+		pthread_cond_signal(&p->work_cv);
+}
+
+static void
+count_end(struct pool *p, enum pool_state state)
+{
+	switch (state) {
+	case POOL_SUCCEEDED: p->succeeded++; break;
+	case POOL_TIMED_OUT: p->timed_out++; break;
+	case POOL_CANCELLED: p->cancelled++; break;
+	case POOL_EXPIRED: p->expired++; break;
+	case POOL_FAILED: p->failed++; break;
+	}
+}
+
+static void *
+worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct pool *p = w->pool;
+	struct pool_job *j;
+	enum pool_state state;
+	uint64_t now, run_us;
+
+	current_worker = w;
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		/* The one decision point: leave, take the next job, or wait. */
+		if (p->registered > p->target)
+			break;
+		if ((j = p->queue.head) == NULL) {
+			if (p->closed)
+				break;
+			pthread_cond_wait(&p->work_cv, &p->lock);
+			continue;
+		}
+		dequeue(p, j);
+		now = clock_now_us();
+		if (j->queue_deadline_us != 0 && now >= j->queue_deadline_us) {
+			/* Past its deadline before the watcher saw it: expire, never run. */
+			struct job_list one = { NULL, NULL };
+			j->where = POOL_JOB_FINISHED;
+			p->expired++;
+			list_append(&one, j);
+			pthread_mutex_unlock(&p->lock);
+			deliver_unrun(&one, POOL_EXPIRED);
+			pthread_mutex_lock(&p->lock);
+			continue;
+		}
+		j->where = POOL_JOB_RUNNING;
+		j->started_us = now;
+		list_append(&p->running, j);
+		p->busy++;
+		pthread_mutex_unlock(&p->lock);
+
+		state = j->work(j);
+		if (state != POOL_SUCCEEDED && state != POOL_FAILED &&
+		    state != POOL_TIMED_OUT && state != POOL_CANCELLED)
+			state = POOL_FAILED;
+		run_us = clock_now_us() - j->started_us;
+
+		pthread_mutex_lock(&p->lock);
+		list_remove(&p->running, j);
+		j->where = POOL_JOB_FINISHED;
+		p->busy--;
+		count_end(p, state);
+		pthread_mutex_unlock(&p->lock);
+
+		j->done(j, state, j->started_us - j->enqueued_us, run_us);
+		pthread_mutex_lock(&p->lock);
+	}
+	leave(w, true);
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+/* Expires queued jobs whose deadline passed; sleeps until the next one. */
+static void *
+watcher_main(void *arg)
+{
+	struct worker *w = arg;
+	struct pool *p = w->pool;
+	struct pool_job *j, *next;
+	uint64_t now, earliest;
+	struct timespec ts;
+
+	current_worker = w;
+	pthread_mutex_lock(&p->lock);
+	while (!p->stopping_watcher) {
+		struct job_list expired = { NULL, NULL };
+
+		now = clock_now_us();
+		earliest = 0;
+		for (j = p->queue.head; j != NULL && p->with_deadline > 0; j = next) {
+			next = j->next;
+			if (j->queue_deadline_us == 0)
+				continue;
+			if (j->queue_deadline_us <= now)
+				finish_unrun(p, j, POOL_EXPIRED, &expired);
+			else if (earliest == 0 || j->queue_deadline_us < earliest)
+				earliest = j->queue_deadline_us;
+		}
+		if (expired.head != NULL) {
+			pthread_mutex_unlock(&p->lock);
+			deliver_unrun(&expired, POOL_EXPIRED);
+			pthread_mutex_lock(&p->lock);
+			continue;
+		}
+		p->watch_until_us = earliest;
+		if (earliest == 0) {
+			pthread_cond_wait(&p->watch_cv, &p->lock);
+		} else {
+			/* The condition uses CLOCK_MONOTONIC, the clock of deadlines. */
+			ts.tv_sec = (time_t)(earliest / 1000000);
+			ts.tv_nsec = (long)(earliest % 1000000) * 1000;
+			pthread_cond_timedwait(&p->watch_cv, &p->lock, &ts);
+		}
+	}
+	leave(w, false);
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+/* ---- the public face */
+
+struct pool *
+pool_create(const struct pool_config *cfg, char **cause)
+{
+	struct pool *p;
+	pthread_condattr_t ca;
+	int rc = 0;
+
+	if (cfg->limit < 1 || cfg->size < 1 || cfg->size > cfg->limit) {
+		set_cause(cause, "pool %s: size %u is out of range 1..%u",
+		    cfg->name, cfg->size, cfg->limit);
+		return NULL;
+	}
+	if (cfg->capacity < 1) {
+		set_cause(cause, "pool %s: capacity must be at least 1", cfg->name);
+		return NULL;
+	}
+	if ((p = calloc(1, sizeof *p)) == NULL || (p->name = strdup(cfg->name)) == NULL) {
+		free(p);
+		set_cause(cause, "pool %s: out of memory", cfg->name);
+		return NULL;
+	}
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->work_cv, NULL);
+	pthread_cond_init(&p->joined_cv, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->watch_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	p->limit = cfg->limit;
+	p->capacity = cfg->capacity;
+	p->target = cfg->size;
+	p->thread_start = cfg->thread_start ? cfg->thread_start : pthread_create;
+
+	pthread_mutex_lock(&p->lock);
+	while (p->registered < p->target && rc == 0)
+		rc = start_thread(p, false);
+	if (rc == 0)
+		rc = start_thread(p, true);
+	pthread_mutex_unlock(&p->lock);
+	if (rc != 0) {
+		set_cause(cause, "pool %s: cannot start a thread: %s", cfg->name, strerror(rc));
+		pool_shutdown(p, POOL_NOW, NULL);
+		pool_free(p);
+		return NULL;
+	}
+	return p;
+}
+
+const char *
+pool_name(const struct pool *p)
+{
+	return p->name;
+}
+
+enum pool_verdict
+pool_submit(struct pool *p, struct pool_job *j)
+{
+	unsigned serving, idle;
+
+	pthread_mutex_lock(&p->lock);
+	if (p->closed) {
+		p->rejected_closed++;
+		pthread_mutex_unlock(&p->lock);
+		return POOL_REJECTED_CLOSED;
+	}
+	/*
+	 * Running jobs, and jobs handed to an idle worker, take no queue slot:
+	 * idle is the workers that will stay and are not running anything.
+	 */
+	serving = p->registered < p->target ? p->registered : p->target;
+	idle = serving > p->busy ? serving - p->busy : 0;
+	if (p->queued >= p->capacity + idle) {
+		p->rejected_full++;
+		pthread_mutex_unlock(&p->lock);
+		return POOL_REJECTED_FULL;
+	}
+	atomic_store(&j->cancel_requested, false);
+	j->where = POOL_JOB_QUEUED;
+	j->enqueued_us = clock_now_us();
+	j->started_us = 0;
+	list_append(&p->queue, j);
+	p->queued++;
+	p->accepted++;
+	if (j->queue_deadline_us != 0) {
+		p->with_deadline++;
+		if (p->watch_until_us == 0 || j->queue_deadline_us < p->watch_until_us) {
+			p->watch_until_us = j->queue_deadline_us;
+			pthread_cond_signal(&p->watch_cv);
+		}
+	}
+	pthread_cond_signal(&p->work_cv);
+	pthread_mutex_unlock(&p->lock);
+	return POOL_ACCEPTED;
+}
+
+int
+pool_resize(struct pool *p, unsigned size, char **cause)
+{
+	struct worker *exited;
+	int rc = 0, ret = 0;
+
+	pthread_mutex_lock(&p->lock);
+	if (p->closed) {
+		pthread_mutex_unlock(&p->lock);
+		set_cause(cause, "pool %s is shutting down", p->name);
+		return -1;
+	}
+	if (size < 1 || size > p->limit) {
+		pthread_mutex_unlock(&p->lock);
+		set_cause(cause, "size %u is out of range 1..%u for pool %s",
+		    size, p->limit, p->name);
+		return -1;
+	}
+	p->target = size;
+	/* Threads are started under the lock, so the newest target always wins. */
+	while (p->registered < p->target) {
+		if ((rc = start_thread(p, false)) != 0) {
+			p->target = p->registered > 0 ? p->registered : 1;
+			set_cause(cause, "pool %s: started only %u of %u workers: %s",
+			    p->name, p->registered, size, strerror(rc));
+			ret = -1;
+			break;
+		}
+	}
+	if (p->registered > p->target)
+		pthread_cond_broadcast(&p->work_cv); /* idle surplus workers leave */
+	exited = take_exited(p, false);
+	pthread_mutex_unlock(&p->lock);
+	if (exited != NULL) {
+		join_all(exited);
+		joined(p);
+	}
+	return ret;
+}
+
+int
+pool_set_capacity(struct pool *p, unsigned capacity, char **cause)
+{
+	if (capacity < 1) {
+		set_cause(cause, "capacity must be at least 1");
+		return -1;
+	}
+	pthread_mutex_lock(&p->lock);
+	p->capacity = capacity;
+	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
+
+int
+pool_set_limit(struct pool *p, unsigned limit, char **cause)
+{
+	pthread_mutex_lock(&p->lock);
+	if (limit < 1 || limit < p->target) {
+		unsigned target = p->target;
+		pthread_mutex_unlock(&p->lock);
+		set_cause(cause, "limit %u is below the current target %u", limit, target);
+		return -1;
+	}
+	p->limit = limit;
+	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
+
+enum pool_job_where
+pool_cancel(struct pool *p, struct pool_job *j)
+{
+	struct job_list one = { NULL, NULL };
+	enum pool_job_where where;
+
+	pthread_mutex_lock(&p->lock);
+	where = j->where;
+	if (where == POOL_JOB_QUEUED)
+		finish_unrun(p, j, POOL_CANCELLED, &one);
+	else if (where == POOL_JOB_RUNNING && !atomic_exchange(&j->cancel_requested, true) &&
+	    j->on_cancel != NULL)
+		j->on_cancel(j);
+	pthread_mutex_unlock(&p->lock);
+	deliver_unrun(&one, POOL_CANCELLED);
+	return where;
+}
+
+bool
+pool_job_cancelled(const struct pool_job *j)
+{
+	return atomic_load(&j->cancel_requested);
+}
+
+void
+pool_close(struct pool *p, enum pool_close_mode mode)
+{
+	struct job_list cancelled = { NULL, NULL };
+	struct pool_job *j;
+
+	pthread_mutex_lock(&p->lock);
+	p->closed = true;
+	if (mode == POOL_NOW) {
+		while ((j = p->queue.head) != NULL)
+			finish_unrun(p, j, POOL_CANCELLED, &cancelled);
+		for (j = p->running.head; j != NULL; j = j->next)
+			if (!atomic_exchange(&j->cancel_requested, true) && j->on_cancel != NULL)
+				j->on_cancel(j);
+	}
+	pthread_cond_broadcast(&p->work_cv);
+	pthread_mutex_unlock(&p->lock);
+	deliver_unrun(&cancelled, POOL_CANCELLED);
+}
+
+int
+pool_shutdown(struct pool *p, enum pool_close_mode mode, char **cause)
+{
+	struct worker *taken;
+
+	if (current_worker != NULL && current_worker->pool == p) {
+		set_cause(cause, "a worker of pool %s cannot wait for its own pool", p->name);
+		return -1;
+	}
+	pool_close(p, mode);
+
+	pthread_mutex_lock(&p->lock);
+	/* Workers leave once the queue is empty; the watcher only when told. */
+	for (struct worker *w = p->threads; w != NULL; w = w->next)
+		if (w->is_watcher) {
+			p->stopping_watcher = true;
+			pthread_cond_signal(&p->watch_cv);
+		}
+	while (p->threads != NULL || p->joiners > 0) {
+		if (p->threads == NULL) {
+			pthread_cond_wait(&p->joined_cv, &p->lock);
+			continue;
+		}
+		taken = take_exited(p, true);
+		pthread_mutex_unlock(&p->lock);
+		join_all(taken);
+		pthread_mutex_lock(&p->lock);
+		p->joiners--;
+		pthread_cond_broadcast(&p->joined_cv);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
+
+void
+pool_free(struct pool *p)
+{
+	if (p == NULL)
+		return;
+	pthread_mutex_destroy(&p->lock);
+	pthread_cond_destroy(&p->work_cv);
+	pthread_cond_destroy(&p->watch_cv);
+	pthread_cond_destroy(&p->joined_cv);
+	free(p->name);
+	free(p);
+}
+
+void
+pool_snapshot(struct pool *p, struct pool_snapshot *s)
+{
+	pthread_mutex_lock(&p->lock);
+	s->target = p->target;
+	s->workers = p->registered;
+	s->busy = p->busy;
+	s->idle = p->registered > p->busy ? p->registered - p->busy : 0;
+	s->queued = p->queued;
+	s->capacity = p->capacity;
+	s->limit = p->limit;
+	s->closed = p->closed;
+	s->accepted = p->accepted;
+	s->rejected_full = p->rejected_full;
+	s->rejected_closed = p->rejected_closed;
+	s->rejected = p->rejected_full + p->rejected_closed;
+	s->succeeded = p->succeeded;
+	s->failed = p->failed;
+	s->timed_out = p->timed_out;
+	s->cancelled = p->cancelled;
+	s->expired = p->expired;
+	s->oldest_queued_us = p->queue.head ? clock_now_us() - p->queue.head->enqueued_us : 0;
+	pthread_mutex_unlock(&p->lock);
+}
