@@ -80,7 +80,7 @@ proto_parse_request(const char *line, size_t len, struct request *req,
 		*code = ERR_BAD_REQUEST;
 		return fail(msg, "request nests deeper than %d levels", WIRE_MAX_DEPTH);
 	}
-	req->root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &err);
+	req->root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
 	if (req->root == NULL) {
 		*code = ERR_BAD_JSON;
 		return fail(msg, "invalid JSON at byte %d: %s", err.position, err.text);
