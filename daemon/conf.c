@@ -232,8 +232,8 @@ conf_split_hostport(const char *s, char *host, size_t hostlen,
 		if (inet_pton(AF_INET6, host, &a6) != 1)
 			return cause_set(cause, "\"%s\": \"%s\" is not an IPv6 address",
 			    s, host);
-	} else if (strspn(host, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-	    "0123456789.-") != hl)
+	} else if (strcmp(host, "*") != 0 && strspn(host,
+	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-") != hl)
 		return cause_set(cause, "\"%s\": \"%s\" is not a host name or address",
 		    s, host);
 	if (conf_parse_count(p, 65535, &portnum) == -1)

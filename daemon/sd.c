@@ -7,11 +7,15 @@
 #include "config.h"
 
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,6 +305,33 @@ sdn_classify(int fd, const char *name, enum sdn_kind *kind, char **cause)
 	return 0;
 }
 
+/* The address fd is bound to, for logs: a path, "1.2.3.4:80" or "[::1]:80". */
+static void
+sdn_describe(int fd, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sslen = sizeof ss;
+	char host[INET6_ADDRSTRLEN] = "?";
+
+	snprintf(buf, len, "fd %d", fd);
+	if (getsockname(fd, (struct sockaddr *)&ss, &sslen) == -1)
+		return;
+	if (ss.ss_family == AF_UNIX) {
+		const struct sockaddr_un *sun = (const struct sockaddr_un *)&ss;
+		if (sslen > offsetof(struct sockaddr_un, sun_path) && sun->sun_path[0] != '\0')
+			snprintf(buf, len, "%.*s", (int)(sslen - offsetof(struct sockaddr_un,
+			    sun_path)), sun->sun_path);
+	} else if (ss.ss_family == AF_INET) {
+		const struct sockaddr_in *sin = (const struct sockaddr_in *)&ss;
+		inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host);
+		snprintf(buf, len, "%s:%u", host, ntohs(sin->sin_port));
+	} else if (ss.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)&ss;
+		inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof host);
+		snprintf(buf, len, "[%s]:%u", host, ntohs(sin6->sin6_port));
+	}
+}
+
 int
 sdn_activation_fds(struct sdn_activated **out, char **cause)
 {
@@ -319,6 +350,7 @@ sdn_activation_fds(struct sdn_activated **out, char **cause)
 		const char *name = names != NULL && names[i] != NULL ? names[i] : "unknown";
 		a[i].fd = SD_LISTEN_FDS_START + i;
 		snprintf(a[i].name, sizeof a[i].name, "%s", name);
+		sdn_describe(a[i].fd, a[i].addr, sizeof a[i].addr);
 		if (sdn_classify(a[i].fd, name, &a[i].kind, cause) == -1) {
 			rv = -1;
 			goto out;

@@ -83,6 +83,7 @@ struct sdn_activated {
 	int fd;                 /* close-on-exec and non-blocking */
 	enum sdn_kind kind;
 	char name[64];          /* FileDescriptorName=: "unix", "tcp", or another */
+	char addr[128];         /* what it listens on: a path, "1.2.3.4:80", "[::1]:80" */
 };
 
 /*

@@ -341,6 +341,8 @@ test_activation(const char *dir)
 	CHECK(n == 2);
 	if (n == 2) {
 		CHECK(a[0].fd == 3 && a[0].kind == SDN_UNIX && strcmp(a[0].name, "unix") == 0);
+		CHECK(strcmp(a[0].addr, path) == 0);
+		CHECK(strncmp(a[1].addr, "127.0.0.1:", 10) == 0 && atoi(a[1].addr + 10) > 0);
 		CHECK(a[1].fd == 4 && a[1].kind == SDN_TCP && strcmp(a[1].name, "tcp") == 0);
 		CHECK((fcntl(3, F_GETFL) & O_NONBLOCK) && (fcntl(3, F_GETFD) & FD_CLOEXEC));
 	}
