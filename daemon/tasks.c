@@ -219,6 +219,7 @@ tasks_submit(struct task *t, struct pools_entry *e, struct conn *c, json_t *req_
 struct task *
 tasks_find(uint64_t id)
 {
+	tasks_prune(); /* result_ttl holds to the millisecond, not to the next timer tick */
 	return tasks ? idmap_get(tasks, id) : NULL;
 }
 
