@@ -250,10 +250,10 @@ send_done(const struct task *t, uint64_t conn_id, json_t *id, bool owed)
 		return;
 	}
 	if (json_is_integer(id)) {
-		char prefix[48];
-		int n = snprintf(prefix, sizeof prefix, "{\"id\":%" JSON_INTEGER_FORMAT ",",
+		char head[48];
+		int n = snprintf(head, sizeof head, "{\"id\":%" JSON_INTEGER_FORMAT ",",
 		    json_integer_value(id));
-		conn_send_raw(c, prefix, (size_t)n, t->done_body, strlen(t->done_body));
+		conn_send_raw(c, head, (size_t)n, t->done_body, strlen(t->done_body));
 		return;
 	}
 	idtext = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
