@@ -10,7 +10,9 @@
  * take each other's children.
  *
  * The life of a run:
- *  1. spawn (spawn.c); "started" (stream only), with the child's pid.
+ *  1. spawn (exec-spawn.c); then "started" (stream only), with the child's pid
+ *     (the kind announces its own start: a program that cannot be started
+ *     gets no "started", only its failed done).
  *  2. Wait. Output is kept up to output_limit bytes per stream (capture.c);
  *     later bytes are read and thrown away, so the child never blocks on a
  *     full pipe. With stream: true each kept chunk is also sent as an
@@ -32,10 +34,12 @@
  * A slow client: task_emit blocks while this task has more than the stream
  * budget of output events not yet taken by the loop thread. Then this run
  * stops reading, the pipes fill and the child blocks in write: memory stays
- * bounded and no output is lost. The timeout is not checked while blocked
- * (cancel still ends the block). A client that cannot take its events at all
- * is disconnected by the front end at max_output_buffer; the task goes on,
- * and its result still holds the full capture.
+ * bounded and no output is lost. task_emit stops waiting on cancel and at
+ * the task's deadline, so both still end the task on time. Since events stop
+ * at output_limit, a task never emits more than output_limit bytes per
+ * stream. A client that cannot take its events at all is disconnected by the
+ * front end at max_output_buffer; the task goes on, and its result still
+ * holds the full capture for wait.
  */
 #include "config.h"
 
@@ -53,7 +57,7 @@
 #include "exec.h"
 #include "log.h"
 #include "pgroup.h"
-#include "spawn.h"
+#include "exec-spawn.h"
 #include "wire.h"
 
 #define EXEC_READ_SIZE 65536

@@ -1,7 +1,7 @@
 /*
  * task-exec.c: the exec task kind: its settings, parsing a request's task
  * object, cancel and free. Running is exec-run.c; starting the process is
- * spawn.c; output is capture.c.
+ * exec-spawn.c; output is capture.c.
  *
  * Request fields (SPEC section 2), all copied here on the loop thread so no
  * json_t crosses to the worker:
@@ -362,4 +362,5 @@ const struct task_kind task_kind_exec = {
 	.run = exec_run,
 	.cancel = exec_cancel,
 	.free = exec_free,
+	.announces_start = true,        /* "started" once the process runs (exec-run.c) */
 };

@@ -1,9 +1,11 @@
 /*
- * spawn.h: starting the process of an exec task with posix_spawn.
+ * exec-spawn.h: starting the process of an exec task with posix_spawn.
  *
  * The child gets: its own session and so its own process group (pgid = its
  * pid), an empty signal mask, every catchable signal at its default
- * disposition, only fds 0-2 open (stdin from a pipe or /dev/null, stdout and
+ * disposition (but for glibc's two internal signals, 32 and 33, which
+ * glibc's posix_spawn always leaves ignored and which programs of glibc set
+ * up again themselves), only fds 0-2 open (stdin from a pipe or /dev/null, stdout and
  * stderr to pipes), the environment it is given and nothing of the daemon's,
  * and the working directory it is given.
  *

@@ -1,4 +1,4 @@
-/* spawn.c: starting an exec task's process with posix_spawn (see spawn.h). */
+/* exec-spawn.c: starting an exec task's process with posix_spawn (see exec-spawn.h). */
 #include "config.h"
 
 #include <errno.h>
@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "spawn.h"
+#include "exec-spawn.h"
 
 /* PATH when the child's environment has none (what execvp uses). */
 #define SPAWN_DEFAULT_PATH "/usr/bin:/bin"
@@ -129,7 +129,7 @@ spawn_env_path(char *const *envp)
 }
 
 /*
- * Finds the program as described in spawn.h. dirfd is the child's working
+ * Finds the program as described in exec-spawn.h. dirfd is the child's working
  * directory (or AT_FDCWD). Returns the path to give posix_spawn (relative
  * ones are resolved by the child after its fchdir), or NULL with *cause set.
  */
