@@ -2,7 +2,7 @@
  * pgroup.h: signalling an exec task's process group and making sure nothing
  * of it survives the task.
  *
- * The group's id is the pid of the task's child (spawn.h). That id cannot be
+ * The group's id is the pid of the task's child (exec-spawn.h). That id cannot be
  * given to another process while the child is unreaped or any process still
  * has it as its group id, so signalling -pgid never hits a stranger.
  */
