@@ -44,6 +44,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -315,6 +316,22 @@ exec_wait(struct exec_run *r)
 }
 
 /*
+ * Reads what the dead group left in s: at most one pipe's capacity, since
+ * a process that escaped the group could go on writing for ever.
+ */
+static void
+exec_stream_drain(struct exec_run *r, struct exec_stream *s)
+{
+	int capacity = *s->fd != -1 ? fcntl(*s->fd, F_GETPIPE_SZ) : 0;
+	size_t most = capacity > 0 ? (size_t)capacity : 1024 * 1024;
+	size_t before = s->cap.seen;
+
+	while (*s->fd != -1 && s->cap.seen - before < most &&
+	    exec_stream_read(r, s) == 1)
+		;
+}
+
+/*
  * However the wait ended: SIGKILL to the group, reap the leader, wait for
  * the rest of the group, take what is left in the pipes. Returns the
  * leader's wait status.
@@ -341,10 +358,8 @@ exec_finish(struct exec_run *r)
 	pgroup_kill_wait(r->child.pid, wait_ms);
 
 	/* Every writer of the group is gone: the pipes end at what they hold. */
-	while (exec_stream_read(r, &r->out) == 1)
-		;
-	while (exec_stream_read(r, &r->err) == 1)
-		;
+	exec_stream_drain(r, &r->out);
+	exec_stream_drain(r, &r->err);
 	if (r->child.stdout_fd != -1 || r->child.stderr_fd != -1)
 		log_debug("exec: task %llu: an escaped process holds its output; "
 		    "keeping what was buffered", (unsigned long long)r->t->id);

@@ -1022,7 +1022,27 @@ test_timeout_kills_group(void)
 	gpid = atol(read_file(pidfile));
 	CHECK(gpid > 0 && proc_gone(gpid), "background sleep %ld survived", gpid);
 	task_delete(d);
-	printf("ok - timeout: SIGTERM to the group, SIGKILL after grace, TERM-ignoring grandchild and leftovers gone\n");
+
+	/*
+	 * A process that left the group (its own session) and holds stdout,
+	 * writing without end: the task still ends when its leader does, with
+	 * what was read. The escaped process is not tracked: we kill it here.
+	 */
+	snprintf(json, sizeof json, "mkfifo %s/escape.fifo; "
+	    "setsid sh -c 'echo $$ > %s/escape.fifo; exec yes escaped' & "
+	    "read pid < %s/escape.fifo; echo $pid >&2", test_dir, test_dir, test_dir);
+	t0 = test_now_ms();
+	d = task_sh(json, false, 0);
+	CHECK(d->state == POOL_SUCCEEDED, "%s", d->t.error_message);
+	CHECK(test_now_ms() - t0 < 10000, "an escaped writer held the task");
+	gpid = atol(result_str(d, "stderr"));
+	CHECK(gpid > 0 && kill((pid_t)gpid, SIGKILL) == 0, "escaped pid %ld", gpid);
+	text = (char *)result_str(d, "stdout");
+	for (size_t at = 0; text[at] != '\0'; at += 8)
+		CHECK(strncmp(text + at, "escaped\n", strlen(text + at) < 8 ? strlen(text + at) : 8) == 0,
+		    "stdout at %zu", at);
+	task_delete(d);
+	printf("ok - timeout: SIGTERM to the group, SIGKILL after grace, TERM-ignoring grandchild and leftovers gone; an escaped writer does not hold the task\n");
 }
 
 static void
