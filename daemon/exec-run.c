@@ -55,10 +55,10 @@
 #include <unistd.h>
 
 #include "capture.h"
+#include "exec-spawn.h"
 #include "exec.h"
 #include "log.h"
 #include "pgroup.h"
-#include "exec-spawn.h"
 #include "wire.h"
 
 #define EXEC_READ_SIZE 65536
@@ -122,13 +122,17 @@ exec_wake_close(struct exec_run *r)
 	r->wake_fd = -1;
 }
 
+/* Records a failure of tpd's own (errno set by what failed); the first one wins. */
 static void
 exec_internal(struct exec_run *r, const char *what)
 {
+	int saved = errno;
+
+	log_warnx("exec: task %llu: %s: %s", (unsigned long long)r->t->id, what,
+	    strerror(saved));
 	if (r->internal == NULL && asprintf(&r->internal, "%s: %s", what,
-	    strerror(errno)) == -1)
+	    strerror(saved)) == -1)
 		r->internal = NULL;
-	log_warn("exec: task %llu: %s", (unsigned long long)r->t->id, what);
 }
 
 static void
