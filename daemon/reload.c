@@ -8,13 +8,15 @@
  *    friends), new pools start, pools gone from the file stop accepting and
  *    drain, then go away ("default" always exists);
  *  - log_level, limits read at use (max_connections, max_request_bytes,
- *    max_output_buffer, result_ttl, result_retain, shutdown_timeout, [exec]),
- *    stream_budget, tokens and admin_group take effect for what comes next;
+ *    max_output_buffer, result_ttl, result_retain, shutdown_timeout), [exec]
+ *    (exec_configure), stream_budget, tokens and admin_group take effect for
+ *    what comes next;
  *  - the listeners stay as they are: socket, socket_mode, socket_group and
  *    listen need a restart, and a change to them is logged.
  *
  * daemon_state->conf is replaced here, on the loop thread: worker threads
- * must never read it (a task copies what it needs when it is parsed).
+ * must never read it (exec tasks hold a reference to the settings they
+ * started with, see exec.h).
  */
 #include "config.h"
 
@@ -28,6 +30,7 @@
 
 #include "conf.h"
 #include "daemon.h"
+#include "exec.h"
 #include "log.h"
 #include "pools.h"
 #include "sd.h"
@@ -240,6 +243,7 @@ daemon_reload(void)
 	d->conf = nc;
 	memset(&nc, 0, sizeof nc);  /* its memory belongs to d->conf now */
 	conf_free(&old);
+	exec_configure(&d->conf);   /* tasks already running keep the settings they took */
 	log_notice("configuration reloaded: %zu pools", d->conf.npools);
 	goto out;
 refused:

@@ -312,6 +312,21 @@ def test_sighup_flags_still_override_the_file():
         check(p["target"] == 2 and p["capacity"] == 16, "flags kept: %r", p)
 
 
+def test_sighup_applies_exec_settings_to_new_tasks():
+    with daemon_with_conf("[exec]\nenv = GREETING=before\n") as d:
+        c = d.client()
+
+        def greeting():
+            rid, ans = c.submit({"kind": "exec", "argv": ["sh", "-c", "echo $GREETING"]})
+            check(ans["event"] == "accepted", "%r", ans)
+            return c.done(rid)["result"]["stdout"]
+
+        check(greeting() == "before\n", "the file's base environment")
+        write(d.conf, "[exec]\nenv = GREETING=after\n")
+        hup_and_wait(d, "configuration reloaded")
+        check(greeting() == "after\n", "the reloaded base environment")
+
+
 def test_sighup_without_a_file_changes_nothing():
     with Daemon() as d:
         hup_and_wait(d, "no configuration file (-c) to read again")
