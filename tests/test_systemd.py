@@ -14,7 +14,8 @@ import subprocess
 import tempfile
 import time
 
-from tpdtest import TPD, TIMEOUT, Client, Skip, check, eventually, run_tests
+from tpdtest import (SANITIZER_MARKS, TIMEOUT, TPD, Client, Skip, check, eventually,
+                     run_tests)
 
 SRCDIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILDDIR = os.path.dirname(TPD)
@@ -60,9 +61,12 @@ class Spawned:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
-        if exc[0] is not None and exc[0] is not Skip:
-            print("---- log ----\n%s\n-------------" % self.read_log()[-4000:])
+        log = self.read_log()
         shutil.rmtree(self.dir, ignore_errors=True)
+        if exc[0] is not None and exc[0] is not Skip:
+            print("---- log ----\n%s\n-------------" % log[-4000:])
+        elif any(mark in log for mark in SANITIZER_MARKS):
+            raise AssertionError("sanitizer report in the tpd log:\n" + log[-8000:])
 
 
 def units_for_verify(dest):
