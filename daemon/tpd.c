@@ -400,12 +400,13 @@ start_listeners(struct daemon *d)
 		socket_path = NULL;
 	else if (socket_path == NULL && (socket_path = wire_default_socket_path(path, sizeof path)) == NULL)
 		fatalx("the default socket path is too long: use -s PATH");
-	if (socket_path != NULL &&
-	    listen_unix(socket_path, d->conf.socket_mode, d->conf.socket_group, &cause) == -1)
-		fatalx("%s", cause);
+	/* TCP first: once the Unix socket accepts, every listener does (tests rely on it) */
 	for (size_t i = 0; !have_tcp && i < d->conf.nlisten; i++)
 		if (listen_tcp(d->conf.listen[i], &cause) == -1)
 			fatalx("%s", cause);
+	if (socket_path != NULL &&
+	    listen_unix(socket_path, d->conf.socket_mode, d->conf.socket_group, &cause) == -1)
+		fatalx("%s", cause);
 }
 
 int
