@@ -427,14 +427,14 @@ main(int argc, char **argv)
 	if (d->conf.path != NULL) {
 		char *path = strdup(d->conf.path);
 		if (conf_load(&d->conf, path, &cause) == -1) {
-			fprintf(stderr, "%s\n", cause ? cause : "tpd: cannot read the configuration");
+			log_lines(LOG_ERR, cause ? cause : "tpd: cannot read the configuration");
 			exit(1);
 		}
 		free(path);
 	}
 	apply_flags(argc, argv, &d->conf, false, &check);
 	if (conf_validate(&d->conf, &cause) == -1) {
-		fprintf(stderr, "tpd: %s\n", cause ? cause : "out of memory");
+		log_lines(LOG_ERR, cause ? cause : "tpd: out of memory");
 		exit(1);
 	}
 	if (check) {

@@ -36,7 +36,7 @@ else
 	    --exclude=./config.status --exclude=./config.log -cf - . | tar -C "$tree" -xf -
 fi
 
-echo "building the package in $tree (log: dpkg-buildpackage.log)"
+echo "building the package in $tree"
 if ! (cd "$tree" && env -u TPD_TEST_DEB DEB_BUILD_OPTIONS="nocheck ${DEB_BUILD_OPTIONS:-}" \
     dpkg-buildpackage -us -uc -b) >"$work/build.log" 2>&1; then
 	tail -n 60 "$work/build.log"

@@ -308,5 +308,24 @@ def test_log_prefixes_only_under_the_journal():
               for l in lines), "a JOURNAL_STREAM that is not stderr is ignored: %r", lines)
 
 
+def test_config_errors_at_start_are_errors_in_the_journal():
+    with tempfile.TemporaryDirectory() as d:
+        conf = os.path.join(d, "bad.conf")
+        with open(conf, "w") as f:
+            f.write("[daemon]\nmax_connections = 0\nbogus = 1\n")
+        with open(os.path.join(d, "log"), "wb") as log:
+            st = os.fstat(log.fileno())
+            r = subprocess.run([TPD, "-f", "-c", conf, "-s", os.path.join(d, "s")],
+                               stdin=subprocess.DEVNULL, stdout=log, stderr=log, timeout=30,
+                               env=dict(os.environ, JOURNAL_STREAM="%d:%d" % (st.st_dev,
+                                                                             st.st_ino)))
+        with open(os.path.join(d, "log")) as f:
+            lines = f.read().split("\n")
+    check(r.returncode == 1, "exit 1")
+    check(lines == ["<3>%s:2: [daemon] max_connections: 0 is out of range (1 to 1048576)" % conf,
+                    "<3>%s:3: [daemon] bogus: unknown key" % conf, ""],
+          "each error line is an error for journald: %r", lines)
+
+
 if __name__ == "__main__":
     run_tests(globals())
