@@ -9,6 +9,7 @@ cd "$top"
 . tests/deps.sh
 deps_install "$top"
 
+mkdir -p m4 # aclocal's -I m4 (configure.ac's macro dir) warns when it is missing
 autoreconf -fi
 # An in-tree configure would make every out-of-tree configure refuse to run.
 [ ! -f config.status ] || make distclean
