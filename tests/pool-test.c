@@ -502,10 +502,14 @@ test_04_full_queue_rejects(void)
 
 /* ---- 5. submitters, resizers and shutdowners all at once */
 
+#define STRESS_SUBMITTERS 8
+
 struct sjob {
 	struct pool_job pj;
 	atomic_uint runs;
 	atomic_uint dones;
+	atomic_bool cancel_found_queued;   /* pool_cancel answered POOL_JOB_QUEUED */
+	atomic_bool cancel_found_running;  /* pool_cancel answered POOL_JOB_RUNNING */
 	enum pool_verdict verdict;
 	enum pool_state state;
 	bool fails;
@@ -516,16 +520,15 @@ struct stress {
 	struct sjob *jobs;
 	unsigned total;
 	unsigned per_submitter;
-	unsigned max_resizes;
 	enum pool_close_mode modes[2];
 	pthread_barrier_t start;
 	atomic_uint submitted;
 	struct latch three_quarters;         /* three quarters of the submissions made */
 	struct latch shut;          /* shutdowners returned */
-	struct sjob late[8];        /* one more per submitter, after shutdown */
+	atomic_uint cancels_queued, cancels_running;
+	atomic_uint resizes;
+	struct sjob late[STRESS_SUBMITTERS]; /* one more per submitter, after shutdown */
 };
-
-#define STRESS_SUBMITTERS 8
 
 static enum pool_state
 sjob_work(struct pool_job *pj)
@@ -533,6 +536,8 @@ sjob_work(struct pool_job *pj)
 	struct sjob *j = (struct sjob *)pj;
 
 	atomic_fetch_add(&j->runs, 1);
+	if (pool_job_cancelled(pj))
+		return POOL_CANCELLED;
 	return j->fails ? POOL_FAILED : POOL_SUCCEEDED;
 }
 
@@ -554,6 +559,8 @@ sjob_init(struct sjob *j, unsigned k)
 	j->fails = k % 7 == 3;
 	atomic_init(&j->runs, 0);
 	atomic_init(&j->dones, 0);
+	atomic_init(&j->cancel_found_queued, false);
+	atomic_init(&j->cancel_found_running, false);
 	atomic_init(&j->pj.cancel_requested, false);
 }
 
@@ -561,6 +568,23 @@ struct stress_arg {
 	struct stress *st;
 	unsigned index;
 };
+
+static void
+stress_cancel(struct stress *st, struct sjob *j)
+{
+	switch (pool_cancel(st->pool, &j->pj)) {
+	case POOL_JOB_QUEUED:
+		atomic_store(&j->cancel_found_queued, true);
+		atomic_fetch_add(&st->cancels_queued, 1);
+		break;
+	case POOL_JOB_RUNNING:
+		atomic_store(&j->cancel_found_running, true);
+		atomic_fetch_add(&st->cancels_running, 1);
+		break;
+	default:
+		break;
+	}
+}
 
 static void *
 stress_submitter(void *arg)
@@ -572,6 +596,9 @@ stress_submitter(void *arg)
 	pthread_barrier_wait(&st->start);
 	for (k = first; k < first + st->per_submitter; k++) {
 		st->jobs[k].verdict = pool_submit(st->pool, &st->jobs[k].pj);
+		/* Every 16th accepted job is cancelled at once: queued, running or done by now. */
+		if (k % 16 == 5 && st->jobs[k].verdict == POOL_ACCEPTED)
+			stress_cancel(st, &st->jobs[k]);
 		if (atomic_fetch_add(&st->submitted, 1) + 1 == st->total * 3 / 4)
 			latch_up(&st->three_quarters);
 		/* Backs off so that the workers get the lock too and most jobs are taken. */
@@ -589,14 +616,18 @@ stress_resizer(void *arg)
 {
 	struct stress_arg *a = arg;
 	struct stress *st = a->st;
-	unsigned seed = 12345 + a->index, r;
+	unsigned seed = 12345 + a->index;
 	char *cause = NULL;
 
 	pthread_barrier_wait(&st->start);
-	/* Until the pool closes; max_resizes only bounds a broken shutdown. */
-	for (r = 0; r < st->max_resizes; r++) {
-		if (pool_resize(st->pool, 1 + (unsigned)rand_r(&seed) % 6, &cause) == 0)
+	/* Until the pool closes (the shutdowners close it at three quarters). */
+	for (;;) {
+		if (pool_resize(st->pool, 1 + (unsigned)rand_r(&seed) % 6, &cause) == 0) {
+			atomic_fetch_add(&st->resizes, 1);
+			/* Lets surplus workers reach their exit before the next target. */
+			sched_yield();
 			continue;
+		}
 		/* The only refusal expected here is the pool closing. */
 		CHECK(snap(st->pool).closed, "resize failed on an open pool: %s", cause);
 		free(cause);
@@ -634,7 +665,11 @@ stress_submissions(void)
 #endif
 }
 
-/* One round: total submissions over 8 submitters, 2 resizers, 2 shutdowners. */
+/*
+ * One round: total submissions over 8 submitters (cancelling some of their
+ * jobs), with 2 resizers and 2 shutdowners (closing at three quarters) at
+ * the same time.
+ */
 static void
 stress_round(unsigned total, enum pool_close_mode m0, enum pool_close_mode m1)
 {
@@ -650,7 +685,6 @@ stress_round(unsigned total, enum pool_close_mode m0, enum pool_close_mode m1)
 	memset(&st, 0, sizeof st);
 	st.per_submitter = total / STRESS_SUBMITTERS;
 	st.total = st.per_submitter * STRESS_SUBMITTERS;
-	st.max_resizes = st.total;
 	st.modes[0] = m0;
 	st.modes[1] = m1;
 	CHECK((st.jobs = calloc(st.total, sizeof *st.jobs)) != NULL, "out of memory");
@@ -659,6 +693,9 @@ stress_round(unsigned total, enum pool_close_mode m0, enum pool_close_mode m1)
 	for (i = 0; i < STRESS_SUBMITTERS; i++)
 		sjob_init(&st.late[i], i);
 	atomic_init(&st.submitted, 0);
+	atomic_init(&st.cancels_queued, 0);
+	atomic_init(&st.cancels_running, 0);
+	atomic_init(&st.resizes, 0);
 	latch_init(&st.three_quarters);
 	latch_init(&st.shut);
 	pthread_barrier_init(&st.start, NULL, STRESS_SUBMITTERS + 4);
@@ -676,6 +713,7 @@ stress_round(unsigned total, enum pool_close_mode m0, enum pool_close_mode m1)
 		args[n] = (struct stress_arg){ &st, i };
 		mains[n] = stress_shutdowner;
 	}
+
 	for (i = 0; i < n; i++)
 		CHECK(pthread_create(&tids[i], NULL, mains[i], &args[i]) == 0, "pthread_create");
 	for (i = 0; i < n; i++)
@@ -696,10 +734,18 @@ stress_round(unsigned total, enum pool_close_mode m0, enum pool_close_mode m1)
 		}
 		accepted++;
 		CHECK(dones == 1, "accepted job %u completed %u times", i, dones);
+		if (atomic_load(&j->cancel_found_queued))
+			CHECK(j->state == POOL_CANCELLED && runs == 0,
+			    "job %u cancelled while queued ended %s after %u runs", i,
+			    pool_state_name(j->state), runs);
 		if (j->state == POOL_CANCELLED) {
-			/* Only shutdown-now cancels, and only jobs still queued (these never yield). */
-			CHECK(now, "job %u cancelled without a shutdown-now", i);
-			CHECK(runs == 0, "cancelled job %u ran %u times", i, runs);
+			/* Cancelled by its submitter (queued or running) or by shutdown now. */
+			if (runs == 0)
+				CHECK(now || atomic_load(&j->cancel_found_queued),
+				    "job %u cancelled unrun, but nobody cancelled it while queued", i);
+			else
+				CHECK(runs == 1 && (now || atomic_load(&j->cancel_found_running)),
+				    "job %u cancelled after %u runs without a cancel while running", i, runs);
 			cancelled++;
 			continue;
 		}
@@ -731,11 +777,14 @@ stress_round(unsigned total, enum pool_close_mode m0, enum pool_close_mode m1)
 	CHECK_EQ(tracker_live(), 0, "threads alive");
 	CHECK(accepted > 0, "no submission was accepted");
 	printf("#   %s+%s: %u submissions: %llu accepted (%llu succeeded, %llu failed, "
-	    "%llu cancelled), %llu rejected full, %llu rejected closed; %u threads started\n",
+	    "%llu cancelled), %llu rejected full, %llu rejected closed; cancel found %u queued "
+	    "and %u running; %u resizes, %u threads started\n",
 	    m0 == POOL_NOW ? "now" : "drain", m1 == POOL_NOW ? "now" : "drain", st.total,
 	    (unsigned long long)accepted, (unsigned long long)succeeded,
 	    (unsigned long long)failed, (unsigned long long)cancelled,
-	    (unsigned long long)full, (unsigned long long)closed, tracker_started());
+	    (unsigned long long)full, (unsigned long long)closed,
+	    atomic_load(&st.cancels_queued), atomic_load(&st.cancels_running),
+	    atomic_load(&st.resizes), tracker_started());
 
 	pool_free(st.pool);
 	pthread_barrier_destroy(&st.start);
