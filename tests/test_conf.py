@@ -327,6 +327,19 @@ def test_sighup_applies_exec_settings_to_new_tasks():
         check(greeting() == "after\n", "the reloaded base environment")
 
 
+def test_sighup_applies_daemon_limits():
+    with daemon_with_conf("[daemon]\nmax_connections = 4\n") as d:
+        first = d.client()
+        check(first.request({"op": "ping"})["event"] == "pong", "serving")
+        write(d.conf, "[daemon]\nmax_connections = 1\n")
+        hup_and_wait(d, "configuration reloaded")
+        second = d.client()
+        ev = second.recv()
+        check(ev["event"] == "error" and "max_connections" in ev["error"]["message"],
+              "the new limit refuses a second client: %r", ev)
+        check(first.request({"op": "ping"})["event"] == "pong", "the first one is kept")
+
+
 def test_sighup_without_a_file_changes_nothing():
     with Daemon() as d:
         hup_and_wait(d, "no configuration file (-c) to read again")
