@@ -74,6 +74,7 @@ build() {
 	echo "==== $name: done in $((SECONDS - t0)) s"
 }
 
+DEPS_LISTS="build-deps.txt test-deps.txt"
 if ! deps_install "$top"; then
 	echo "0 passed, 1 failed"
 	exit 1
@@ -87,7 +88,8 @@ fi
 # An in-tree configure would make every out-of-tree configure refuse to run.
 [ ! -f config.status ] || make distclean >/dev/null
 
-build werror --enable-werror
+# The Debian package is built and checked once, in the first build.
+TPD_TEST_DEB=1 build werror --enable-werror
 build asan --enable-sanitizers=address,undefined
 build tsan --enable-sanitizers=thread
 

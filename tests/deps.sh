@@ -1,11 +1,15 @@
-# deps.sh: sourced by run.sh and test.sh. Installs packaging/build-deps.txt.
+# deps.sh: sourced by run.sh and test.sh. Installs the package lists named in
+# DEPS_LISTS (files under packaging/; default build-deps.txt).
 #
 # On a fresh Debian machine, as root: apt-get update, then install what is
 # missing. When everything is already installed, nothing is run, so the
 # scripts also work for a developer who is not root.
 
 deps_list() {
-	sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$1/packaging/build-deps.txt"
+	local list
+	for list in ${DEPS_LISTS:-build-deps.txt}; do
+		sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$1/packaging/$list"
+	done
 }
 
 # deps_missing TOP: prints the packages of the list that are not installed.

@@ -72,7 +72,7 @@ class Daemon:
                     raise AssertionError("tpd did not listen within %ss:\n%s"
                                          % (TIMEOUT, self.read_log()))
                 time.sleep(0.01)  # polling the connect, not synchronising on time
-        # The Unix socket listens first: wait for the line that follows every listener.
+        # Wait for the line that follows every listener (the TCP port is logged before it).
         while " ready " not in self.read_log():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError("tpd did not become ready:\n%s" % self.read_log())
