@@ -91,10 +91,9 @@ admin_cell(const char *key, const json_t *v)
 	char buf[FORMAT_DURATION_LEN];
 	size_t klen = strlen(key);
 
-	if (json_is_integer(v) && klen > 3 && strcmp(key + klen - 3, "_ms") == 0 &&
-	    json_integer_value(v) >= 0)
-		return strdup(format_duration((uint64_t)json_integer_value(v), buf,
-		    sizeof buf));
+	if (json_is_number(v) && klen > 3 && strcmp(key + klen - 3, "_ms") == 0 &&
+	    json_number_value(v) >= 0)
+		return strdup(format_duration(json_number_value(v), buf, sizeof buf));
 	if (json_is_string(v))
 		return strdup(json_string_value(v));
 	if (json_is_null(v))
@@ -146,7 +145,12 @@ status_print(struct status_rows *rows)
 	cells[1] = "STATE";
 	for (i = 2; i < ncols; i++) {
 		const char *key = json_string_value(json_array_get(rows->keys, i - 2));
-		char *h = strdup(key), *p;
+		size_t klen = strlen(key);
+		char *h, *p;
+		/* "run_ms" is shown as a duration under RUN */
+		if (klen > 3 && strcmp(key + klen - 3, "_ms") == 0)
+			klen -= 3;
+		h = strndup(key, klen);
 		for (p = h; p != NULL && *p != '\0'; p++)
 			*p = *p >= 'a' && *p <= 'z' ? (char)(*p - 'a' + 'A') : *p;
 		owned[i] = h;
@@ -275,7 +279,7 @@ stats_print(const json_t *ev)
 	size_t i, j;
 
 	printf("tpd: up %s, %lld connection%s\n",
-	    format_duration((uint64_t)event_int(ev, FIELD_UPTIME_MS, 0), up, sizeof up),
+	    format_duration(event_num(ev, FIELD_UPTIME_MS, 0), up, sizeof up),
 	    (long long)event_int(ev, FIELD_CONNECTIONS, 0),
 	    event_int(ev, FIELD_CONNECTIONS, 0) == 1 ? "" : "s");
 	if ((t = table_new("lrrrrrrrrrrr", headers)) == NULL)
@@ -287,7 +291,7 @@ stats_print(const json_t *ev)
 		cells[0] = strdup(event_str(pool, "name", "?"));
 		free(cells[j - 1]);
 		cells[j - 1] = strdup(event_int(pool, "queued", 0) > 0 ?
-		    format_duration((uint64_t)event_int(pool, "oldest_queued_ms", 0),
+		    format_duration(event_num(pool, "oldest_queued_ms", 0),
 		    buf, sizeof buf) : "-");
 		table_add(t, (const char *const *)cells);
 		for (j = 0; j < sizeof keys / sizeof keys[0]; j++)

@@ -178,12 +178,15 @@ batch_interrupted(struct batch *b)
 	if (b->interrupted || interrupt_count() >= 2)
 		return EXIT_SIGNALLED + interrupt_last_signal();
 	b->interrupted = b->stopping = true;
-	for (i = 0; i < b->n; i++)
-		if (b->items[i].state == BATCH_ACCEPTED) {
-			if ((r = batch_cancel(b, &b->items[i])) != 0)
-				return r;
+	/* the accepted now; the rest as their accepted arrives (batch_event) */
+	for (i = 0; i < b->n; i++) {
+		if (b->items[i].state == BATCH_ACCEPTED &&
+		    (r = batch_cancel(b, &b->items[i])) != 0)
+			return r;
+		if (b->items[i].state == BATCH_ACCEPTED ||
+		    b->items[i].state == BATCH_SENT)
 			running++;
-		}
+	}
 	tpctl_warnx("interrupted: submitting no more, cancelling %zu task%s "
 	    "(interrupt again to quit at once)", running, running == 1 ? "" : "s");
 	return 0;

@@ -85,6 +85,8 @@ run_done(struct run *r, const json_t *ev)
 	json_t *result = json_object_get(ev, FIELD_RESULT);
 	char *what;
 
+	if (strcmp(state, STATE_CANCELLED) == 0 && r->cancel_sent)
+		return EXIT_SIGNALLED + interrupt_last_signal();
 	if (r->s.opt->json)
 		return event_task_exit_code(ev);
 	/* a daemon that did not stream leaves the output in the result */
@@ -109,8 +111,6 @@ run_done(struct run *r, const json_t *ev)
 			tpctl_warnx("task %lld: output was cut at the output limit "
 			    "(see --output-limit)", (long long)r->task_id);
 	}
-	if (strcmp(state, STATE_CANCELLED) == 0 && r->cancel_sent)
-		return EXIT_SIGNALLED + interrupt_last_signal();
 	if (strcmp(state, STATE_SUCCEEDED) != 0 &&
 	    strcmp(event_error_code(ev), ERR_EXIT_STATUS) != 0) {
 		what = event_describe_done(ev);

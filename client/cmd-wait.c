@@ -52,7 +52,7 @@ wait_print(const json_t *ev, long long task, bool output)
 			tpctl_warnx("task %lld %s", task, what != NULL ? what : "failed");
 	} else
 		printf("task %lld: %s, queued %s\n", task, what != NULL ? what : "?",
-		    format_duration((uint64_t)event_int(ev, FIELD_QUEUED_MS, 0), q,
+		    format_duration(event_num(ev, FIELD_QUEUED_MS, 0), q,
 		    sizeof q));
 	free(what);
 }
@@ -129,7 +129,8 @@ wait_exec(struct tpctl *opt, int argc, char **argv)
 			continue;
 		}
 		if (strcmp(event_name(ev), EV_DONE) == 0) {
-			wait_print(ev, items[i].task, output && !opt->json);
+			if (!opt->json)
+				wait_print(ev, items[i].task, output);
 			if (output && !opt->json &&
 			    event_write_result_output(ev) == -1 && errno == EPIPE) {
 				json_decref(ev);

@@ -35,6 +35,14 @@ event_int(const json_t *obj, const char *name, int64_t def)
 	return json_is_integer(v) ? json_integer_value(v) : def;
 }
 
+double
+event_num(const json_t *obj, const char *name, double def)
+{
+	json_t *v = json_object_get(obj, name);
+
+	return json_is_number(v) ? json_number_value(v) : def;
+}
+
 const char *
 event_str(const json_t *obj, const char *name, const char *def)
 {
@@ -121,7 +129,7 @@ event_describe_done(const json_t *done)
 	int64_t n;
 	int r;
 
-	format_duration((uint64_t)event_int(done, FIELD_RUN_MS, 0), buf, sizeof buf);
+	format_duration(event_num(done, FIELD_RUN_MS, 0), buf, sizeof buf);
 	if (strcmp(state, STATE_SUCCEEDED) == 0)
 		r = asprintf(&s, "succeeded in %s", buf);
 	else if (strcmp(code, ERR_EXIT_STATUS) == 0)

@@ -55,10 +55,19 @@ format_parse_duration(const char *s, uint64_t *ms)
 }
 
 char *
-format_duration(uint64_t ms, char *buf, size_t len)
+format_duration(double ms, char *buf, size_t len)
 {
-	unsigned long long v = ms;
+	unsigned long long v;
 
+	if (!(ms >= 0))         /* negative or NaN */
+		ms = 0;
+	if (ms < 9.95 && ms != 0 && ms != (double)(unsigned long long)ms) {
+		snprintf(buf, len, ms < 0.995 ? "%.2fms" : "%.1fms", ms);
+		return buf;
+	}
+	v = (unsigned long long)(ms + 0.5);
+	if (ms > 1.8e19)
+		v = ~0ULL;
 	if (v < 1000)
 		snprintf(buf, len, "%llums", v);
 	else if (v < 10000 && (v % 1000) / 100 != 0)

@@ -216,6 +216,8 @@ const char *event_name(const json_t *ev);
 int64_t event_id(const json_t *ev);
 /* The integer field name of obj, or def. */
 int64_t event_int(const json_t *obj, const char *name, int64_t def);
+/* The number (integer or real) field name of obj, or def. */
+double event_num(const json_t *obj, const char *name, double def);
 /* The string field name of obj, or def. */
 const char *event_str(const json_t *obj, const char *name, const char *def);
 /* The error code and message of an error/rejected/done event ("" if none). */
@@ -247,8 +249,8 @@ int event_write_all(int fd, const void *buf, size_t len);
 /* format.c: durations and tables. */
 /* Parses "500ms", "5s", "1.5s", "2m", "1h" (a unit is required; "0" is 0). */
 int format_parse_duration(const char *s, uint64_t *ms);
-/* Formats ms as "500ms", "2.1s", "42s", "3m", "3m12s", "1h5m", "2d3h". */
-char *format_duration(uint64_t ms, char *buf, size_t len);
+/* Formats ms as "0.25ms", "2.5ms", "500ms", "2.1s", "42s", "3m", "3m12s", "1h5m", "2d3h". */
+char *format_duration(double ms, char *buf, size_t len);
 #define FORMAT_DURATION_LEN 32
 /* Parses a size: "4096", "64k", "1M", "1G". */
 int format_parse_size(const char *s, uint64_t *out);
