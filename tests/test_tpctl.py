@@ -12,6 +12,7 @@ import os
 import pty
 import pwd
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -788,6 +789,35 @@ def test_daemon_speaking_garbage():
                                                            "message": "too many clients"}}]) as f:
         p = expect(tpctl(f, "stats"), 1, "an error without an id")
         check(b"too many clients (internal)" in p.stderr, "%r", p.stderr)
+
+
+# ---------------------------------------------------------------- bash completion
+
+COMPLETION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "client",
+                          "tpctl.bash-completion")
+
+
+def complete(words, sock=None):
+    """What the completion offers for the last of words (bash, without bash-completion)."""
+    if shutil.which("bash") is None:
+        raise Skip("no bash to load the completion in")
+    script = ('source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); '
+              '_tpctl; printf "%s\\n" "${COMPREPLY[@]}"')
+    p = subprocess.run(["bash", "-c", script, "bash", COMPLETION, TPCTL] + list(words),
+                       capture_output=True, timeout=TIMEOUT)
+    check(p.returncode == 0, "bash: %r", p.stderr)
+    return sorted(w for w in p.stdout.decode().splitlines() if w)
+
+
+def test_bash_completion():
+    check(complete(["st"]) == ["stats", "status"], "commands: %r", complete(["st"]))
+    check(complete(["--js"]) == ["--json"], "global options")
+    check(complete(["shutdown", "--"]) == ["--help", "--json", "--now", "--wait"],
+          "%r", complete(["shutdown", "--"]))
+    check("--detach" in complete(["submit", "--d"]), "submit's options")
+    with Daemon("--pool", "io:2") as d:
+        pools = complete(["-s", d.sock, "resize", "--pool", ""])
+        check(pools == ["default", "io"], "pool names from the daemon: %r", pools)
 
 
 if __name__ == "__main__":
