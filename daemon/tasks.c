@@ -219,6 +219,7 @@ tasks_submit(struct task *t, struct pools_entry *e, struct conn *c, json_t *req_
 struct task *
 tasks_find(uint64_t id)
 {
+	tasks_prune(); /* result_ttl holds to the millisecond, not to the next timer tick */
 	return tasks ? idmap_get(tasks, id) : NULL;
 }
 
@@ -238,8 +239,7 @@ static void
 send_done(const struct task *t, uint64_t conn_id, json_t *id, bool owed)
 {
 	struct conn *c = conn_find(conn_id);
-	struct evbuffer *line;
-	char *idtext;
+	char *idtext, *prefix;
 
 	if (c == NULL || c->dead)
 		return;
@@ -249,12 +249,19 @@ send_done(const struct task *t, uint64_t conn_id, json_t *id, bool owed)
 		conn_send_raw(c, "{", 1, t->done_body, strlen(t->done_body));
 		return;
 	}
+	if (json_is_integer(id)) {
+		char head[48];
+		int n = snprintf(head, sizeof head, "{\"id\":%" JSON_INTEGER_FORMAT ",",
+		    json_integer_value(id));
+		conn_send_raw(c, head, (size_t)n, t->done_body, strlen(t->done_body));
+		return;
+	}
 	idtext = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
-	line = evbuffer_new();
-	evbuffer_add_printf(line, "{\"id\":%s,", idtext ? idtext : "null");
-	conn_send_raw(c, (const char *)evbuffer_pullup(line, -1), evbuffer_get_length(line),
-	    t->done_body, strlen(t->done_body));
-	evbuffer_free(line);
+	if (idtext == NULL || asprintf(&prefix, "{\"id\":%s,", idtext) == -1)
+		prefix = NULL;
+	if (prefix != NULL)
+		conn_send_raw(c, prefix, strlen(prefix), t->done_body, strlen(t->done_body));
+	free(prefix);
 	free(idtext);
 }
 
