@@ -15,7 +15,7 @@
 #include "tpctl.h"
 #include "wire.h"
 
-/* How long a cancel may take to leave when tpctl's stdout is gone. */
+/* How long run waits for its cancel to be answered once its stdout is gone. */
 #define RUN_FLUSH_MS 1000
 
 struct run {
@@ -65,14 +65,37 @@ run_interrupted(struct run *r)
 	return -1;
 }
 
-/* stdout or stderr is gone: cancel the task and leave as if by SIGPIPE. */
+/*
+ * stdout or stderr is gone: cancel the task and leave as if by SIGPIPE.
+ * The cancel's answer is awaited (briefly): a daemon that meets the closed
+ * socket while writing output may drop the connection before it reads a
+ * cancel sent just before the close.
+ */
 static int
 run_broken_pipe(struct run *r)
 {
+	uint64_t deadline = tpctl_now_us() + RUN_FLUSH_MS * 1000;
+	int64_t cancel_id = r->s.next_id;
 	char *cause = NULL;
+	json_t *ev;
+	int res;
 
-	if (run_cancel(r) == 0)
-		(void)conn_flush(r->s.conn, RUN_FLUSH_MS, &cause);
+	if (r->cancel_sent || run_cancel(r) == -1 || !r->cancel_sent)
+		return EXIT_SIGNALLED + SIGPIPE;
+	for (;;) {
+		uint64_t now = tpctl_now_us();
+		if (now >= deadline)
+			break;
+		res = conn_recv(r->s.conn, &ev, (int)((deadline - now + 999) / 1000),
+		    &cause);
+		if (res != CONN_EVENT)
+			break;
+		res = event_id(ev) == cancel_id ||
+		    strcmp(event_name(ev), EV_DONE) == 0;
+		json_decref(ev);
+		if (res)
+			break;
+	}
 	free(cause);
 	return EXIT_SIGNALLED + SIGPIPE;
 }
