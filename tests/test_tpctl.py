@@ -175,6 +175,39 @@ def test_unreachable_daemon_exit_69():
     check(("cannot connect to 127.0.0.1:%d" % port).encode() in p.stderr, "%r", p.stderr)
 
 
+def test_connect_timeout():
+    """A listener that never accepts, its backlog full: the connect gives up in time."""
+    d = tempfile.mkdtemp(prefix="tpctl-")
+    path = os.path.join(d, "busy.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    held = []
+    try:
+        listener.bind(path)
+        listener.listen(0)
+        while True:
+            c = socket.socket(socket.AF_UNIX)
+            c.setblocking(False)
+            held.append(c)
+            try:
+                c.connect(path)
+            except BlockingIOError:
+                break   # the backlog is full: the next connect would block
+            check(len(held) < 64, "the backlog never filled")
+        start = time.monotonic()
+        p = expect(tpctl(None, "--connect-timeout", "300ms", "ping", sock=path), 69,
+                   "connect timeout")
+        took = time.monotonic() - start
+        check(0.25 < took < 0.25 + 2 * SLOW, "gave up after the timeout: %.2fs", took)
+        check(b"Connection timed out" in p.stderr and b"--connect-timeout" in p.stderr,
+              "names cause and fix: %r", p.stderr)
+    finally:
+        for c in held:
+            c.close()
+        listener.close()
+        os.unlink(path)
+        os.rmdir(d)
+
+
 def test_connection_lost_while_waiting_exit_69():
     with Daemon() as d:
         task = int(expect(tpctl(d, "submit", "--detach", "--task", sleep_task()), 0,
