@@ -42,6 +42,7 @@ struct batch {
 	bool denied;            /* an unauthenticated or forbidden error */
 	bool stopping;          /* send no more */
 	bool interrupted;
+	bool stdout_gone;       /* stdout is a closed pipe: stop as if interrupted */
 	bool quiet;
 	struct progress *progress;
 	uint64_t start_us;
@@ -94,9 +95,10 @@ batch_finish(struct batch *b, struct batch_item *it, enum batch_outcome out,
 	if (b->window < b->jobs)
 		b->window++;
 	if (out == OUT_SUCCEEDED || out == OUT_FAILED) {
-		if (!b->quiet && !b->opt->json) {
+		if (!b->quiet && !b->opt->json && !b->stdout_gone) {
 			progress_clear(b->progress);
-			(void)event_write_result_output(ev);
+			if (event_write_result_output(ev) == -1 && errno == EPIPE)
+				b->stdout_gone = true;
 		}
 	}
 	switch (out) {
@@ -144,7 +146,7 @@ batch_event(struct batch *b, json_t *ev)
 	if (strcmp(name, EV_ACCEPTED) == 0) {
 		it->state = BATCH_ACCEPTED;
 		it->task_id = event_int(ev, FIELD_TASK, -1);
-		if (b->interrupted)
+		if (b->interrupted || b->stdout_gone)
 			return batch_cancel(b, it);
 	} else if (strcmp(name, EV_DONE) == 0)
 		batch_finish(b, it, strcmp(event_str(ev, FIELD_STATE, ""),
@@ -167,26 +169,40 @@ batch_event(struct batch *b, json_t *ev)
 	return 0;
 }
 
+/* Submits no more and cancels what is in flight; returns how many that is. */
+static size_t
+batch_stop(struct batch *b, int *err)
+{
+	size_t i, running = 0;
+
+	*err = 0;
+	b->stopping = true;
+	/* the accepted now; the rest as their accepted arrives (batch_event) */
+	for (i = 0; i < b->n; i++) {
+		if (b->items[i].state == BATCH_ACCEPTED &&
+		    (*err = batch_cancel(b, &b->items[i])) != 0)
+			return running;
+		if (b->items[i].state == BATCH_ACCEPTED ||
+		    b->items[i].state == BATCH_SENT)
+			running++;
+	}
+	return running;
+}
+
 /* The first interrupt stops the batch gently; the second ends it. */
 static int
 batch_interrupted(struct batch *b)
 {
-	size_t i, running = 0;
+	size_t running;
 	int r;
 
 	interrupt_take();
 	if (b->interrupted || interrupt_count() >= 2)
 		return EXIT_SIGNALLED + interrupt_last_signal();
-	b->interrupted = b->stopping = true;
-	/* the accepted now; the rest as their accepted arrives (batch_event) */
-	for (i = 0; i < b->n; i++) {
-		if (b->items[i].state == BATCH_ACCEPTED &&
-		    (r = batch_cancel(b, &b->items[i])) != 0)
-			return r;
-		if (b->items[i].state == BATCH_ACCEPTED ||
-		    b->items[i].state == BATCH_SENT)
-			running++;
-	}
+	b->interrupted = true;
+	running = batch_stop(b, &r);
+	if (r != 0)
+		return r;
 	tpctl_warnx("interrupted: submitting no more, cancelling %zu task%s "
 	    "(interrupt again to quit at once)", running, running == 1 ? "" : "s");
 	return 0;
@@ -251,6 +267,12 @@ batch_run(struct batch *b)
 		json_decref(ev);
 		if (code != 0)
 			break;
+		if ((b->stdout_gone || b->s.stdout_gone) && !b->stopping) {
+			b->stdout_gone = true;
+			(void)batch_stop(b, &code);
+			if (code != 0)
+				break;
+		}
 	}
 	session_close(&b->s);
 	batch_summary(b);
@@ -258,6 +280,8 @@ batch_run(struct batch *b)
 		return code;
 	if (b->interrupted)
 		return EXIT_SIGNALLED + interrupt_last_signal();
+	if (b->stdout_gone)
+		return EXIT_BROKEN_PIPE;
 	if (b->denied)
 		return EX_NOPERM;
 	if (b->failed > 0)

@@ -81,7 +81,7 @@ run_broken_pipe(struct run *r)
 	int res;
 
 	if (r->cancel_sent || run_cancel(r) == -1 || !r->cancel_sent)
-		return EXIT_SIGNALLED + SIGPIPE;
+		return EXIT_BROKEN_PIPE;
 	for (;;) {
 		uint64_t now = tpctl_now_us();
 		if (now >= deadline)
@@ -97,7 +97,7 @@ run_broken_pipe(struct run *r)
 			break;
 	}
 	free(cause);
-	return EXIT_SIGNALLED + SIGPIPE;
+	return EXIT_BROKEN_PIPE;
 }
 
 /* The task is over: say how, unless its exit status says it all. */
@@ -127,7 +127,7 @@ run_done(struct run *r, const json_t *ev)
 		json_object_set_new(wrap, FIELD_RESULT, copy);
 		if (event_write_result_output(wrap) == -1 && errno == EPIPE) {
 			json_decref(wrap);
-			return EXIT_SIGNALLED + SIGPIPE;
+			return EXIT_BROKEN_PIPE;
 		}
 		json_decref(wrap);
 		if (json_is_true(json_object_get(result, FIELD_TRUNCATED)))
@@ -245,6 +245,8 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 		}
 		code = run_event(&r, ev);
 		json_decref(ev);
+		if (code == -1 && r.s.stdout_gone)
+			code = run_broken_pipe(&r);
 	}
 	session_close(&r.s);
 	return code;

@@ -134,7 +134,7 @@ wait_exec(struct tpctl *opt, int argc, char **argv)
 			if (output && !opt->json &&
 			    event_write_result_output(ev) == -1 && errno == EPIPE) {
 				json_decref(ev);
-				code = EXIT_SIGNALLED + SIGPIPE;
+				code = EXIT_BROKEN_PIPE;
 				goto out;
 			}
 			items[i].code = event_task_exit_code(ev);

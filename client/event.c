@@ -141,7 +141,8 @@ event_describe_done(const json_t *done)
 		    n > 0 && n < NSIG ? strsignal((int)n) : "unknown", buf);
 	} else if (strcmp(state, STATE_TIMED_OUT) == 0)
 		r = asprintf(&s, "timed out after %s", buf);
-	else if (*message != '\0')
+	else if (*message != '\0' && strcmp(message, state) != 0 &&
+	    strcmp(message, code) != 0)
 		r = asprintf(&s, "%s: %s", *state != '\0' ? state : "failed", message);
 	else
 		r = asprintf(&s, "%s", *state != '\0' ? state : "failed");

@@ -148,11 +148,12 @@ session_next(struct session *s, json_t **ev, int timeout_ms)
 	int r;
 
 	r = conn_recv(s->conn, ev, timeout_ms, &cause);
-	if (r == CONN_EVENT && s->opt->json) {
+	if (r == CONN_EVENT && s->opt->json && !s->stdout_gone) {
 		line = conn_last_line(s->conn, &len);
 		fwrite(line, 1, len, stdout);
 		fputc('\n', stdout);
-		fflush(stdout);
+		if (fflush(stdout) == EOF && errno == EPIPE)
+			s->stdout_gone = true;
 	}
 	if (r == CONN_LOST || r == CONN_BAD)
 		tpctl_warnx("%s", cause);

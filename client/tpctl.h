@@ -20,6 +20,7 @@
 #define EXIT_TIMED_OUT   124    /* like timeout(1) */
 #define EXIT_SIGNALLED   128    /* + the signal number */
 #define EXIT_INTERRUPTED 130    /* 128 + SIGINT */
+#define EXIT_BROKEN_PIPE 141    /* 128 + SIGPIPE: tpctl's stdout was closed */
 
 #define TPCTL_DEFAULT_CONNECT_TIMEOUT_MS 5000
 
@@ -117,6 +118,7 @@ struct session {
 	struct tpctl *opt;
 	struct conn *conn;
 	int64_t next_id;
+	bool stdout_gone;       /* --json output met a closed stdout (EPIPE) */
 };
 
 /* Connects and, with a token file, says hello. Returns 0 or an exit code. */
@@ -125,8 +127,9 @@ void session_close(struct session *);
 /* Sends req (taken) with a fresh integer id; returns the id, or -1 (printed). */
 int64_t session_send(struct session *, json_t *req);
 /*
- * The next event (printed as received with --json). Returns a conn_result;
- * on CONN_LOST and CONN_BAD a message has been printed.
+ * The next event (printed as received with --json; when stdout is a closed
+ * pipe, stdout_gone is set and printing stops). Returns a conn_result; on
+ * CONN_LOST and CONN_BAD a message has been printed.
  */
 int session_next(struct session *, json_t **ev, int timeout_ms);
 /*

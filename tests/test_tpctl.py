@@ -681,16 +681,30 @@ def test_batch_of_command_lines():
 def test_broken_stdout_cancels_the_run():
     with Daemon() as d:
         need_exec(d)
+        c = d.client()
+        for json_flag in ([], ["--json"]):
+            r, w = os.pipe()
+            p = subprocess.Popen([TPCTL, "-s", d.sock] + json_flag + ["run", "--", "yes"],
+                                 stdout=w, stderr=subprocess.PIPE)
+            os.close(w)
+            check(len(os.read(r, 4)) == 4, "output flows")
+            os.close(r)
+            p.communicate(timeout=TIMEOUT)
+            check(p.returncode == 128 + signal.SIGPIPE, "%s: exit %d", json_flag, p.returncode)
+            eventually(lambda: c.stats()["busy"] == 0, "the task was cancelled")
+        check(c.stats()["cancelled"] == 2, "both cancelled: %r", c.stats())
+        # batch stops submitting too, and cancels what is in flight
+        path = write_file(d, "jobs", "sh -c 'echo x; sleep 0.1'\n" * 50)
         r, w = os.pipe()
-        p = subprocess.Popen([TPCTL, "-s", d.sock, "run", "--", "yes"], stdout=w,
+        p = subprocess.Popen([TPCTL, "-s", d.sock, "batch", "-j", "2", path], stdout=w,
                              stderr=subprocess.PIPE)
         os.close(w)
-        check(os.read(r, 4) == b"y\ny\n", "output flows")
+        check(os.read(r, 2) == b"x\n", "output flows")
         os.close(r)
-        p.communicate(timeout=TIMEOUT)
-        check(p.returncode == 128 + signal.SIGPIPE, "exit %d", p.returncode)
-        c = d.client()
-        eventually(lambda: c.stats()["busy"] == 0, "the task was cancelled")
+        _, err = p.communicate(timeout=TIMEOUT)
+        check(p.returncode == 128 + signal.SIGPIPE, "batch: exit %d: %r", p.returncode, err)
+        check(b"not submitted" in err, "stopped early: %r", err)
+        eventually(lambda: c.stats()["busy"] == 0, "nothing left running")
 
 
 # ---------------------------------------------------------------- a daemon tpctl cannot trust
