@@ -506,7 +506,7 @@ const struct cmd cmd_resize = {
 	    "answer; shrinking never interrupts a task: surplus workers leave when\n"
 	    "they would take their next one.\n"
 	    "\n"
-	    "  -p, --pool P   the pool (default: \"default\")\n",
+	    "  -p, --pool P             the pool (default: \"default\")\n",
 	.exec = resize_exec,
 };
 
@@ -518,8 +518,8 @@ const struct cmd cmd_shutdown = {
 	    "Stops the daemon. By default it drains: new submits are rejected, the\n"
 	    "accepted tasks run to their end, then it exits.\n"
 	    "\n"
-	    "  -n, --now    cancel queued and running tasks instead\n"
-	    "  -w, --wait   return only once the daemon has closed the connection\n",
+	    "  -n, --now                cancel queued and running tasks instead\n"
+	    "  -w, --wait               return once the daemon has closed the connection\n",
 	.exec = shutdown_exec,
 };
 
@@ -531,6 +531,6 @@ const struct cmd cmd_ping = {
 	    "Sends ping and prints the round trip time and who answered.\n"
 	    "Exits 69 when no pong comes within the timeout.\n"
 	    "\n"
-	    "  -t, --timeout DUR   wait at most DUR for the pong (default 5s)\n",
+	    "  -t, --timeout DUR        wait at most DUR for the pong (default 5s)\n",
 	.exec = ping_exec,
 };

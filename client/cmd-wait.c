@@ -172,7 +172,7 @@ const struct cmd cmd_wait = {
 	    "1 failed); with several, 0 when all succeeded, else 1. An interrupt\n"
 	    "stops the waiting; the tasks go on.\n"
 	    "\n"
-	    "  -o, --output   print the output each task captured instead of its line\n"
-	    "                 (a failure is still reported on stderr)\n",
+	    "  -o, --output             print the output each task captured instead\n"
+	    "                           of its line (failures still go to stderr)\n",
 	.exec = wait_exec,
 };

@@ -89,8 +89,8 @@ cmd_print_help(const struct cmd *c, FILE *f)
 	fprintf(f, "usage: tpctl %s %s\n\n%s\n", c->name, c->args, c->summary);
 	if (c->help != NULL && *c->help != '\0')
 		fprintf(f, "\n%s", c->help);
-	fprintf(f, "  -h, --help   this help\n"
-	    "      --json   print the daemon's events as received\n");
+	fprintf(f, "  -h, --help               this help\n"
+	    "      --json               print the daemon's events as received\n");
 }
 
 int
