@@ -33,8 +33,13 @@ def tpctl(d, *args, input=None, env=None, user=None, timeout=None, sock=None):
     elif d is not None:
         cmd += ["-s", d.sock]
     cmd += list(args)
-    return subprocess.run(cmd, input=input, capture_output=True, env=env,
-                          timeout=timeout or TIMEOUT, preexec_fn=become(user))
+    try:
+        return subprocess.run(cmd, input=input, capture_output=True, env=env,
+                              timeout=timeout or TIMEOUT, preexec_fn=become(user))
+    except PermissionError as e:
+        if user is None:
+            raise
+        raise Skip("%s cannot run %s here: %s" % (user, TPCTL, e))
 
 
 def become(user):
