@@ -506,6 +506,7 @@ pool_submit(struct pool *p, struct pool_job *j)
 	j->where = POOL_JOB_QUEUED;
 	j->enqueued_us = clock_now_us();
 	j->started_us = 0;
+	j->queued_ahead = p->queued;
 	list_append(&p->queue, j);
 	p->queued++;
 	p->accepted++;
