@@ -369,6 +369,7 @@ batch_exec(struct tpctl *opt, int argc, char **argv)
 	b.jobs = b.window = (size_t)jobs;
 	b.progress = show_progress ? progress_new(b.n) : NULL;
 	code = batch_run(&b);
+	progress_free(b.progress);      /* when batch_run could not connect */
 	batch_items_free(b.items, b.n);
 	free(b.retry);
 	taskopt_free(&to);
