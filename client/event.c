@@ -12,6 +12,8 @@
 
 #include "tpctl.h"
 #include "wire.h"
+/* the daemon's encoder and this decoder are one file, shared */
+#include "../daemon/base64.h"
 
 const char *
 event_name(const json_t *ev)
@@ -173,53 +175,6 @@ event_write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-static int
-event_base64_value(unsigned char c)
-{
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == '+')
-		return 62;
-	if (c == '/')
-		return 63;
-	return -1;
-}
-
-unsigned char *
-event_base64_decode(const char *s, size_t len, size_t *outlen)
-{
-	unsigned char *out;
-	uint32_t acc = 0;
-	size_t i, n = 0;
-	int bits = 0, v;
-
-	while (len > 0 && s[len - 1] == '=')
-		len--;
-	if (len % 4 == 1)
-		return NULL;
-	if ((out = malloc(len / 4 * 3 + 3)) == NULL)
-		return NULL;
-	for (i = 0; i < len; i++) {
-		if ((v = event_base64_value((unsigned char)s[i])) == -1) {
-			free(out);
-			return NULL;
-		}
-		acc = (acc << 6) | (uint32_t)v;
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			out[n++] = (unsigned char)(acc >> bits);
-			acc &= (1u << bits) - 1;
-		}
-	}
-	*outlen = n;
-	return out;
-}
-
 /* Writes a string, or the base64 form's bytes, to fd. */
 static int
 event_write_field(int fd, const json_t *obj, const char *text, const char *b64)
@@ -232,9 +187,10 @@ event_write_field(int fd, const json_t *obj, const char *text, const char *b64)
 	if ((v = json_object_get(obj, text)) != NULL && json_is_string(v))
 		return event_write_all(fd, json_string_value(v), json_string_length(v));
 	if ((v = json_object_get(obj, b64)) != NULL && json_is_string(v)) {
-		buf = event_base64_decode(json_string_value(v), json_string_length(v), &len);
+		buf = base64_decode(json_string_value(v), json_string_length(v), &len);
 		if (buf == NULL) {
-			tpctl_warnx("the daemon sent bad base64 in %s", b64);
+			tpctl_warnx("cannot decode %s: %s", b64, errno == ENOMEM ?
+			    "out of memory" : "not base64");
 			return 0;
 		}
 		r = event_write_all(fd, buf, len);

@@ -244,8 +244,6 @@ char *event_describe_done(const json_t *done);
 int event_write_result_output(const json_t *done);
 /* Writes an output event's data to fd 1 or 2. Returns 0, or -1 with errno. */
 int event_write_output(const json_t *ev);
-/* Decodes base64 (RFC 4648, padding optional). Returns NULL if invalid. */
-unsigned char *event_base64_decode(const char *s, size_t len, size_t *outlen);
 /* Writes all of buf to fd, retrying short writes and EINTR. */
 int event_write_all(int fd, const void *buf, size_t len);
 
