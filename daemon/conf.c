@@ -232,8 +232,8 @@ conf_split_hostport(const char *s, char *host, size_t hostlen,
 		if (inet_pton(AF_INET6, host, &a6) != 1)
 			return cause_set(cause, "\"%s\": \"%s\" is not an IPv6 address",
 			    s, host);
-	} else if (strspn(host, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-	    "0123456789.-") != hl)
+	} else if (strcmp(host, "*") != 0 && strspn(host,
+	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-") != hl)
 		return cause_set(cause, "\"%s\": \"%s\" is not a host name or address",
 		    s, host);
 	if (conf_parse_count(p, 65535, &portnum) == -1)
@@ -266,7 +266,7 @@ enum conf_kind {
 	KIND_DURATION,  /* uint64_t milliseconds, with an optional unit */
 	KIND_SOCKET,    /* char *, a Unix socket path; empty = the default rule */
 	KIND_MODE,      /* mode_t, octal */
-	KIND_GROUP,     /* char *, an existing group name or gid; empty = none */
+	KIND_GROUP,     /* char *, an existing group's name; empty = none */
 	KIND_FILE,      /* char *, a readable file; empty = none */
 	KIND_LOGLEVEL,  /* int, a log.h level */
 	KIND_LISTEN,    /* repeatable, space-separated HOST:PORT list */
@@ -561,18 +561,11 @@ set_group(struct conf_load *l, const struct conf_key *k, char **slot, const char
 {
 	struct group gr, *res = NULL;
 	char buf[4096];
-	uint64_t gid;
 
-	if (*value != '\0') {
-		if (parse_digits(value, &gid) == 0) {
-			if (gid > (gid_t)-2) {
-				key_error(l, k->name, "%s is not a group id", value);
-				return;
-			}
-		} else if (getgrnam_r(value, &gr, buf, sizeof buf, &res) != 0 || res == NULL) {
-			key_error(l, k->name, "no group named \"%s\"", value);
-			return;
-		}
+	if (*value != '\0' &&
+	    (getgrnam_r(value, &gr, buf, sizeof buf, &res) != 0 || res == NULL)) {
+		key_error(l, k->name, "no group named \"%s\"", value);
+		return;
 	}
 	set_string(slot, value);
 }

@@ -94,7 +94,7 @@ int conf_check_file(const char *path);
 
 /*
  * Splits "HOST:PORT" or "[IPV6]:PORT" (PORT 0..65535, HOST a name, an IPv4
- * address or a bracketed IPv6 address). Fills host (brackets removed) and
+ * address, "*" for every address, or a bracketed IPv6 address). Fills host (brackets removed) and
  * port; returns 0, or -1 with *cause set (caller frees).
  */
 int conf_split_hostport(const char *s, char *host, size_t hostlen,

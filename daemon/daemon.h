@@ -43,7 +43,10 @@ void daemon_begin_shutdown(bool now);
 /* Called when outstanding drops or a connection drains: exits the loop when nothing is left. */
 void daemon_maybe_exit(void);
 
-/* SIGHUP: re-reads the configuration file and applies it. */
+/* SIGHUP: re-reads the configuration file and applies it (reload.c). */
 void daemon_reload(void);
+
+/* Applies the command line's settings over c again, as at start-up (for a reload). */
+void daemon_apply_flags(struct conf *c);
 
 #endif

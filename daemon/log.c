@@ -75,6 +75,21 @@ log_level_name(int level)
 	return level_names[level];
 }
 
+void
+log_lines(int priority, const char *text)
+{
+	bool journal = stderr_is_journal();
+
+	while (text != NULL && *text != '\0') {
+		size_t n = strcspn(text, "\n");
+		if (journal)
+			fprintf(stderr, "<%d>%.*s\n", priority, (int)n, text);
+		else
+			fprintf(stderr, "%.*s\n", (int)n, text);
+		text += n + (text[n] == '\n');
+	}
+}
+
 static void
 log_vwrite(int priority, const char *suffix, const char *fmt, va_list ap)
 {

@@ -17,6 +17,14 @@ int log_get_level(void);
 int log_level_parse(const char *name);
 const char *log_level_name(int level);
 
+/*
+ * Writes text (one or more lines) to stderr as it is, without time stamps:
+ * each line gets a "<N>" prefix when the journal reads stderr. For start-up
+ * errors that are the user's answer (a configuration's FILE:LINE: lines),
+ * usable before log_init.
+ */
+void log_lines(int priority, const char *text);
+
 /* log_warn appends strerror(errno); the x variants do not. */
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -19,10 +19,12 @@
 #include "conn.h"
 #include "daemon.h"
 #include "exec.h"
+#include "health.h"
 #include "listen.h"
 #include "log.h"
 #include "mailbox.h"
 #include "pools.h"
+#include "sd.h"
 #include "tasks.h"
 #include "wire.h"
 
@@ -30,6 +32,8 @@
 
 struct daemon *daemon_state;
 static struct daemon the_daemon;
+static int saved_argc;       /* the command line, applied again on SIGHUP */
+static char **saved_argv;
 
 static void
 usage(FILE *f)
@@ -243,6 +247,14 @@ apply_flags(int argc, char **argv, struct conf *c, bool only_early, bool *check)
 	}
 }
 
+void
+daemon_apply_flags(struct conf *c)
+{
+	bool check = false;
+
+	apply_flags(saved_argc, saved_argv, c, false, &check);
+}
+
 /* Reads the first line of a token file; exits naming the file on failure. */
 static char *
 read_token(const char *path, const char *key)
@@ -300,6 +312,7 @@ daemon_begin_shutdown(bool now)
 	struct daemon *d = daemon_state;
 
 	if (d->phase == DAEMON_RUNNING) {
+		sdn_stopping();
 		d->phase = now ? DAEMON_STOPPING_NOW : DAEMON_DRAINING;
 		log_notice("shutting down (%s): %llu tasks outstanding", now ? "now" : "drain",
 		    (unsigned long long)d->outstanding);
@@ -338,12 +351,6 @@ daemon_maybe_exit(void)
 		event_base_loopexit(d->base, NULL);
 }
 
-void
-daemon_reload(void)
-{
-	log_warnx("SIGHUP: reloading the configuration is not built yet; nothing changed");
-}
-
 static void
 signal_cb(evutil_socket_t sig, short what, void *arg)
 {
@@ -370,17 +377,36 @@ prune_cb(evutil_socket_t fd, short what, void *arg)
 static void
 start_listeners(struct daemon *d)
 {
-	char path[512];
+	char path[512], name[200];
 	char *cause = NULL;
 	const char *socket_path = d->conf.socket;
+	struct sdn_activated *act;
+	bool have_unix = false, have_tcp = false;
+	int nact;
 
-	if (socket_path == NULL && (socket_path = wire_default_socket_path(path, sizeof path)) == NULL)
-		fatalx("the default socket path is too long: use -s PATH");
-	if (listen_unix(socket_path, d->conf.socket_mode, d->conf.socket_group, &cause) == -1)
+	/* Socket activation: a kind systemd passed replaces the one the settings name. */
+	if ((nact = sdn_activation_fds(&act, &cause)) == -1)
 		fatalx("%s", cause);
-	for (size_t i = 0; i < d->conf.nlisten; i++)
+	for (int i = 0; i < nact; i++) {
+		bool is_unix = act[i].kind == SDN_UNIX;
+		snprintf(name, sizeof name, "%s %s", is_unix ? "unix" : "tcp", act[i].addr);
+		if (listen_adopt(act[i].fd, is_unix, name, &cause) == -1)
+			fatalx("%s", cause);
+		have_unix = have_unix || is_unix;
+		have_tcp = have_tcp || !is_unix;
+	}
+	free(act);
+	if (have_unix)
+		socket_path = NULL;
+	else if (socket_path == NULL && (socket_path = wire_default_socket_path(path, sizeof path)) == NULL)
+		fatalx("the default socket path is too long: use -s PATH");
+	/* TCP first: once the Unix socket accepts, every listener does (tests rely on it) */
+	for (size_t i = 0; !have_tcp && i < d->conf.nlisten; i++)
 		if (listen_tcp(d->conf.listen[i], &cause) == -1)
 			fatalx("%s", cause);
+	if (socket_path != NULL &&
+	    listen_unix(socket_path, d->conf.socket_mode, d->conf.socket_group, &cause) == -1)
+		fatalx("%s", cause);
 }
 
 int
@@ -394,17 +420,23 @@ main(int argc, char **argv)
 	char *cause = NULL;
 
 	daemon_state = d;
+	saved_argc = argc;
+	saved_argv = argv;
 	conf_init(&d->conf);
 	apply_flags(argc, argv, &d->conf, true, &check);
 	if (d->conf.path != NULL) {
 		char *path = strdup(d->conf.path);
 		if (conf_load(&d->conf, path, &cause) == -1) {
-			fprintf(stderr, "%s\n", cause ? cause : "tpd: cannot read the configuration");
+			log_lines(LOG_ERR, cause ? cause : "tpd: cannot read the configuration");
 			exit(1);
 		}
 		free(path);
 	}
 	apply_flags(argc, argv, &d->conf, false, &check);
+	if (conf_validate(&d->conf, &cause) == -1) {
+		log_lines(LOG_ERR, cause ? cause : "tpd: out of memory");
+		exit(1);
+	}
 	if (check) {
 		printf("configuration OK\n");
 		exit(0);
@@ -433,8 +465,11 @@ main(int argc, char **argv)
 	prune = event_new(d->base, -1, EV_PERSIST, prune_cb, NULL);
 	evtimer_add(prune, &second);
 	log_notice("tpd %s ready (%s backend)", PACKAGE_VERSION, event_base_get_method(d->base));
+	sdn_setup(d->base, &(struct sdn_hooks){ health_check, health_status, NULL });
+	sdn_ready();
 
 	event_base_dispatch(d->base);
+	sdn_teardown();
 
 	listen_close_all();
 	conn_close_all();

@@ -80,7 +80,7 @@ test_every_key(void)
 	    "result_retain = 7\n"
 	    "shutdown_timeout = 30s\n"
 	    "log_level = debug\n"
-	    "admin_group = %u\n"
+	    "admin_group = %s\n"
 	    "token_file = %s/full.conf\n"
 	    "admin_token_file = %s/full.conf\n"
 	    "\n"
@@ -99,7 +99,7 @@ test_every_key(void)
 	    "size = 16\n"
 	    "limit = 32\n"
 	    "[pool empty.one]\n",
-	    dir, gr->gr_name, (unsigned)gr->gr_gid, dir, dir) == -1)
+	    dir, gr->gr_name, gr->gr_name, dir, dir) == -1)
 		abort();
 	path = write_file("full.conf", text);
 	conf_init(&c);
@@ -122,7 +122,7 @@ test_every_key(void)
 	CHECK(c.result_retain == 7);
 	CHECK(c.shutdown_timeout_ms == 30000);
 	CHECK(c.log_level == LOG_DEBUG);
-	CHECK(c.admin_group != NULL && (unsigned)atoi(c.admin_group) == gr->gr_gid);
+	CHECK(c.admin_group != NULL && strcmp(c.admin_group, gr->gr_name) == 0);
 	CHECK(c.token_file != NULL && strcmp(c.token_file, path) == 0);
 	CHECK(c.admin_token_file != NULL && strcmp(c.admin_token_file, path) == 0);
 	CHECK(c.exec_output_limit == 2 * 1024 * 1024);
@@ -272,6 +272,7 @@ test_hostport(void)
 		{ "127.0.0.1:7420", "127.0.0.1", "7420" },
 		{ "[::1]:0", "::1", "0" },
 		{ "localhost:65535", "localhost", "65535" },
+		{ "*:7420", "*", "7420" },
 	};
 	static const char *const bad[] = {
 		"127.0.0.1", ":7420", "::1:7420", "[::1]7420", "[zz]:1", "host:65536",

@@ -1,0 +1,257 @@
+/*
+ * reload.c: SIGHUP. The configuration file is read again, with the command
+ * line over it as at start-up, into a new struct conf. Any error (in the
+ * file, the cross-checks or a token file) refuses the whole reload: every
+ * error is logged and nothing changes. Otherwise it is applied at once,
+ * connections kept:
+ *  - pools: sizes, limits and capacities change live (pool_resize and
+ *    friends), new pools start, pools gone from the file stop accepting and
+ *    drain, then go away ("default" always exists);
+ *  - log_level, limits read at use (max_connections, max_request_bytes,
+ *    max_output_buffer, result_ttl, result_retain, shutdown_timeout), [exec]
+ *    (exec_configure), stream_budget, tokens and admin_group take effect for
+ *    what comes next;
+ *  - the listeners stay as they are: socket, socket_mode, socket_group and
+ *    listen need a restart, and a change to them is logged.
+ *
+ * daemon_state->conf is replaced here, on the loop thread: worker threads
+ * must never read it (exec tasks hold a reference to the settings they
+ * started with, see exec.h).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf.h"
+#include "daemon.h"
+#include "exec.h"
+#include "log.h"
+#include "pools.h"
+#include "sd.h"
+#include "tasks.h"
+
+/* What the new configuration needs beyond struct conf, prepared before anything changes. */
+struct reload_auth {
+	char *submit_token;
+	char *admin_token;
+	bool have_admin_gid;
+	unsigned admin_gid;
+};
+
+static int
+reload_fail(char **cause, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (vasprintf(cause, fmt, ap) == -1)
+		*cause = NULL;
+	va_end(ap);
+	return -1;
+}
+
+/* The first line of a token file, as at start-up. */
+static int
+reload_token(const char *path, const char *key, char **out, char **cause)
+{
+	char buf[512];
+	FILE *f;
+
+	*out = NULL;
+	if (path == NULL)
+		return 0;
+	if ((f = fopen(path, "r")) == NULL)
+		return reload_fail(cause, "%s %s: %s", key, path, strerror(errno));
+	if (fgets(buf, sizeof buf, f) == NULL)
+		buf[0] = '\0';
+	fclose(f);
+	buf[strcspn(buf, "\r\n")] = '\0';
+	if (buf[0] == '\0')
+		return reload_fail(cause, "%s %s: empty first line", key, path);
+	if ((*out = strdup(buf)) == NULL)
+		return reload_fail(cause, "out of memory");
+	return 0;
+}
+
+static int
+reload_auth_prepare(const struct conf *c, struct reload_auth *a, char **cause)
+{
+	memset(a, 0, sizeof *a);
+	if (reload_token(c->token_file, "token_file", &a->submit_token, cause) == -1 ||
+	    reload_token(c->admin_token_file, "admin_token_file", &a->admin_token, cause) == -1) {
+		free(a->submit_token);
+		return -1;
+	}
+	if (c->admin_group != NULL) {
+		struct group *gr = getgrnam(c->admin_group);
+		if (gr == NULL) {
+			free(a->submit_token);
+			free(a->admin_token);
+			return reload_fail(cause, "admin_group %s: no such group", c->admin_group);
+		}
+		a->have_admin_gid = true;
+		a->admin_gid = gr->gr_gid;
+	}
+	return 0;
+}
+
+static bool
+str_differs(const char *a, const char *b)
+{
+	if (a == NULL || b == NULL)
+		return a != b;
+	return strcmp(a, b) != 0;
+}
+
+/* Keeps the running listeners' settings in nc, logging what would need a restart. */
+static void
+reload_keep_listeners(struct conf *nc, struct conf *old)
+{
+	bool listen_changed = nc->nlisten != old->nlisten;
+
+	for (size_t i = 0; !listen_changed && i < nc->nlisten; i++)
+		listen_changed = strcmp(nc->listen[i], old->listen[i]) != 0;
+	if (str_differs(nc->socket, old->socket) || nc->socket_mode != old->socket_mode ||
+	    str_differs(nc->socket_group, old->socket_group) || listen_changed)
+		log_warnx("reload: socket, socket_mode, socket_group and listen take effect "
+		    "at the next start; the listeners stay as they are");
+	/* swap, so that each conf still owns exactly what it frees */
+#define SWAP(type, f) do { type tmp = nc->f; nc->f = old->f; old->f = tmp; } while (0)
+	SWAP(char *, socket);
+	SWAP(mode_t, socket_mode);
+	SWAP(char *, socket_group);
+	for (size_t i = 0; i < CONF_MAX_LISTEN; i++)
+		SWAP(char *, listen[i]);
+	SWAP(size_t, nlisten);
+#undef SWAP
+}
+
+/*
+ * One pool to its new figures. The limit goes first when it grows and last
+ * when it shrinks, so that each step is within the bounds pool.c checks.
+ */
+static void
+reload_pool(struct pools_entry *e, const struct conf_pool *cp)
+{
+	struct pool_snapshot s;
+	char *cause = NULL;
+	bool limit_first;
+
+	pool_snapshot(e->pool, &s);
+	limit_first = cp->limit >= s.target;
+	if (limit_first && cp->limit != s.limit &&
+	    pool_set_limit(e->pool, cp->limit, &cause) == -1)
+		goto fail;
+	if (cp->size != s.target && pool_resize(e->pool, cp->size, &cause) == -1)
+		goto fail;
+	if (!limit_first && pool_set_limit(e->pool, cp->limit, &cause) == -1)
+		goto fail;
+	if (cp->capacity != s.capacity && pool_set_capacity(e->pool, cp->capacity, &cause) == -1)
+		goto fail;
+	if (cp->size != s.target || cp->limit != s.limit || cp->capacity != s.capacity)
+		log_info("pool %s: size %u -> %u, limit %u -> %u, capacity %u -> %u", e->name,
+		    s.target, cp->size, s.limit, cp->limit, s.capacity, cp->capacity);
+	return;
+fail:
+	log_warnx("reload: pool %s: %s", e->name, cause ? cause : "out of memory");
+	free(cause);
+}
+
+static void
+reload_pools(struct conf *nc)
+{
+	char *cause = NULL;
+
+	/* pools gone from the file drain and go away; removing shifts nothing we still use */
+	for (size_t i = 0; i < pools_count(); i++) {
+		struct pools_entry *e = pools_at(i);
+		if (!e->removed && conf_pool_find(nc, e->name) == NULL) {
+			pools_remove(e);
+			i = (size_t)-1;     /* the entry may have been freed: start over */
+		}
+	}
+	for (size_t i = 0; i < nc->npools; i++) {
+		struct pools_entry *e = pools_find(nc->pools[i].name);
+		if (e != NULL)
+			reload_pool(e, &nc->pools[i]);
+		else if (pools_add(&nc->pools[i], &cause) == -1) {
+			log_warnx("reload: pool %s: %s", nc->pools[i].name,
+			    cause ? cause : "out of memory");
+			free(cause);
+			cause = NULL;
+		}
+	}
+}
+
+/* Logs a multi-line error text one line at a time (journald keeps lines apart). */
+static void
+reload_log_errors(const char *errors)
+{
+	const char *s = errors;
+
+	while (s != NULL && *s != '\0') {
+		size_t n = strcspn(s, "\n");
+		log_warnx("%.*s", (int)n, s);
+		s += n + (s[n] == '\n');
+	}
+}
+
+void
+daemon_reload(void)
+{
+	struct daemon *d = daemon_state;
+	struct conf nc, old;
+	struct reload_auth auth;
+	char *errors = NULL, *path;
+
+	if (d->conf.path == NULL) {
+		log_notice("SIGHUP: no configuration file (-c) to read again; nothing changed");
+		return;
+	}
+	if (d->phase != DAEMON_RUNNING) {
+		log_notice("SIGHUP while shutting down: ignored");
+		return;
+	}
+	sdn_reloading();
+	log_notice("SIGHUP: reading %s again", d->conf.path);
+	conf_init(&nc);
+	if ((path = strdup(d->conf.path)) == NULL)
+		goto refused;
+	if (conf_load(&nc, path, &errors) == -1)
+		goto refused;
+	daemon_apply_flags(&nc);
+	if (conf_validate(&nc, &errors) == -1 || reload_auth_prepare(&nc, &auth, &errors) == -1)
+		goto refused;
+
+	reload_keep_listeners(&nc, &d->conf);
+	reload_pools(&nc);
+	log_set_level(nc.log_level);
+	tasks_set_stream_budget(nc.stream_budget);
+	free(d->submit_token);
+	free(d->admin_token);
+	d->submit_token = auth.submit_token;
+	d->admin_token = auth.admin_token;
+	d->have_admin_gid = auth.have_admin_gid;
+	d->admin_gid = auth.admin_gid;
+	old = d->conf;
+	d->conf = nc;
+	memset(&nc, 0, sizeof nc);  /* its memory belongs to d->conf now */
+	conf_free(&old);
+	exec_configure(&d->conf);   /* tasks already running keep the settings they took */
+	log_notice("configuration reloaded: %zu pools", d->conf.npools);
+	goto out;
+refused:
+	reload_log_errors(errors ? errors : "reload: out of memory");
+	log_warnx("reload refused: the running configuration stays");
+out:
+	conf_free(&nc);
+	free(errors);
+	free(path);
+	sdn_ready();
+}
