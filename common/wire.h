@@ -81,4 +81,73 @@
  */
 char *wire_default_socket_path(char *buf, size_t len);
 
+/*
+ * Fields of requests, events and tasks (SPEC section 2), and the task kinds.
+ * An event names itself in FIELD_EVENT.
+ */
+#define FIELD_OP               "op"
+#define FIELD_ID               "id"
+#define FIELD_EVENT            "event"
+#define FIELD_TOKEN            "token"
+#define FIELD_CLIENT           "client"
+#define FIELD_SERVER           "server"
+#define FIELD_VERSION          "version"
+#define FIELD_PROTOCOL         "protocol"
+#define FIELD_ROLE             "role"
+#define FIELD_TASK             "task"
+#define FIELD_POOL             "pool"
+#define FIELD_DETACH           "detach"
+#define FIELD_STREAM           "stream"
+#define FIELD_QUEUE_TIMEOUT_MS "queue_timeout_ms"
+#define FIELD_QUEUED           "queued"
+#define FIELD_STATE            "state"
+#define FIELD_QUEUED_MS        "queued_ms"
+#define FIELD_RUN_MS           "run_ms"
+#define FIELD_RESULT           "result"
+#define FIELD_ERROR            "error"
+#define FIELD_CODE             "code"
+#define FIELD_MESSAGE          "message"
+#define FIELD_DATA             "data"
+#define FIELD_DATA_BASE64      "data_base64"
+#define FIELD_SIZE             "size"
+#define FIELD_TARGET           "target"
+#define FIELD_WORKERS          "workers"
+#define FIELD_MODE             "mode"
+#define FIELD_POOLS            "pools"
+#define FIELD_CONNECTIONS      "connections"
+#define FIELD_UPTIME_MS        "uptime_ms"
+
+/* task fields (submit.task) */
+#define FIELD_KIND             "kind"
+#define FIELD_TIMEOUT_MS       "timeout_ms"
+#define FIELD_ARGV             "argv"
+#define FIELD_ENV              "env"
+#define FIELD_CWD              "cwd"
+#define FIELD_STDIN            "stdin"
+#define FIELD_OUTPUT_LIMIT     "output_limit"
+#define FIELD_VALUE            "value"
+#define FIELD_MS               "ms"
+
+/* exec results, and the streams of output events */
+#define FIELD_EXIT_CODE        "exit_code"
+#define FIELD_SIGNAL           "signal"
+#define FIELD_STDOUT           "stdout"
+#define FIELD_STDERR           "stderr"
+#define FIELD_STDOUT_BASE64    "stdout_base64"
+#define FIELD_STDERR_BASE64    "stderr_base64"
+#define FIELD_TRUNCATED        "truncated"
+#define STREAM_STDOUT          "stdout"
+#define STREAM_STDERR          "stderr"
+
+/* task kinds */
+#define KIND_EXEC  "exec"
+#define KIND_ECHO  "echo"
+#define KIND_SLEEP "sleep"
+#define KIND_SPIN  "spin"
+#define KIND_FAIL  "fail"
+
+/* shutdown modes */
+#define MODE_DRAIN "drain"
+#define MODE_NOW   "now"
+
 #endif

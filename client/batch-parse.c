@@ -1,0 +1,219 @@
+/*
+ * batch-parse.c: reads the lines of a batch file into tasks. A line is a
+ * command split into words by a small part of the shell's rules (see
+ * batch_split and tpctl(1)), or, when it starts with '{', a task object.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tpctl.h"
+#include "wire.h"
+
+static bool
+batch_blank(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+void
+batch_words_free(char **words)
+{
+	char **w;
+
+	if (words == NULL)
+		return;
+	for (w = words; *w != NULL; w++)
+		free(*w);
+	free(words);
+}
+
+/*
+ * Blanks separate words. 'single quotes' keep everything up to the next
+ * quote; "double quotes" keep everything but \" \\ \$ \` which lose their
+ * backslash; a backslash outside quotes keeps the next character; a # at
+ * the start of a word starts a comment. Nothing is expanded: no $VAR, no
+ * ~, no globs, and | ; & < > are plain characters (sh -c '...' runs a
+ * shell).
+ */
+int
+batch_split(const char *line, char ***wordsp, const char **cause)
+{
+	size_t len = strlen(line), n = 0, w;
+	char **words = NULL, **nwords, *word;
+	const char *p = line;
+
+	*wordsp = NULL;
+	for (;;) {
+		while (batch_blank(*p))
+			p++;
+		if (*p == '\0' || *p == '#')
+			break;
+		if ((word = malloc(len + 1)) == NULL) {
+			*cause = "out of memory";
+			goto fail;
+		}
+		w = 0;
+		while (*p != '\0' && !batch_blank(*p)) {
+			if (*p == '\'') {
+				for (p++; *p != '\0' && *p != '\''; p++)
+					word[w++] = *p;
+				if (*p == '\0') {
+					*cause = "a single quote is not closed";
+					free(word);
+					goto fail;
+				}
+				p++;
+			} else if (*p == '"') {
+				for (p++; *p != '\0' && *p != '"'; p++) {
+					if (*p == '\\' && p[1] != '\0' &&
+					    strchr("\"\\$`", p[1]) != NULL)
+						p++;
+					word[w++] = *p;
+				}
+				if (*p == '\0') {
+					*cause = "a double quote is not closed";
+					free(word);
+					goto fail;
+				}
+				p++;
+			} else if (*p == '\\') {
+				if (p[1] == '\0' || p[1] == '\n') {
+					*cause = "a backslash ends the line (a command "
+					    "cannot go on to the next line)";
+					free(word);
+					goto fail;
+				}
+				word[w++] = p[1];
+				p += 2;
+			} else
+				word[w++] = *p++;
+		}
+		word[w] = '\0';
+		if ((nwords = realloc(words, (n + 2) * sizeof *words)) == NULL) {
+			*cause = "out of memory";
+			free(word);
+			goto fail;
+		}
+		words = nwords;
+		words[n++] = word;
+		words[n] = NULL;
+	}
+	*wordsp = words;
+	return (int)n;
+
+fail:
+	batch_words_free(words);
+	return -1;
+}
+
+/* One line as a task: NULL when blank, or on an error (*bad set). */
+static json_t *
+batch_line_task(const char *line, const char **bad, char **badbuf)
+{
+	json_error_t jerr;
+	const char *p = line;
+	char **words, *arg;
+	json_t *task;
+	int n;
+
+	*bad = NULL;
+	while (batch_blank(*p))
+		p++;
+	if (*p == '{') {
+		task = json_loads(p, JSON_REJECT_DUPLICATES, &jerr);
+		if (task == NULL) {
+			if (asprintf(badbuf, "not a JSON task object: %s", jerr.text) == -1)
+				*badbuf = NULL;
+			*bad = *badbuf != NULL ? *badbuf : "not a JSON task object";
+			return NULL;
+		}
+		if (!json_is_object(task) ||
+		    !json_is_string(json_object_get(task, FIELD_KIND))) {
+			json_decref(task);
+			*bad = "a task object needs a \"kind\", e.g. "
+			    "{\"kind\":\"exec\",\"argv\":[\"true\"]}";
+			return NULL;
+		}
+		return task;
+	}
+	if ((n = batch_split(p, &words, bad)) <= 0)
+		return NULL;
+	if ((task = taskopt_exec_task(words, n, &arg)) == NULL)
+		*bad = "an argument is not UTF-8 text";
+	batch_words_free(words);
+	return task;
+}
+
+int
+batch_read(FILE *f, const char *name, const struct taskopt *to,
+    struct batch_item **itemsp, size_t *np)
+{
+	struct batch_item *items = NULL, *nitems;
+	size_t n = 0, cap = 0, lineno = 0, linecap = 0, len;
+	char *line = NULL, *badbuf;
+	const char *bad;
+	ssize_t got;
+	json_t *task;
+	int errors = 0;
+
+	while ((got = getline(&line, &linecap, f)) != -1) {
+		lineno++;
+		len = (size_t)got;
+		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+			line[--len] = '\0';
+		if (strlen(line) != len) {
+			tpctl_warnx("%s:%zu: a NUL byte in the line", name, lineno);
+			errors++;
+			continue;
+		}
+		badbuf = NULL;
+		task = batch_line_task(line, &bad, &badbuf);
+		if (task == NULL) {
+			if (bad != NULL) {
+				tpctl_warnx("%s:%zu: %s", name, lineno, bad);
+				errors++;
+			}
+			free(badbuf);
+			continue;
+		}
+		taskopt_apply(to, task);
+		if (n == cap) {
+			cap = cap == 0 ? 64 : cap * 2;
+			if ((nitems = realloc(items, cap * sizeof *items)) == NULL) {
+				json_decref(task);
+				errors++;
+				break;
+			}
+			items = nitems;
+		}
+		memset(&items[n], 0, sizeof items[n]);
+		items[n].line = lineno;
+		items[n].task = task;
+		items[n].task_id = -1;
+		items[n].text = strndup(line, 72);
+		n++;
+	}
+	if (ferror(f)) {
+		tpctl_warnx("cannot read %s: %s", name, strerror(errno));
+		errors++;
+	}
+	free(line);
+	*itemsp = items;
+	*np = n;
+	return errors;
+}
+
+void
+batch_items_free(struct batch_item *items, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		json_decref(items[i].task);
+		free(items[i].text);
+	}
+	free(items);
+}

@@ -1,0 +1,271 @@
+/*
+ * cmd-run.c: tpctl run: submit a task with stream: true, copy its output to
+ * tpctl's own as the output events arrive, and exit with the task's code.
+ * The first interrupt cancels the task and waits for its done; the second
+ * exits at once.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tpctl.h"
+#include "wire.h"
+
+/* How long run waits for its cancel to be answered once its stdout is gone. */
+#define RUN_FLUSH_MS 1000
+
+struct run {
+	struct session s;
+	int64_t submit_id;
+	int64_t task_id;        /* -1 until accepted */
+	bool cancel_wanted;     /* interrupted: cancel once accepted */
+	bool cancel_sent;
+	bool streamed[2];       /* an output event came for stdout, stderr */
+};
+
+static int
+run_cancel(struct run *r)
+{
+	json_t *req;
+
+	r->cancel_wanted = true;
+	if (r->task_id < 0 || r->cancel_sent)
+		return 0;
+	req = json_pack("{s:s, s:I}", FIELD_OP, OP_CANCEL, FIELD_TASK,
+	    (json_int_t)r->task_id);
+	if (session_send(&r->s, req) == -1)
+		return -1;
+	r->cancel_sent = true;
+	return 0;
+}
+
+/* The first interrupt cancels; the second gives up. Returns an exit code or -1. */
+static int
+run_interrupted(struct run *r)
+{
+	interrupt_take();
+	if (interrupt_count() >= 2 || r->cancel_wanted) {
+		if (r->task_id >= 0)
+			tpctl_warnx("interrupted: stopped waiting for task %lld",
+			    (long long)r->task_id);
+		return EXIT_SIGNALLED + interrupt_last_signal();
+	}
+	if (r->task_id >= 0)
+		tpctl_warnx("cancelling task %lld (interrupt again to stop waiting)",
+		    (long long)r->task_id);
+	else
+		tpctl_warnx("cancelling the task once the daemon accepts it "
+		    "(interrupt again to stop waiting)");
+	if (run_cancel(r) == -1)
+		return EX_UNAVAILABLE;
+	return -1;
+}
+
+/*
+ * stdout or stderr is gone: cancel the task and leave as if by SIGPIPE.
+ * The cancel's answer is awaited (briefly): a daemon that meets the closed
+ * socket while writing output may drop the connection before it reads a
+ * cancel sent just before the close.
+ */
+static int
+run_broken_pipe(struct run *r)
+{
+	uint64_t deadline = tpctl_now_us() + RUN_FLUSH_MS * 1000;
+	int64_t cancel_id = r->s.next_id;
+	char *cause = NULL;
+	json_t *ev;
+	int res;
+
+	if (r->cancel_sent || run_cancel(r) == -1 || !r->cancel_sent)
+		return EXIT_BROKEN_PIPE;
+	for (;;) {
+		uint64_t now = tpctl_now_us();
+		if (now >= deadline)
+			break;
+		res = conn_recv(r->s.conn, &ev, (int)((deadline - now + 999) / 1000),
+		    &cause);
+		if (res != CONN_EVENT)
+			break;
+		res = event_id(ev) == cancel_id ||
+		    strcmp(event_name(ev), EV_DONE) == 0;
+		json_decref(ev);
+		if (res)
+			break;
+	}
+	free(cause);
+	return EXIT_BROKEN_PIPE;
+}
+
+/* The task is over: say how, unless its exit status says it all. */
+static int
+run_done(struct run *r, const json_t *ev)
+{
+	const char *state = event_str(ev, FIELD_STATE, "");
+	json_t *result = json_object_get(ev, FIELD_RESULT);
+	char *what;
+
+	if (strcmp(state, STATE_CANCELLED) == 0 && r->cancel_sent)
+		return EXIT_SIGNALLED + interrupt_last_signal();
+	if (r->s.opt->json)
+		return event_task_exit_code(ev);
+	/* a daemon that did not stream leaves the output in the result */
+	if (json_is_object(result)) {
+		json_t *copy = json_deep_copy(result);
+		json_t *wrap = json_object();
+		if (r->streamed[0]) {
+			json_object_del(copy, FIELD_STDOUT);
+			json_object_del(copy, FIELD_STDOUT_BASE64);
+		}
+		if (r->streamed[1]) {
+			json_object_del(copy, FIELD_STDERR);
+			json_object_del(copy, FIELD_STDERR_BASE64);
+		}
+		json_object_set_new(wrap, FIELD_RESULT, copy);
+		if (event_write_result_output(wrap) == -1 && errno == EPIPE) {
+			json_decref(wrap);
+			return EXIT_BROKEN_PIPE;
+		}
+		json_decref(wrap);
+		if (json_is_true(json_object_get(result, FIELD_TRUNCATED)))
+			tpctl_warnx("task %lld: output was cut at the output limit "
+			    "(see --output-limit)", (long long)r->task_id);
+	}
+	if (strcmp(state, STATE_SUCCEEDED) != 0 &&
+	    strcmp(event_error_code(ev), ERR_EXIT_STATUS) != 0) {
+		what = event_describe_done(ev);
+		tpctl_warnx("task %lld %s", (long long)r->task_id,
+		    what != NULL ? what : state);
+		free(what);
+	}
+	return event_task_exit_code(ev);
+}
+
+/* One event of our task. Returns an exit code when it ends the run, else -1. */
+static int
+run_event(struct run *r, json_t *ev)
+{
+	const char *name = event_name(ev);
+	int64_t id = event_id(ev);
+
+	if (id == -1 && strcmp(name, EV_ERROR) == 0)
+		return event_report_error(conn_address(r->s.conn), ev);
+	if (id != r->submit_id) {
+		/* the cancel's answer: an error there is worth a word */
+		if (strcmp(name, EV_ERROR) == 0)
+			event_report_error("cancel", ev);
+		return -1;
+	}
+	if (strcmp(name, EV_ACCEPTED) == 0) {
+		r->task_id = event_int(ev, FIELD_TASK, -1);
+		if (r->cancel_wanted && run_cancel(r) == -1)
+			return EX_UNAVAILABLE;
+	} else if (strcmp(name, EV_OUTPUT) == 0) {
+		bool err = strcmp(event_str(ev, FIELD_STREAM, ""), STREAM_STDERR) == 0;
+		r->streamed[err] = true;
+		if (!r->s.opt->json && event_write_output(ev) == -1) {
+			if (errno == EPIPE)
+				return run_broken_pipe(r);
+			tpctl_warnx("cannot write the task's output: %s", strerror(errno));
+			return EX_IOERR;
+		}
+	} else if (strcmp(name, EV_DONE) == 0)
+		return run_done(r, ev);
+	else if (strcmp(name, EV_REJECTED) == 0 || strcmp(name, EV_ERROR) == 0)
+		return event_report_error("submit", ev);
+	return -1;
+}
+
+static int
+run_exec(struct tpctl *opt, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CMD_LONGOPTS_COMMON, TASKOPT_LONGOPTS,
+		{ "stdin", no_argument, NULL, 'i' },
+		{ "task", required_argument, NULL, OPT_TASK },
+		{ NULL, 0, NULL, 0 }
+	};
+	struct taskopt to;
+	struct run r;
+	json_t *task, *req, *ev;
+	int ch, code, res;
+
+	taskopt_init(&to);
+	while ((ch = cmd_getopt(&cmd_run, opt, argc, argv,
+	    "+:h" TASKOPT_SHORTOPTS "i", longopts)) != -1) {
+		if (ch == 'h' || ch == '?') {
+			taskopt_free(&to);
+			return ch == 'h' ? 0 : EX_USAGE;
+		}
+		if (taskopt_option(&to, &cmd_run, ch, optarg) != 1) {
+			taskopt_free(&to);
+			return EX_USAGE;
+		}
+	}
+	if ((code = taskopt_build(&to, &cmd_run, argc - optind, argv + optind,
+	    &task)) != 0) {
+		taskopt_free(&to);
+		return code;
+	}
+	req = taskopt_submit(&to, task);
+	json_object_set_new(req, FIELD_STREAM, json_true());
+	taskopt_free(&to);
+
+	memset(&r, 0, sizeof r);
+	r.task_id = -1;
+	if (interrupt_install() == -1) {
+		tpctl_warnx("cannot catch signals: %s", strerror(errno));
+		json_decref(req);
+		return EX_OSERR;
+	}
+	if ((code = session_open(&r.s, opt)) != 0) {
+		json_decref(req);
+		return code;
+	}
+	if ((r.submit_id = session_send(&r.s, req)) == -1) {
+		session_close(&r.s);
+		return EX_UNAVAILABLE;
+	}
+	for (code = -1; code == -1;) {
+		res = session_next(&r.s, &ev, -1);
+		if (res == CONN_INTERRUPTED) {
+			code = run_interrupted(&r);
+			continue;
+		}
+		if (res != CONN_EVENT) {
+			if (r.task_id >= 0)
+				tpctl_warnx("task %lld may still be running: see "
+				    "tpctl wait %lld", (long long)r.task_id,
+				    (long long)r.task_id);
+			code = session_exit_code(res);
+			break;
+		}
+		code = run_event(&r, ev);
+		json_decref(ev);
+		if (code == -1 && r.s.stdout_gone)
+			code = run_broken_pipe(&r);
+	}
+	session_close(&r.s);
+	return code;
+}
+
+const struct cmd cmd_run = {
+	.name = "run",
+	.args = "[OPTIONS] [--] CMD [ARG...]",
+	.summary = "run a command, stream its output, exit with its exit status",
+	.help =
+	    "Submits CMD as an exec task, copies its stdout and stderr to tpctl's as\n"
+	    "they arrive, and exits with its exit status: 124 if it timed out, 128+N\n"
+	    "if signal N ended it, 1 if it could not start or failed otherwise.\n"
+	    "The first Ctrl-C (or SIGTERM, SIGHUP) cancels the task and waits for it\n"
+	    "to end; a second one exits at once.\n"
+	    "\n"
+	    TASKOPT_HELP
+	    "  -i, --stdin              send tpctl's stdin to the command (UTF-8 text)\n"
+	    "      --task JSON          run this task object instead of a command,\n"
+	    "                           e.g. '{\"kind\":\"sleep\",\"ms\":500}'\n",
+	.exec = run_exec,
+};

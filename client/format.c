@@ -1,0 +1,234 @@
+/*
+ * format.c: what tpctl shows people and reads from them: durations
+ * ("500ms", "2.1s", "3m"), sizes, integers, and aligned tables.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tpctl.h"
+
+int
+format_parse_duration(const char *s, uint64_t *ms)
+{
+	static const struct {
+		const char *unit;
+		uint64_t ms;
+	} units[] = {
+		{ "ms", 1 }, { "s", 1000 }, { "m", 60000 }, { "min", 60000 },
+		{ "h", 3600000 }, { "d", 86400000 },
+	};
+	uint64_t whole = 0, frac = 0, scale = 1, mult = 0;
+	const char *p = s;
+	size_t i;
+
+	if (!isdigit((unsigned char)*p))
+		return -1;
+	for (; isdigit((unsigned char)*p); p++) {
+		if (whole > (UINT64_MAX - 9) / 10)
+			return -1;
+		whole = whole * 10 + (uint64_t)(*p - '0');
+	}
+	if (*p == '.') {
+		p++;
+		if (!isdigit((unsigned char)*p))
+			return -1;
+		for (; isdigit((unsigned char)*p); p++) {
+			if (scale < 1000000000) {   /* nine digits are plenty */
+				frac = frac * 10 + (uint64_t)(*p - '0');
+				scale *= 10;
+			}
+		}
+	}
+	if (*p == '\0')
+		return whole == 0 && frac == 0 ? (*ms = 0, 0) : -1;
+	for (i = 0; i < sizeof units / sizeof units[0]; i++)
+		if (strcmp(p, units[i].unit) == 0)
+			mult = units[i].ms;
+	if (mult == 0 || whole > UINT64_MAX / mult)
+		return -1;
+	*ms = whole * mult + frac * mult / scale;
+	return 0;
+}
+
+char *
+format_duration(double ms, char *buf, size_t len)
+{
+	unsigned long long v;
+
+	if (!(ms >= 0))         /* negative or NaN */
+		ms = 0;
+	if (ms < 9.95 && ms != 0 && ms != (double)(unsigned long long)ms) {
+		snprintf(buf, len, ms < 0.995 ? "%.2fms" : "%.1fms", ms);
+		return buf;
+	}
+	v = (unsigned long long)(ms + 0.5);
+	if (ms > 1.8e19)
+		v = ~0ULL;
+	if (v < 1000)
+		snprintf(buf, len, "%llums", v);
+	else if (v < 10000 && (v % 1000) / 100 != 0)
+		snprintf(buf, len, "%llu.%llus", v / 1000, (v % 1000) / 100);
+	else if (v < 60000)
+		snprintf(buf, len, "%llus", v / 1000);
+	else if (v < 3600000) {
+		if ((v / 1000) % 60 != 0)
+			snprintf(buf, len, "%llum%llus", v / 60000, (v / 1000) % 60);
+		else
+			snprintf(buf, len, "%llum", v / 60000);
+	} else if (v < 86400000ULL) {
+		if ((v / 60000) % 60 != 0)
+			snprintf(buf, len, "%lluh%llum", v / 3600000, (v / 60000) % 60);
+		else
+			snprintf(buf, len, "%lluh", v / 3600000);
+	} else {
+		if ((v / 3600000) % 24 != 0)
+			snprintf(buf, len, "%llud%lluh", v / 86400000, (v / 3600000) % 24);
+		else
+			snprintf(buf, len, "%llud", v / 86400000);
+	}
+	return buf;
+}
+
+int
+format_parse_size(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	uint64_t mult = 1;
+	char *end;
+
+	if (!isdigit((unsigned char)*s))
+		return -1;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0)
+		return -1;
+	switch (tolower((unsigned char)*end)) {
+	case '\0':
+		break;
+	case 'k':
+		mult = 1024;
+		end++;
+		break;
+	case 'm':
+		mult = 1024 * 1024;
+		end++;
+		break;
+	case 'g':
+		mult = 1024 * 1024 * 1024;
+		end++;
+		break;
+	default:
+		return -1;
+	}
+	if (strcmp(end, "") != 0 && strcasecmp(end, "b") != 0 &&
+	    strcasecmp(end, "ib") != 0)
+		return -1;
+	if (v > UINT64_MAX / mult)
+		return -1;
+	*out = v * mult;
+	return 0;
+}
+
+int
+format_parse_int(const char *s, long long min, long long max, long long *out)
+{
+	long long v;
+	char *end;
+
+	if (*s == '\0' || isspace((unsigned char)*s))
+		return -1;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v < min || v > max)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+struct table {
+	char *align;
+	size_t ncols;
+	char **cells;           /* rows * ncols, the first row the headers */
+	size_t nrows;
+};
+
+struct table *
+table_new(const char *align, const char *const *headers)
+{
+	struct table *t;
+
+	if ((t = calloc(1, sizeof *t)) == NULL || (t->align = strdup(align)) == NULL) {
+		free(t);
+		return NULL;
+	}
+	t->ncols = strlen(align);
+	table_add(t, headers);
+	return t;
+}
+
+void
+table_add(struct table *t, const char *const *cells)
+{
+	char **n;
+	size_t i;
+
+	n = realloc(t->cells, (t->nrows + 1) * t->ncols * sizeof *n);
+	if (n == NULL)
+		return;
+	t->cells = n;
+	for (i = 0; i < t->ncols; i++)
+		n[t->nrows * t->ncols + i] = strdup(cells[i] != NULL ? cells[i] : "");
+	t->nrows++;
+}
+
+void
+table_print(const struct table *t, FILE *f)
+{
+	size_t *width, r, c, w;
+	const char *cell;
+
+	if ((width = calloc(t->ncols, sizeof *width)) == NULL)
+		return;
+	for (r = 0; r < t->nrows; r++)
+		for (c = 0; c < t->ncols; c++) {
+			cell = t->cells[r * t->ncols + c];
+			w = cell != NULL ? strlen(cell) : 0;
+			if (w > width[c])
+				width[c] = w;
+		}
+	for (r = 0; r < t->nrows; r++) {
+		for (c = 0; c < t->ncols; c++) {
+			cell = t->cells[r * t->ncols + c];
+			if (cell == NULL)
+				cell = "";
+			if (c > 0)
+				fputs("  ", f);
+			if (t->align[c] == 'r')
+				fprintf(f, "%*s", (int)width[c], cell);
+			else if (c + 1 == t->ncols)
+				fputs(cell, f);     /* no trailing blanks */
+			else
+				fprintf(f, "%-*s", (int)width[c], cell);
+		}
+		fputc('\n', f);
+	}
+	free(width);
+}
+
+void
+table_free(struct table *t)
+{
+	size_t i;
+
+	if (t == NULL)
+		return;
+	for (i = 0; i < t->nrows * t->ncols; i++)
+		free(t->cells[i]);
+	free(t->cells);
+	free(t->align);
+	free(t);
+}

@@ -1,0 +1,297 @@
+/*
+ * tpctl.h: the client's shared declarations: global options, the command
+ * table, the connection, the session built on it, event helpers, formatting,
+ * progress and interrupt handling. The wire's names come from wire.h.
+ */
+#ifndef TPCTL_H
+#define TPCTL_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sysexits.h>
+
+#include <jansson.h>
+
+/* Exit codes (SPEC section 5; sysexits.h for the rest). */
+#define EXIT_TASK_FAILED 1      /* a task failed, or the daemon refused a request */
+#define EXIT_TIMED_OUT   124    /* like timeout(1) */
+#define EXIT_SIGNALLED   128    /* + the signal number */
+#define EXIT_INTERRUPTED 130    /* 128 + SIGINT */
+#define EXIT_BROKEN_PIPE 141    /* 128 + SIGPIPE: tpctl's stdout was closed */
+
+#define TPCTL_DEFAULT_CONNECT_TIMEOUT_MS 5000
+
+/* Global options, from the command line and the environment. */
+struct tpctl {
+	const char *socket_path;        /* -s, TPD_SOCKET, or the default rule */
+	const char *host;               /* -H HOST:PORT, TPD_HOST; wins over socket_path */
+	const char *token_file;         /* --token-file, TPD_TOKEN_FILE */
+	bool json;                      /* --json: print events as received */
+	uint64_t connect_timeout_ms;    /* --connect-timeout */
+};
+
+struct cmd {
+	const char *name;
+	const char *args;               /* synopsis after the name */
+	const char *summary;            /* one line for tpctl --help */
+	const char *help;               /* the options, for tpctl CMD --help */
+	int (*exec)(struct tpctl *, int argc, char **argv);
+};
+
+/* tpctl.c */
+extern const char *tpctl_prog;
+/*
+ * Fills in the daemon's address and token file from the environment
+ * (TPD_SOCKET, TPD_HOST, TPD_TOKEN_FILE) and the default rule where the
+ * command line named none. Returns 0 or EX_USAGE (printed).
+ */
+int tpctl_resolve(struct tpctl *);
+/* Prints "tpctl CMD: message" and a pointer to --help; returns EX_USAGE. */
+int cmd_usage_error(const struct cmd *, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prints the command's help to f. */
+void cmd_print_help(const struct cmd *, FILE *f);
+/*
+ * getopt_long for a command's options (argv[0] is the command's name; start
+ * with optind = 0). Handles --json itself; on -h/--help prints the help and
+ * returns 'h' (the caller returns 0); on an unknown option or a missing
+ * value prints why and returns '?' (the caller returns EX_USAGE).
+ * optstring must begin with ":" (or "+:") and contain "h"; longopts must
+ * contain CMD_LONGOPTS_COMMON.
+ */
+#define OPT_JSON 1000
+#define CMD_LONGOPTS_COMMON \
+	{ "help", no_argument, NULL, 'h' }, { "json", no_argument, NULL, OPT_JSON }
+int cmd_getopt(const struct cmd *, struct tpctl *, int argc, char **argv,
+    const char *optstring, const struct option *longopts);
+/* Parses a duration option's value, or prints why not (returns -1). */
+int cmd_duration_arg(const struct cmd *, const char *option, const char *arg,
+    uint64_t *ms);
+/* Prints "tpctl: message" to stderr (after clearing any progress line). */
+void tpctl_warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Parses task ids (cmd-wait.c). Returns 0 or EX_USAGE (printed). */
+int cmd_parse_task_ids(const struct cmd *, int argc, char **argv, long long **ids);
+
+/* The commands. */
+extern const struct cmd cmd_run, cmd_submit, cmd_wait, cmd_status, cmd_cancel,
+    cmd_stats, cmd_resize, cmd_shutdown, cmd_ping, cmd_batch;
+
+/* conn.c: one stream socket carrying newline-delimited JSON. */
+struct conn;
+
+enum conn_result {
+	CONN_EVENT = 1,         /* *ev is set */
+	CONN_TIMEOUT = 0,       /* the deadline passed */
+	CONN_LOST = -1,         /* closed, reset or failed I/O: *cause says which */
+	CONN_BAD = -2,          /* the daemon sent a line tpctl cannot read */
+	CONN_INTERRUPTED = -3,  /* a signal arrived (interrupt.c) */
+};
+
+/*
+ * Connects to a Unix socket path, or to HOST:PORT when host is set (IPv6 as
+ * [::1]:7420), giving up after timeout_ms. Returns NULL with *cause set to a
+ * line naming the address, the error and a hint.
+ */
+struct conn *conn_open(const char *path, const char *host, uint64_t timeout_ms,
+    char **cause);
+void conn_close(struct conn *);
+/* The address, for messages. */
+const char *conn_address(const struct conn *);
+/* Queues one request line and sends what the socket takes now. */
+int conn_send(struct conn *, const json_t *req, char **cause);
+/*
+ * Sends queued requests and returns the next event, waiting at most
+ * timeout_ms (-1 = forever). Returns a conn_result.
+ */
+int conn_recv(struct conn *, json_t **ev, int timeout_ms, char **cause);
+/* The raw line of the last event, without its newline. */
+const char *conn_last_line(const struct conn *, size_t *len);
+/* Sends everything queued, waiting at most timeout_ms. */
+int conn_flush(struct conn *, int timeout_ms, char **cause);
+
+/* session.c: a connection, the options and the request ids. */
+struct session {
+	struct tpctl *opt;
+	struct conn *conn;
+	int64_t next_id;
+	bool stdout_gone;       /* --json output met a closed stdout (EPIPE) */
+};
+
+/* Connects and, with a token file, says hello. Returns 0 or an exit code. */
+int session_open(struct session *, struct tpctl *);
+void session_close(struct session *);
+/* Sends req (taken) with a fresh integer id; returns the id, or -1 (printed). */
+int64_t session_send(struct session *, json_t *req);
+/*
+ * The next event (printed as received with --json; when stdout is a closed
+ * pipe, stdout_gone is set and printing stops). Returns a conn_result; on
+ * CONN_LOST and CONN_BAD a message has been printed.
+ */
+int session_next(struct session *, json_t **ev, int timeout_ms);
+/*
+ * Sends req and waits for the first event answering it. Returns 0 with
+ * *reply set, or an exit code (printed).
+ */
+int session_call(struct session *, json_t *req, json_t **reply, int timeout_ms);
+/* The exit code for a conn_result that is not CONN_EVENT. */
+int session_exit_code(int conn_result);
+
+/* taskopt.c: the task options run, submit and batch share. */
+struct taskopt {
+	const char *pool;               /* --pool */
+	uint64_t timeout_ms;            /* --timeout */
+	bool timeout_set;
+	uint64_t queue_timeout_ms;      /* --queue-timeout */
+	bool queue_timeout_set;
+	json_t *env;                    /* --env NAME=VALUE..., or NULL */
+	const char *cwd;                /* --cwd */
+	uint64_t output_limit;          /* --output-limit */
+	bool output_limit_set;
+	bool read_stdin;                /* --stdin: send tpctl's stdin */
+	json_t *task;                   /* --task JSON, or NULL */
+};
+#define OPT_QUEUE_TIMEOUT 1001
+#define OPT_OUTPUT_LIMIT  1002
+#define OPT_TASK          1003
+/* Short and long forms of the options every task-submitting command takes. */
+#define TASKOPT_SHORTOPTS "p:t:e:C:"
+#define TASKOPT_LONGOPTS \
+	{ "pool", required_argument, NULL, 'p' }, \
+	{ "timeout", required_argument, NULL, 't' }, \
+	{ "queue-timeout", required_argument, NULL, OPT_QUEUE_TIMEOUT }, \
+	{ "env", required_argument, NULL, 'e' }, \
+	{ "cwd", required_argument, NULL, 'C' }, \
+	{ "output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT }
+#define TASKOPT_HELP \
+	"  -p, --pool P             submit to pool P (default: the daemon's \"default\")\n" \
+	"  -t, --timeout DUR        end the task after DUR (state timed_out)\n" \
+	"      --queue-timeout DUR  give up if it waits in the queue longer (expired)\n" \
+	"  -e, --env NAME=VALUE     add to the command's environment (NAME alone:\n" \
+	"                           pass on tpctl's own value); repeatable\n" \
+	"  -C, --cwd DIR            run the command in DIR (on the daemon's host)\n" \
+	"      --output-limit SIZE  capture at most SIZE bytes per stream (64k, 1M)\n"
+void taskopt_init(struct taskopt *);
+void taskopt_free(struct taskopt *);
+/* Handles one option: 1 taken, 0 not a task option, -1 bad value (printed). */
+int taskopt_option(struct taskopt *, const struct cmd *, int ch, const char *arg);
+/* Adds the options' defaults to a task object that lacks them. */
+void taskopt_apply(const struct taskopt *, json_t *task);
+/* An exec task for argv; NULL with *bad set when an argument is not UTF-8. */
+json_t *taskopt_exec_task(char **argv, int argc, char **bad);
+/* The task: --task, or exec of argv; 0 or an exit code (printed). */
+int taskopt_build(struct taskopt *, const struct cmd *, int argc, char **argv,
+    json_t **task);
+/* A submit request carrying task (taken). */
+json_t *taskopt_submit(const struct taskopt *, json_t *task);
+
+/* batch-parse.c: the lines of a batch file. */
+enum batch_state { BATCH_PENDING, BATCH_SENT, BATCH_ACCEPTED, BATCH_FINISHED };
+struct batch_item {
+	size_t line;                    /* its line in the file */
+	char *text;                     /* the start of the line, for messages */
+	json_t *task;
+	enum batch_state state;
+	int64_t task_id;                /* once accepted, else -1 */
+};
+/*
+ * Splits a command line into words by the rules in tpctl(1). Returns the
+ * number of words (0 for a blank or comment line; *words NULL-terminated),
+ * or -1 with *cause set.
+ */
+int batch_split(const char *line, char ***words, const char **cause);
+void batch_words_free(char **words);
+/*
+ * Reads every line of f (named name in messages) as a task, with the
+ * options' defaults applied. Prints each bad line as NAME:LINE: why and
+ * returns how many there were.
+ */
+int batch_read(FILE *f, const char *name, const struct taskopt *,
+    struct batch_item **items, size_t *n);
+void batch_items_free(struct batch_item *, size_t n);
+
+/* event.c: reading events. */
+const char *event_name(const json_t *ev);
+/* The request id of ev, or -1 when absent or not an integer. */
+int64_t event_id(const json_t *ev);
+/* The integer field name of obj, or def. */
+int64_t event_int(const json_t *obj, const char *name, int64_t def);
+/* The number (integer or real) field name of obj, or def. */
+double event_num(const json_t *obj, const char *name, double def);
+/* The string field name of obj, or def. */
+const char *event_str(const json_t *obj, const char *name, const char *def);
+/* The error code and message of an error/rejected/done event ("" if none). */
+const char *event_error_code(const json_t *ev);
+const char *event_error_message(const json_t *ev);
+/* The exit code for a daemon error code: 77, 75 or 1. */
+int event_exit_for_error(const char *code);
+/* Prints "tpctl: what: message (code)"; returns event_exit_for_error. */
+int event_report_error(const char *what, const json_t *ev);
+/*
+ * The exit code a finished task stands for, as tpctl run exits: 0, the exec
+ * task's exit status, 124 timed out, 128+N signal N, 1 otherwise.
+ */
+int event_task_exit_code(const json_t *done);
+/* One line describing a done event ("exit status 3", "killed by signal 9 (Killed)"). */
+char *event_describe_done(const json_t *done);
+/*
+ * Writes the captured stdout and stderr of an exec result to fds 1 and 2
+ * (decoding the _base64 forms). Returns 0, or -1 with errno (EPIPE).
+ */
+int event_write_result_output(const json_t *done);
+/* Writes an output event's data to fd 1 or 2. Returns 0, or -1 with errno. */
+int event_write_output(const json_t *ev);
+/* Writes all of buf to fd, retrying short writes and EINTR. */
+int event_write_all(int fd, const void *buf, size_t len);
+
+/* format.c: durations and tables. */
+/* Parses "500ms", "5s", "1.5s", "2m", "1h" (a unit is required; "0" is 0). */
+int format_parse_duration(const char *s, uint64_t *ms);
+/* Formats ms as "0.25ms", "2.5ms", "500ms", "2.1s", "42s", "3m", "3m12s", "1h5m", "2d3h". */
+char *format_duration(double ms, char *buf, size_t len);
+#define FORMAT_DURATION_LEN 32
+/* Parses a size: "4096", "64k", "1M", "1G". */
+int format_parse_size(const char *s, uint64_t *out);
+/* Parses a decimal integer in [min, max]. */
+int format_parse_int(const char *s, long long min, long long max, long long *out);
+
+/* An aligned text table: columns left ('l') or right ('r') aligned. */
+struct table;
+struct table *table_new(const char *align, const char *const *headers);
+/* Adds a row of as many strings as columns (copied). */
+void table_add(struct table *, const char *const *cells);
+void table_print(const struct table *, FILE *f);
+void table_free(struct table *);
+
+/* progress.c: a live progress line on a terminal. */
+struct progress;
+/* A progress line on stderr, if stderr is a terminal; NULL otherwise. */
+struct progress *progress_new(size_t total);
+/* Counts one finished task (failed or not) and redraws, at most every 100ms. */
+void progress_done(struct progress *, bool failed);
+/* Erases the line, before other output to the terminal. */
+void progress_clear(struct progress *);
+/* Redraws now. */
+void progress_draw(struct progress *);
+void progress_free(struct progress *);
+/* The progress line currently shown, cleared by tpctl_warnx (may be NULL). */
+extern struct progress *progress_current;
+
+/* interrupt.c: SIGINT (and SIGTERM, SIGHUP) as events in the poll loop. */
+/* Catches the signals; each one wakes conn_recv (CONN_INTERRUPTED). */
+int interrupt_install(void);
+/* The fd conn_recv polls, or -1. */
+int interrupt_fd(void);
+/* Takes the signals that arrived since the last call; returns how many. */
+int interrupt_take(void);
+/* All signals so far, and the last one's number. */
+int interrupt_count(void);
+int interrupt_last_signal(void);
+
+/* time */
+uint64_t tpctl_now_us(void);
+
+#endif
