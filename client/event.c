@@ -13,7 +13,7 @@
 #include "tpctl.h"
 #include "wire.h"
 /* the daemon's encoder and this decoder are one file, shared */
-#include "../daemon/base64.h"
+#include "base64.h"
 
 const char *
 event_name(const json_t *ev)
