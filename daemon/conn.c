@@ -183,7 +183,7 @@ conn_send(struct conn *c, json_t *event)
 {
 	struct evbuffer *out;
 
-	if (c->dead || over_output_cap(c))
+	if (c->dead || c->output_broken || over_output_cap(c))
 		return;
 	out = bufferevent_get_output(c->bev);
 	json_dump_callback(event, dump_to_evbuffer, out, JSON_COMPACT);
@@ -195,7 +195,7 @@ conn_send_line(struct conn *c, const char *line, size_t len)
 {
 	struct evbuffer *out;
 
-	if (c->dead || over_output_cap(c))
+	if (c->dead || c->output_broken || over_output_cap(c))
 		return;
 	out = bufferevent_get_output(c->bev);
 	evbuffer_add(out, line, len);
@@ -207,7 +207,7 @@ conn_send_raw(struct conn *c, const char *a, size_t alen, const char *b, size_t 
 {
 	struct evbuffer *out;
 
-	if (c->dead || over_output_cap(c))
+	if (c->dead || c->output_broken || over_output_cap(c))
 		return;
 	out = bufferevent_get_output(c->bev);
 	evbuffer_add(out, a, alen);
@@ -295,12 +295,30 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 {
 	struct conn *c = arg;
 
+	if ((what & BEV_EVENT_ERROR) && (what & BEV_EVENT_WRITING) && !c->output_broken) {
+		/*
+		 * The client can no longer receive, but what it sent before going
+		 * (a cancel, say) still counts: read on until its input ends, and
+		 * drop every answer.
+		 */
+		log_debug("connection %llu (%s): cannot write (%s): reading what is left",
+		    (unsigned long long)c->id, c->peer, strerror(EVUTIL_SOCKET_ERROR()));
+		c->output_broken = true;
+		bufferevent_disable(bev, EV_WRITE);
+		evbuffer_drain(bufferevent_get_output(bev),
+		    evbuffer_get_length(bufferevent_get_output(bev)));
+		conn_read_cb(bev, c);
+		return;
+	}
 	if (what & BEV_EVENT_EOF) {
 		/* The client closed its end: answer what it already sent, then close. */
 		log_debug("connection %llu (%s): end of input", (unsigned long long)c->id, c->peer);
-		conn_close_after_flush(c);
+		if (c->output_broken)
+			conn_close(c, NULL);
+		else
+			conn_close_after_flush(c);
 	} else if (what & BEV_EVENT_ERROR)
-		conn_close(c, strerror(EVUTIL_SOCKET_ERROR()));
+		conn_close(c, c->output_broken ? NULL : strerror(EVUTIL_SOCKET_ERROR()));
 }
 
 static void

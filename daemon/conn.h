@@ -33,6 +33,7 @@ struct conn {
 	bool discarding;       /* dropping the rest of an over-long line */
 	bool dead;             /* closed; freed from a deferred callback */
 	bool closing;          /* the peer ended its input: close once nothing is owed */
+	bool output_broken;    /* writing failed: answers are dropped, input still read */
 	unsigned awaiting;     /* dones still owed to this connection (submits and waits) */
 };
 
