@@ -13,6 +13,10 @@
  *            reserves ahead of any delete, the pipeline cannot deadlock.
  *   -m conn  -c connections each run put, reserve, delete in turn.
  *
+ * Each run uses a tube of its own. The measurement ends at -d (or -n
+ * cycles) without a drain: a pipelined reserve cannot be taken back, so the
+ * jobs still in the tube are left to the server when the connections close.
+ *
  * usage: beanstalk-cycle (-s PATH | -H HOST:PORT) [-m pipe|conn] [-w N]
  *          [-C N] [-c N] [-b BYTES] [-d SECONDS | -n COUNT]
  *          [--warmup SECONDS] [--json]
@@ -35,7 +39,7 @@
 #include "tpbench-sock.h"
 
 /* what a connection expects next, in order */
-enum bexp { EXP_INSERTED, EXP_RESERVED, EXP_DELETED };
+enum bexp { EXP_INSERTED, EXP_RESERVED, EXP_DELETED, EXP_USING, EXP_WATCHING };
 
 struct bconn {
 	int fd;
@@ -181,6 +185,9 @@ bc_answer(struct bconn *c, bool pipe_mode, struct bconn *producer)
 		if (pipe_mode && !stopping)
 			bc_reserve(c, 0);
 		return used;
+	} else if ((e == EXP_USING && strncmp(line, "USING ", 6) == 0) ||
+	    (e == EXP_WATCHING && strncmp(line, "WATCHING ", 9) == 0)) {
+		/* the run's own tube is set */
 	} else if (e == EXP_DELETED && strncmp(line, "DELETED", 7) == 0) {
 		bc_cycle_done(t0);
 		if (!stopping) {
@@ -209,7 +216,7 @@ main(int argc, char **argv)
 	struct sock_target target;
 	struct epoll_event ev, evs[64];
 	const char *sock = NULL, *hostport = NULL, *mode = "pipe";
-	char *cause = NULL, *b;
+	char *cause = NULL, *b, tube[64];
 	double duration = 5, warmup = 0;
 	uint64_t count = 0, t_start, t_end = 0;
 	unsigned consumers = 1, nconn_conn = 64, i, bytes = 64;
@@ -281,6 +288,24 @@ main(int argc, char **argv)
 
 	t_now = t_start = hist_now_ns();
 	measuring = warmup <= 0;
+	/* a tube of the run's own, so no job of an earlier run is taken */
+	snprintf(tube, sizeof tube, "cycle-%ld-%" PRIu64, (long)getpid(), t_now);
+	for (i = 0; i < nconns; i++) {
+		struct bconn *c = &conns[i];
+		char cmd[128];
+
+		if (c->producer) {
+			snprintf(cmd, sizeof cmd, "use %s\r\n", tube);
+			bc_out(c, cmd, strlen(cmd));
+			bc_expect(c, EXP_USING, 0);
+		}
+		if (c->consumer) {
+			snprintf(cmd, sizeof cmd, "watch %s\r\nignore default\r\n", tube);
+			bc_out(c, cmd, strlen(cmd));
+			bc_expect(c, EXP_WATCHING, 0);
+			bc_expect(c, EXP_WATCHING, 0);
+		}
+	}
 	if (pipe_mode) {
 		for (i = 0; i < window; i++) {
 			char stamp[17];
@@ -307,7 +332,8 @@ main(int argc, char **argv)
 	for (;;) {
 		n = epoll_wait(ep, evs, 64, 100);
 		t_now = hist_now_ns();
-		if (!measuring && t_now >= t_start + (uint64_t)(warmup * 1e9)) {
+		if (!measuring && !stopping &&
+		    t_now >= t_start + (uint64_t)(warmup * 1e9)) {
 			measuring = true;
 			t_start = t_now;
 		}
@@ -318,13 +344,8 @@ main(int argc, char **argv)
 			measuring = false;
 			t_end = t_now;
 		}
-		if (stopping && in_system == 0)
+		if (stopping)
 			break;
-		if (stopping && t_now > t_end + 10000000000ull) {
-			fprintf(stderr, "beanstalk-cycle: %" PRIu64 " jobs unfinished "
-			    "10 s after the end\n", in_system);
-			break;
-		}
 		if (pipe_mode) {
 			char stamp[17];
 
@@ -367,8 +388,6 @@ main(int argc, char **argv)
 				if (conns[i].outlen > 0)
 					bc_flush(&conns[i]);
 		}
-		if (stopping && in_system == 0)
-			break;
 	}
 	{
 		double elapsed = (double)(t_end - t_start) / 1e9;
