@@ -12,6 +12,7 @@
 #ifndef TPD_TASK_H
 #define TPD_TASK_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -21,6 +22,7 @@
 #include "pool.h"
 
 struct task;
+struct subscriber;
 
 struct task_kind {
 	const char *name;
@@ -45,6 +47,8 @@ struct task_kind {
 	void (*cancel)(struct task *t);
 	/* Loop thread: frees kind_data. May be NULL. */
 	void (*free)(struct task *t);
+	/* run emits "started" itself (exec: when the process starts). */
+	bool announces_start;
 };
 
 struct task {
@@ -65,7 +69,21 @@ struct task {
 	uint64_t queued_us;
 	uint64_t run_us;
 
-	void *owner;                /* the front end's record of this task */
+	/* front end (loop thread only, except where marked) */
+	struct pool *pool;          /* the pool it was submitted to */
+	char *pool_name;
+	uint64_t conn_id;           /* the submitter's connection; 0 once detached */
+	json_t *request_id;         /* the submit request's id (may be NULL) */
+	struct subscriber *subscribers; /* wait requests for its done */
+	atomic_bool started;        /* set by the worker when run begins */
+	bool finished;              /* done processed on the loop thread */
+	char *done_body;            /* the done event without "id", once finished */
+	const char *final_state;    /* wire name of the terminal state */
+	uint64_t finished_us;
+	struct task *older, *newer; /* retention list of finished tasks */
+
+	/* stream budget (mailbox lock) */
+	size_t stream_pending;
 };
 
 /* The kind named name, or NULL. */

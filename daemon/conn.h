@@ -1,0 +1,74 @@
+/*
+ * conn.h: one client connection: NDJSON framing with a line limit, the
+ * peer's identity and role, and output with a cap. Loop thread only.
+ */
+#ifndef TPD_CONN_H
+#define TPD_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <event2/bufferevent.h>
+#include <jansson.h>
+
+enum conn_role {
+	CONN_ROLE_NONE,   /* TCP before hello presented a token */
+	CONN_ROLE_SUBMIT,
+	CONN_ROLE_ADMIN,
+};
+
+struct conn {
+	uint64_t id;
+	struct bufferevent *bev;
+	bool is_unix;
+	bool have_creds;       /* Unix peers: uid/gid/pid are known */
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	enum conn_role role;
+	char peer[80];         /* for logs: "uid 1000 pid 42" or "127.0.0.1:5555" */
+	size_t scanned;        /* input bytes already searched for a newline */
+	bool discarding;       /* dropping the rest of an over-long line */
+	bool dead;             /* closed; freed from a deferred callback */
+	bool closing;          /* close once the output is flushed */
+};
+
+/* Wraps an accepted socket. Returns NULL (and closes fd) on failure. */
+struct conn *conn_new(int fd, bool is_unix, const char *peer);
+
+/* The connection with this id, or NULL if it is gone. */
+struct conn *conn_find(uint64_t id);
+
+size_t conn_count(void);
+
+/* Sends one event (a JSON object) as a line. */
+void conn_send(struct conn *, json_t *event);
+
+/* Sends a ready line (without the trailing newline). */
+void conn_send_line(struct conn *, const char *line, size_t len);
+
+/* Sends a line made of two parts (without the trailing newline). */
+void conn_send_raw(struct conn *, const char *a, size_t alen, const char *b, size_t blen);
+
+/* Sends {"event":"error","id":id,"error":{"code":code,"message":...}}. */
+void conn_send_error(struct conn *, json_t *id, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Closes now (unsent output is dropped). Safe inside callbacks: freeing is deferred. */
+void conn_close(struct conn *, const char *why);
+
+/* Closes once everything queued has been written. */
+void conn_close_after_flush(struct conn *);
+
+/* True when no connection has unsent output (used before exiting). */
+bool conn_all_flushed(void);
+
+/* Closes every connection (at exit). */
+void conn_close_all(void);
+
+/* Refuses a connection over the limit: one error line, then close. */
+void conn_refuse(int fd, const char *code, const char *message);
+
+#endif

@@ -1,0 +1,155 @@
+/* mailbox.c: worker -> loop messages, one eventfd wake-up per batch. */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mailbox.h"
+#include "task.h"
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t stream_cv;  /* stream posters wait here for budget */
+	struct mail *head, *tail;  /* under lock */
+	int efd;
+	struct event *ev;
+	mailbox_handler handler;
+} mb = { .lock = PTHREAD_MUTEX_INITIALIZER, .efd = -1 };
+
+/* Loop thread: take everything posted so far and handle it unlocked. */
+static void
+mailbox_drain(evutil_socket_t fd, short what, void *arg)
+{
+	uint64_t n;
+	struct mail *m, *next;
+
+	/* Read before taking the list: a post after this read wakes us again. */
+	if (read(fd, &n, sizeof n) == -1 && errno != EAGAIN)
+		return;
+	pthread_mutex_lock(&mb.lock);
+	m = mb.head;
+	mb.head = mb.tail = NULL;
+	pthread_mutex_unlock(&mb.lock);
+	for (; m != NULL; m = next) {
+		next = m->next;
+		mb.handler(m);
+	}
+}
+
+int
+mailbox_init(struct event_base *base, mailbox_handler handler, char **cause)
+{
+	pthread_condattr_t ca;
+
+	mb.handler = handler;
+	if ((mb.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) == -1) {
+		if (asprintf(cause, "eventfd: %s", strerror(errno)) == -1)
+			*cause = NULL;
+		return -1;
+	}
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&mb.stream_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	mb.ev = event_new(base, mb.efd, EV_READ | EV_PERSIST, mailbox_drain, NULL);
+	event_add(mb.ev, NULL);
+	return 0;
+}
+
+void
+mailbox_free(void)
+{
+	if (mb.ev != NULL)
+		event_free(mb.ev);
+	if (mb.efd != -1)
+		close(mb.efd);
+	mb.ev = NULL;
+	mb.efd = -1;
+}
+
+/* Lock held: append, and say whether the loop must be woken. */
+static bool
+append(struct mail *m)
+{
+	bool was_empty = mb.head == NULL;
+
+	m->next = NULL;
+	if (mb.tail != NULL)
+		mb.tail->next = m;
+	else
+		mb.head = m;
+	mb.tail = m;
+	return was_empty;
+}
+
+static void
+wake_loop(void)
+{
+	uint64_t one = 1;
+
+	/* EAGAIN means the counter is already non-zero: the loop will wake. */
+	if (write(mb.efd, &one, sizeof one) == -1 && errno != EAGAIN)
+		abort();
+}
+
+void
+mailbox_post(struct mail *m)
+{
+	bool wake;
+
+	pthread_mutex_lock(&mb.lock);
+	wake = append(m);
+	pthread_mutex_unlock(&mb.lock);
+	if (wake)
+		wake_loop();
+}
+
+void
+mailbox_post_stream(struct mail *m, size_t budget, uint64_t deadline_us)
+{
+	struct task *t = m->task;
+	struct timespec ts;
+	bool wake;
+
+	pthread_mutex_lock(&mb.lock);
+	while (t->stream_pending > budget && !task_cancelled(t)) {
+		if (deadline_us == 0) {
+			pthread_cond_wait(&mb.stream_cv, &mb.lock);
+			continue;
+		}
+		if (clock_now_us() >= deadline_us)
+			break;
+		ts.tv_sec = (time_t)(deadline_us / 1000000);
+		ts.tv_nsec = (long)(deadline_us % 1000000) * 1000;
+		pthread_cond_timedwait(&mb.stream_cv, &mb.lock, &ts);
+	}
+	t->stream_pending += m->weight;
+	wake = append(m);
+	pthread_mutex_unlock(&mb.lock);
+	if (wake)
+		wake_loop();
+}
+
+void
+mailbox_stream_processed(struct task *t, size_t weight)
+{
+	pthread_mutex_lock(&mb.lock);
+	t->stream_pending -= weight;
+	pthread_cond_broadcast(&mb.stream_cv);
+	pthread_mutex_unlock(&mb.lock);
+}
+
+void
+mailbox_wake_streams(void)
+{
+	pthread_mutex_lock(&mb.lock);
+	pthread_cond_broadcast(&mb.stream_cv);
+	pthread_mutex_unlock(&mb.lock);
+}

@@ -1,0 +1,179 @@
+/* op-task.c: the ops about tasks: submit, wait, status, cancel. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "ops.h"
+#include "pools.h"
+#include "tasks.h"
+#include "wire.h"
+
+#define MAX_TIMEOUT_MS (30ull * 24 * 3600 * 1000) /* a month */
+
+static void send_rejected(struct conn *, struct request *, const char *, const char *, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void
+send_rejected(struct conn *c, struct request *req, const char *code, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	ops_reply(c, req, EV_REJECTED, json_pack("{s:{s:s, s:s}}", "error", "code", code,
+	    "message", msg));
+}
+
+/* Reads the request's "task" object into a new task; NULL after answering the error. */
+static struct task *
+parse_task(struct conn *c, struct request *req, json_t *spec)
+{
+	const struct task_kind *kind;
+	const char *kind_name = NULL;
+	uint64_t timeout_ms = 0;
+	struct task *t;
+	char *msg = NULL;
+
+	if (proto_get_string(spec, "kind", true, &kind_name, &msg) == -1 ||
+	    proto_get_uint(spec, "timeout_ms", false, 1, MAX_TIMEOUT_MS, &timeout_ms, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return NULL;
+	}
+	if ((kind = task_kind_find(kind_name)) == NULL) {
+		conn_send_error(c, req->id, ERR_BAD_REQUEST, "unknown task kind \"%.64s\" "
+		    "(kinds: exec, echo, sleep, spin, fail)", kind_name);
+		return NULL;
+	}
+	if ((t = tasks_new(kind)) == NULL) {
+		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
+		return NULL;
+	}
+	t->timeout_us = timeout_ms * 1000;
+	if (kind->parse(t, spec, &msg) == -1) {
+		tasks_discard(t);
+		ops_bad_request(c, req, msg);
+		return NULL;
+	}
+	return t;
+}
+
+void
+op_submit(struct conn *c, struct request *req)
+{
+	static const char *const fields[] = { "op", "id", "task", "pool", "detach", "stream",
+	    "queue_timeout_ms", NULL };
+	const char *pool_name = WIRE_DEFAULT_POOL;
+	bool detach = false, stream = false;
+	uint64_t queue_timeout_ms = 0;
+	struct pools_entry *e;
+	struct pool_snapshot snap;
+	json_t *spec;
+	struct task *t;
+	char *msg = NULL;
+
+	if (proto_check_fields(req->root, fields, "a submit request", &msg) == -1 ||
+	    proto_get_string(req->root, "pool", false, &pool_name, &msg) == -1 ||
+	    proto_get_bool(req->root, "detach", &detach, &msg) == -1 ||
+	    proto_get_bool(req->root, "stream", &stream, &msg) == -1 ||
+	    proto_get_uint(req->root, "queue_timeout_ms", false, 1, MAX_TIMEOUT_MS,
+	    &queue_timeout_ms, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return;
+	}
+	spec = json_object_get(req->root, "task");
+	if (spec == NULL || !json_is_object(spec)) {
+		conn_send_error(c, req->id, ERR_BAD_REQUEST, spec == NULL ?
+		    "missing field \"task\"" : "field \"task\" must be an object");
+		return;
+	}
+	if ((t = parse_task(c, req, spec)) == NULL)
+		return;
+	if ((e = pools_find(pool_name)) == NULL) {
+		tasks_discard(t);
+		send_rejected(c, req, ERR_NO_SUCH_POOL, "no pool named \"%.64s\"", pool_name);
+		return;
+	}
+	t->stream = stream;
+	if (queue_timeout_ms != 0)
+		t->job.queue_deadline_us = clock_now_us() + queue_timeout_ms * 1000;
+	switch (tasks_submit(t, e, c, req->id, detach)) {
+	case POOL_ACCEPTED:
+		break;
+	case POOL_REJECTED_CLOSED:
+		tasks_discard(t);
+		send_rejected(c, req, ERR_CLOSED, "pool %s is closed: tpd is shutting down", e->name);
+		return;
+	case POOL_REJECTED_FULL:
+		tasks_discard(t);
+		send_rejected(c, req, ERR_QUEUE_FULL, "pool %s is full: every worker is busy "
+		    "and its queue is at capacity", e->name);
+		return;
+	}
+	/* The answer comes before the done: the done is handled on a later loop turn. */
+	pool_snapshot(e->pool, &snap);
+	ops_reply(c, req, EV_ACCEPTED, json_pack("{s:I, s:s, s:i}", "task", (json_int_t)t->id,
+	    "pool", e->name, "queued", snap.queued > 0 ? (int)snap.queued - 1 : 0));
+}
+
+/* The task a request names; NULL after answering no_such_task. */
+static struct task *
+find_task(struct conn *c, struct request *req, const char *what)
+{
+	static const char *const fields[] = { "op", "id", "task", NULL };
+	uint64_t id = 0;
+	struct task *t;
+	char *msg = NULL;
+
+	if (proto_check_fields(req->root, fields, what, &msg) == -1 ||
+	    proto_get_task_id(req->root, "task", &id, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return NULL;
+	}
+	if ((t = tasks_find(id)) == NULL)
+		conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "no task %llu: never submitted, "
+		    "or finished longer ago than result_ttl/result_retain keep", (unsigned long long)id);
+	return t;
+}
+
+void
+op_wait(struct conn *c, struct request *req)
+{
+	struct task *t = find_task(c, req, "a wait request");
+
+	if (t != NULL)
+		tasks_subscribe(t, c, req->id);
+}
+
+void
+op_status(struct conn *c, struct request *req)
+{
+	struct task *t = find_task(c, req, "a status request");
+
+	if (t == NULL)
+		return;
+	json_t *ev = json_pack("{s:I, s:s, s:s}", "task", (json_int_t)t->id,
+	    "state", tasks_state(t), "pool", t->pool_name);
+	if (t->finished) {
+		json_object_set_new(ev, "queued_ms", json_real(t->queued_us / 1000.0));
+		json_object_set_new(ev, "run_ms", json_real(t->run_us / 1000.0));
+	}
+	ops_reply(c, req, EV_STATUS, ev);
+}
+
+void
+op_cancel(struct conn *c, struct request *req)
+{
+	struct task *t = find_task(c, req, "a cancel request");
+
+	if (t == NULL)
+		return;
+	tasks_cancel(t);
+	ops_reply(c, req, EV_OK, json_pack("{s:I, s:s}", "task", (json_int_t)t->id,
+	    "state", tasks_state(t)));
+}

@@ -1,0 +1,221 @@
+/*
+ * ops.c: request dispatch, roles and authentication.
+ *
+ * Roles (SPEC section 2): on the Unix socket every peer may submit; admin ops
+ * need root, the daemon's own uid or the configured admin group (peer
+ * credentials, supplementary groups included). Over TCP, when a token file
+ * is configured nothing but hello and ping works until hello presents the
+ * token; admin ops over TCP need the admin token.
+ */
+#include "config.h"
+
+#include <grp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "ops.h"
+#include "wire.h"
+
+struct op {
+	const char *name;
+	void (*handler)(struct conn *, struct request *);
+	enum conn_role needs;
+};
+
+static const struct op ops[] = {
+	{ OP_HELLO, op_hello, CONN_ROLE_NONE },
+	{ OP_PING, op_ping, CONN_ROLE_NONE },
+	{ OP_SUBMIT, op_submit, CONN_ROLE_SUBMIT },
+	{ OP_WAIT, op_wait, CONN_ROLE_SUBMIT },
+	{ OP_STATUS, op_status, CONN_ROLE_SUBMIT },
+	{ OP_CANCEL, op_cancel, CONN_ROLE_SUBMIT },
+	{ OP_STATS, op_stats, CONN_ROLE_SUBMIT },
+	{ OP_RESIZE, op_resize, CONN_ROLE_ADMIN },
+	{ OP_SHUTDOWN, op_shutdown, CONN_ROLE_ADMIN },
+};
+
+/* True when a Unix peer is in the admin group (primary or supplementary). */
+static bool
+peer_in_admin_group(const struct conn *c)
+{
+	struct daemon *d = daemon_state;
+	gid_t groups[256];
+	socklen_t len = sizeof groups;
+	int fd = bufferevent_getfd(c->bev);
+
+	if (!d->have_admin_gid)
+		return false;
+	if (c->gid == d->admin_gid)
+		return true;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == -1)
+		return false;
+	for (size_t i = 0; i < len / sizeof groups[0]; i++)
+		if (groups[i] == d->admin_gid)
+			return true;
+	return false;
+}
+
+enum conn_role
+ops_initial_role(const struct conn *c)
+{
+	struct daemon *d = daemon_state;
+
+	if (!c->is_unix)
+		return d->submit_token != NULL || d->admin_token != NULL ? CONN_ROLE_NONE : CONN_ROLE_SUBMIT;
+	if (c->have_creds && (c->uid == 0 || c->uid == geteuid()))
+		return CONN_ROLE_ADMIN;
+	/* The group is checked when an admin op comes: the fd is not wrapped yet. */
+	return CONN_ROLE_SUBMIT;
+}
+
+void
+ops_reply(struct conn *c, struct request *req, const char *event, json_t *extra)
+{
+	json_t *ev = json_object();
+
+	json_object_set_new(ev, "event", json_string(event));
+	if (req->id != NULL)
+		json_object_set(ev, "id", req->id);
+	if (extra != NULL) {
+		json_object_update(ev, extra);
+		json_decref(extra);
+	}
+	conn_send(c, ev);
+	json_decref(ev);
+}
+
+void
+ops_bad_request(struct conn *c, struct request *req, char *msg)
+{
+	conn_send_error(c, req->id, ERR_BAD_REQUEST, "%s", msg ? msg : "bad request");
+	free(msg);
+}
+
+/* Constant-time comparison, so a token cannot be guessed byte by byte. */
+static bool
+token_equal(const char *given, const char *want)
+{
+	size_t glen = strlen(given), wlen = strlen(want);
+	unsigned char diff = glen != wlen;
+
+	for (size_t i = 0; i < wlen; i++)
+		diff |= (unsigned char)want[i] ^ (unsigned char)(i < glen ? given[i] : 0);
+	return diff == 0;
+}
+
+void
+op_hello(struct conn *c, struct request *req)
+{
+	static const char *const fields[] = { "op", "id", "token", "client", NULL };
+	struct daemon *d = daemon_state;
+	const char *token = NULL, *client = NULL;
+	char *msg = NULL;
+
+	if (proto_check_fields(req->root, fields, "a hello request", &msg) == -1 ||
+	    proto_get_string(req->root, "token", false, &token, &msg) == -1 ||
+	    proto_get_string(req->root, "client", false, &client, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return;
+	}
+	if (token != NULL && !c->is_unix) {
+		if (d->admin_token != NULL && token_equal(token, d->admin_token))
+			c->role = CONN_ROLE_ADMIN;
+		else if (d->submit_token != NULL && token_equal(token, d->submit_token))
+			c->role = CONN_ROLE_SUBMIT;
+		else {
+			log_warnx("connection %llu (%s): hello with a token that is not accepted",
+			    (unsigned long long)c->id, c->peer);
+			conn_send_error(c, req->id, ERR_UNAUTHENTICATED, "token not accepted");
+			return;
+		}
+	}
+	if (c->role == CONN_ROLE_NONE) {
+		conn_send_error(c, req->id, ERR_UNAUTHENTICATED,
+		    "this TCP listener needs a token: send hello with \"token\"");
+		return;
+	}
+	if (c->role == CONN_ROLE_SUBMIT && c->is_unix && peer_in_admin_group(c))
+		c->role = CONN_ROLE_ADMIN;
+	if (client != NULL)
+		log_debug("connection %llu (%s) is %s", (unsigned long long)c->id, c->peer, client);
+	ops_reply(c, req, EV_HELLO, json_pack("{s:s, s:s, s:i, s:s}",
+	    "server", WIRE_SERVER_NAME, "version", PACKAGE_VERSION,
+	    "protocol", WIRE_PROTOCOL_VERSION,
+	    "role", c->role == CONN_ROLE_ADMIN ? ROLE_ADMIN : ROLE_SUBMIT));
+}
+
+void
+op_ping(struct conn *c, struct request *req)
+{
+	static const char *const fields[] = { "op", "id", NULL };
+	char *msg = NULL;
+
+	if (proto_check_fields(req->root, fields, "a ping request", &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return;
+	}
+	ops_reply(c, req, EV_PONG, NULL);
+}
+
+/* Says no, with the reason, when the connection's role is short of the op's. */
+static bool
+allowed(struct conn *c, struct request *req, const struct op *op)
+{
+	struct daemon *d = daemon_state;
+
+	if (op->needs == CONN_ROLE_NONE || c->role >= op->needs)
+		return true;
+	if (c->role == CONN_ROLE_NONE) {
+		conn_send_error(c, req->id, ERR_UNAUTHENTICATED,
+		    "op \"%s\" needs authentication: send hello with the token first", op->name);
+		return false;
+	}
+	if (c->is_unix && peer_in_admin_group(c)) {
+		c->role = CONN_ROLE_ADMIN;
+		return true;
+	}
+	if (c->is_unix)
+		conn_send_error(c, req->id, ERR_FORBIDDEN,
+		    "op \"%s\" is for admins: root, uid %u%s%s (you are uid %u)", op->name,
+		    (unsigned)geteuid(), d->conf.admin_group ? " or group " : "",
+		    d->conf.admin_group ? d->conf.admin_group : "", (unsigned)c->uid);
+	else
+		conn_send_error(c, req->id, ERR_FORBIDDEN,
+		    "op \"%s\" over TCP needs the admin token%s", op->name,
+		    d->admin_token ? " in hello" : ", and none is configured");
+	return false;
+}
+
+void
+ops_dispatch(struct conn *c, const char *line, size_t len)
+{
+	struct request req;
+	const char *code;
+	char *msg = NULL;
+
+	/* Empty lines (and a CR of CRLF) are ignored. */
+	while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
+		len--;
+	if (len == 0)
+		return;
+	if (proto_parse_request(line, len, &req, &code, &msg) == -1) {
+		conn_send_error(c, req.id, code, "%s", msg ? msg : "bad request");
+		free(msg);
+		proto_request_free(&req);
+		return;
+	}
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+		if (strcmp(ops[i].name, req.op) == 0) {
+			if (allowed(c, &req, &ops[i]))
+				ops[i].handler(c, &req);
+			proto_request_free(&req);
+			return;
+		}
+	conn_send_error(c, req.id, ERR_UNKNOWN_OP, "unknown op \"%.64s\" (ops: hello, ping, "
+	    "submit, wait, status, cancel, stats, resize, shutdown)", req.op);
+	proto_request_free(&req);
+}

@@ -1,0 +1,203 @@
+/* proto.c: JSON lines to requests, and field checks with messages that name the field. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto.h"
+#include "wire.h"
+
+static int
+fail(char **msg, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (vasprintf(msg, fmt, ap) == -1)
+		*msg = NULL;
+	va_end(ap);
+	return -1;
+}
+
+size_t
+proto_json_depth(const char *s, size_t len)
+{
+	size_t depth = 0, deepest = 0;
+	bool in_string = false;
+
+	for (size_t i = 0; i < len; i++) {
+		char ch = s[i];
+		if (in_string) {
+			if (ch == '\\')
+				i++;
+			else if (ch == '"')
+				in_string = false;
+			continue;
+		}
+		switch (ch) {
+		case '"': in_string = true; break;
+		case '[': case '{':
+			if (++depth > deepest)
+				deepest = depth;
+			break;
+		case ']': case '}':
+			if (depth > 0)
+				depth--;
+			break;
+		}
+	}
+	return deepest;
+}
+
+static const char *
+type_name(const json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "an array";
+	case JSON_STRING: return "a string";
+	case JSON_INTEGER: return "an integer";
+	case JSON_REAL: return "a number";
+	case JSON_TRUE: case JSON_FALSE: return "a boolean";
+	case JSON_NULL: return "null";
+	}
+	return "a value";
+}
+
+int
+proto_parse_request(const char *line, size_t len, struct request *req,
+    const char **code, char **msg)
+{
+	json_error_t err;
+	json_t *op;
+
+	memset(req, 0, sizeof *req);
+	if (proto_json_depth(line, len) > WIRE_MAX_DEPTH) {
+		*code = ERR_BAD_REQUEST;
+		return fail(msg, "request nests deeper than %d levels", WIRE_MAX_DEPTH);
+	}
+	req->root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
+	if (req->root == NULL) {
+		*code = ERR_BAD_JSON;
+		return fail(msg, "invalid JSON at byte %d: %s", err.position, err.text);
+	}
+	if (!json_is_object(req->root)) {
+		*code = ERR_BAD_REQUEST;
+		return fail(msg, "a request must be a JSON object, not %s", type_name(req->root));
+	}
+	req->id = json_object_get(req->root, "id");
+	if (req->id != NULL && !json_is_string(req->id) && !json_is_integer(req->id)) {
+		*code = ERR_BAD_REQUEST;
+		fail(msg, "field \"id\" must be a string or an integer, not %s", type_name(req->id));
+		req->id = NULL;
+		return -1;
+	}
+	op = json_object_get(req->root, "op");
+	if (op == NULL) {
+		*code = ERR_BAD_REQUEST;
+		return fail(msg, "missing field \"op\"");
+	}
+	if (!json_is_string(op)) {
+		*code = ERR_BAD_REQUEST;
+		return fail(msg, "field \"op\" must be a string, not %s", type_name(op));
+	}
+	req->op = json_string_value(op);
+	return 0;
+}
+
+void
+proto_request_free(struct request *req)
+{
+	json_decref(req->root);
+	memset(req, 0, sizeof *req);
+}
+
+int
+proto_check_fields(json_t *obj, const char *const *allowed, const char *where, char **msg)
+{
+	const char *key;
+	json_t *value;
+
+	json_object_foreach(obj, key, value) {
+		const char *const *a;
+		for (a = allowed; *a != NULL; a++)
+			if (strcmp(*a, key) == 0)
+				break;
+		if (*a == NULL)
+			return fail(msg, "unknown field \"%s\" in %s", key, where);
+	}
+	return 0;
+}
+
+int
+proto_get_string(json_t *obj, const char *key, bool required, const char **out, char **msg)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (v == NULL)
+		return required ? fail(msg, "missing field \"%s\"", key) : 0;
+	if (!json_is_string(v))
+		return fail(msg, "field \"%s\" must be a string, not %s", key, type_name(v));
+	*out = json_string_value(v);
+	return 0;
+}
+
+int
+proto_get_bool(json_t *obj, const char *key, bool *out, char **msg)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (v == NULL)
+		return 0;
+	if (!json_is_boolean(v))
+		return fail(msg, "field \"%s\" must be true or false, not %s", key, type_name(v));
+	*out = json_is_true(v);
+	return 0;
+}
+
+int
+proto_get_uint(json_t *obj, const char *key, bool required, uint64_t min, uint64_t max,
+    uint64_t *out, char **msg)
+{
+	json_t *v = json_object_get(obj, key);
+	json_int_t n;
+
+	if (v == NULL)
+		return required ? fail(msg, "missing field \"%s\"", key) : 0;
+	if (!json_is_integer(v))
+		return fail(msg, "field \"%s\" must be an integer, not %s", key, type_name(v));
+	n = json_integer_value(v);
+	if (n < 0 || (uint64_t)n < min || (uint64_t)n > max)
+		return fail(msg, "field \"%s\" is %" JSON_INTEGER_FORMAT ", out of range %" PRIu64
+		    "..%" PRIu64, key, n, min, max);
+	*out = (uint64_t)n;
+	return 0;
+}
+
+int
+proto_get_task_id(json_t *obj, const char *key, uint64_t *out, char **msg)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (v == NULL)
+		return fail(msg, "missing field \"%s\" (a task id)", key);
+	if (json_is_string(v)) {
+		const char *s = json_string_value(v);
+		char *end;
+		errno = 0;
+		unsigned long long n = strtoull(s, &end, 10);
+		if (*s < '1' || *s > '9' || *end != '\0' || errno != 0)
+			return fail(msg, "field \"%s\" must be a task id (a positive integer), not \"%.64s\"",
+			    key, s);
+		*out = n;
+		return 0;
+	}
+	if (!json_is_integer(v) || json_integer_value(v) < 1)
+		return fail(msg, "field \"%s\" must be a task id (a positive integer)", key);
+	*out = (uint64_t)json_integer_value(v);
+	return 0;
+}

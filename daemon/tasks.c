@@ -1,0 +1,466 @@
+/*
+ * tasks.c: a task's life in the daemon.
+ *
+ * The loop thread creates a task, submits it to a pool and registers it. A
+ * worker runs it (task_work) and the pool calls task_pool_done on whichever
+ * thread ended it; that only posts the task to the mailbox. Back on the loop
+ * thread, tasks_handle_mail builds the done event once, as a string without
+ * "id", and sends it to the submitter and every waiter with their own id in
+ * front. The task then stays, finished and light, for wait and status until
+ * result_ttl or result_retain drops it.
+ */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "conn.h"
+#include "daemon.h"
+#include "idmap.h"
+#include "log.h"
+#include "tasks.h"
+#include "wire.h"
+
+struct subscriber {
+	uint64_t conn_id;
+	json_t *request_id;
+	struct subscriber *next;
+};
+
+static struct idmap *tasks;
+static uint64_t next_task_id = 1;
+static struct task *oldest_retained, *newest_retained;
+static size_t nretained;
+static atomic_size_t stream_budget = 256 * 1024;
+
+static const struct task_kind *const kinds[] = {
+	&task_kind_exec, &task_kind_echo, &task_kind_sleep, &task_kind_spin, &task_kind_fail,
+};
+
+const struct task_kind *
+task_kind_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+		if (strcmp(kinds[i]->name, name) == 0)
+			return kinds[i];
+	return NULL;
+}
+
+bool
+task_cancelled(const struct task *t)
+{
+	return pool_job_cancelled(&t->job);
+}
+
+void
+task_set_error(struct task *t, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+
+	free(t->error_message);
+	t->error_code = code;
+	va_start(ap, fmt);
+	if (vasprintf(&t->error_message, fmt, ap) == -1)
+		t->error_message = NULL;
+	va_end(ap);
+}
+
+void
+tasks_set_stream_budget(size_t bytes)
+{
+	atomic_store(&stream_budget, bytes);
+}
+
+/* Worker thread. */
+int
+task_emit(struct task *t, json_t *event, size_t weight)
+{
+	struct mail *m = calloc(1, sizeof *m);
+	uint64_t deadline = 0;
+
+	if (m == NULL) {
+		json_decref(event);
+		return 0;
+	}
+	m->kind = MAIL_EVENT;
+	m->task = t;
+	m->event = event;
+	m->weight = weight;
+	if (t->timeout_us != 0)
+		deadline = t->job.started_us + t->timeout_us;
+	mailbox_post_stream(m, atomic_load(&stream_budget), deadline);
+	return 0;
+}
+
+/* Worker thread: the pool's work function. */
+static enum pool_state
+task_work(struct pool_job *j)
+{
+	struct task *t = j->arg;
+
+	atomic_store(&t->started, true);
+	if (t->stream && !t->kind->announces_start)
+		task_emit(t, json_pack("{s:s}", "event", EV_STARTED), 0);
+	return t->kind->run(t);
+}
+
+/* Any thread, lock not held: hands the task back to the loop. */
+static void
+task_pool_done(struct pool_job *j, enum pool_state state, uint64_t queued_us, uint64_t run_us)
+{
+	struct task *t = j->arg;
+	struct mail *m = calloc(1, sizeof *m);
+
+	t->state = state;
+	t->queued_us = queued_us;
+	t->run_us = run_us;
+	if (m == NULL)
+		abort(); /* losing a done would break the contract: fail loudly */
+	m->kind = MAIL_DONE;
+	m->task = t;
+	mailbox_post(m);
+}
+
+/* Under the pool lock: let a blocked run notice the cancel. */
+static void
+task_on_cancel(struct pool_job *j)
+{
+	struct task *t = j->arg;
+
+	if (t->kind->cancel != NULL)
+		t->kind->cancel(t);
+}
+
+struct task *
+tasks_new(const struct task_kind *kind)
+{
+	struct task *t = calloc(1, sizeof *t);
+
+	if (t == NULL)
+		return NULL;
+	t->kind = kind;
+	t->job.work = task_work;
+	t->job.done = task_pool_done;
+	t->job.on_cancel = task_on_cancel;
+	t->job.arg = t;
+	return t;
+}
+
+static void
+free_subscribers(struct task *t)
+{
+	struct subscriber *s, *next;
+
+	for (s = t->subscribers; s != NULL; s = next) {
+		next = s->next;
+		json_decref(s->request_id);
+		free(s);
+	}
+	t->subscribers = NULL;
+}
+
+/* Frees what a finished task no longer needs: the kind's data and the outcome. */
+static void
+task_lighten(struct task *t)
+{
+	if (t->kind->free != NULL && t->kind_data != NULL)
+		t->kind->free(t);
+	t->kind_data = NULL;
+	json_decref(t->result);
+	t->result = NULL;
+	free(t->error_message);
+	t->error_message = NULL;
+	json_decref(t->request_id);
+	t->request_id = NULL;
+	free_subscribers(t);
+}
+
+void
+tasks_discard(struct task *t)
+{
+	task_lighten(t);
+	free(t->pool_name);
+	free(t->done_body);
+	free(t);
+}
+
+enum pool_verdict
+tasks_submit(struct task *t, struct pools_entry *e, struct conn *c, json_t *req_id, bool detach)
+{
+	enum pool_verdict v;
+
+	if (tasks == NULL && (tasks = idmap_new()) == NULL)
+		return POOL_REJECTED_FULL;
+	t->id = next_task_id;
+	t->pool = e->pool;
+	t->pool_name = strdup(e->name);
+	t->conn_id = detach ? 0 : c->id;
+	t->request_id = json_incref(req_id);
+	/* Registered before submitting: the done may be posted at once. */
+	if (idmap_put(tasks, t->id, t) == -1)
+		return POOL_REJECTED_FULL;
+	v = pool_submit(e->pool, &t->job);
+	if (v != POOL_ACCEPTED) {
+		idmap_remove(tasks, t->id);
+		return v;
+	}
+	next_task_id++;
+	e->outstanding++;
+	daemon_state->outstanding++;
+	return v;
+}
+
+struct task *
+tasks_find(uint64_t id)
+{
+	return tasks ? idmap_get(tasks, id) : NULL;
+}
+
+const char *
+tasks_state(const struct task *t)
+{
+	if (t->finished)
+		return t->final_state;
+	return atomic_load(&t->started) ? STATE_RUNNING : STATE_QUEUED;
+}
+
+/* Sends t's done line, with id in front, to the connection named conn_id (if still there). */
+static void
+send_done(const struct task *t, uint64_t conn_id, json_t *id)
+{
+	struct conn *c = conn_find(conn_id);
+	struct evbuffer *line;
+	char *idtext;
+
+	if (c == NULL || c->dead)
+		return;
+	if (id == NULL) {
+		conn_send_raw(c, "{", 1, t->done_body, strlen(t->done_body));
+		return;
+	}
+	idtext = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
+	line = evbuffer_new();
+	evbuffer_add_printf(line, "{\"id\":%s,", idtext ? idtext : "null");
+	conn_send_raw(c, (const char *)evbuffer_pullup(line, -1), evbuffer_get_length(line),
+	    t->done_body, strlen(t->done_body));
+	evbuffer_free(line);
+	free(idtext);
+}
+
+void
+tasks_subscribe(struct task *t, struct conn *c, json_t *req_id)
+{
+	struct subscriber *s;
+
+	if (t->finished) {
+		send_done(t, c->id, req_id);
+		return;
+	}
+	if ((s = calloc(1, sizeof *s)) == NULL) {
+		conn_send_error(c, req_id, ERR_INTERNAL, "out of memory");
+		return;
+	}
+	s->conn_id = c->id;
+	s->request_id = json_incref(req_id);
+	s->next = t->subscribers;
+	t->subscribers = s;
+}
+
+void
+tasks_cancel(struct task *t)
+{
+	if (t->finished)
+		return;
+	pool_cancel(t->pool, &t->job);
+	mailbox_wake_streams(); /* a run blocked on its stream budget sees the cancel */
+}
+
+/* The error a done carries: the kind's own, or the state's name for states the pool decided. */
+static json_t *
+done_error(const struct task *t)
+{
+	const char *code = t->error_code;
+	const char *message = t->error_message;
+	char buf[160];
+
+	if (t->state == POOL_SUCCEEDED)
+		return NULL;
+	if (code == NULL) {
+		switch (t->state) {
+		case POOL_CANCELLED:
+			code = ERR_CANCELLED;
+			snprintf(buf, sizeof buf, "task was cancelled %s",
+			    t->run_us > 0 || atomic_load(&t->started) ? "while running" : "before it started");
+			break;
+		case POOL_EXPIRED:
+			code = ERR_EXPIRED;
+			snprintf(buf, sizeof buf, "task waited %.3f ms in the queue, past its "
+			    "queue_timeout_ms, and never started", t->queued_us / 1000.0);
+			break;
+		case POOL_TIMED_OUT:
+			code = ERR_TIMED_OUT;
+			snprintf(buf, sizeof buf, "task ran past its timeout_ms");
+			break;
+		default:
+			code = ERR_TASK_FAILED;
+			snprintf(buf, sizeof buf, "task failed");
+			break;
+		}
+		if (message == NULL)
+			message = buf;
+	}
+	return json_pack("{s:s, s:s}", "code", code, "message", message ? message : code);
+}
+
+/* Builds the done event once, as the text after "{" and an optional "id". */
+static void
+build_done_body(struct task *t)
+{
+	struct evbuffer *b = evbuffer_new();
+	json_t *error = done_error(t);
+	char *text;
+
+	t->final_state = pool_state_name(t->state);
+	evbuffer_add_printf(b, "\"event\":\"done\",\"task\":%llu,\"pool\":",
+	    (unsigned long long)t->id);
+	json_t *name = json_string(t->pool_name);
+	text = json_dumps(name, JSON_ENCODE_ANY);
+	json_decref(name);
+	evbuffer_add_printf(b, "%s,\"state\":\"%s\",\"queued_ms\":%.3f,\"run_ms\":%.3f",
+	    text, t->final_state, t->queued_us / 1000.0, t->run_us / 1000.0);
+	free(text);
+	if (t->result != NULL) {
+		text = json_dumps(t->result, JSON_ENCODE_ANY | JSON_COMPACT);
+		evbuffer_add_printf(b, ",\"result\":%s", text ? text : "null");
+		free(text);
+	}
+	if (error != NULL) {
+		text = json_dumps(error, JSON_COMPACT);
+		evbuffer_add_printf(b, ",\"error\":%s", text);
+		free(text);
+		json_decref(error);
+	}
+	evbuffer_add(b, "}", 1);
+	size_t len = evbuffer_get_length(b);
+	t->done_body = malloc(len + 1);
+	evbuffer_remove(b, t->done_body, len);
+	t->done_body[len] = '\0';
+	evbuffer_free(b);
+}
+
+static void
+retain(struct task *t)
+{
+	t->older = newest_retained;
+	t->newer = NULL;
+	if (newest_retained != NULL)
+		newest_retained->newer = t;
+	else
+		oldest_retained = t;
+	newest_retained = t;
+	nretained++;
+}
+
+static void
+task_finish(struct task *t)
+{
+	struct pools_entry *e = pools_of(t->pool);
+
+	build_done_body(t);
+	t->finished = true;
+	t->finished_us = clock_now_us();
+	if (t->conn_id != 0)
+		send_done(t, t->conn_id, t->request_id);
+	for (struct subscriber *s = t->subscribers; s != NULL; s = s->next)
+		send_done(t, s->conn_id, s->request_id);
+	log_debug("task %llu %s (queued %.3f ms, ran %.3f ms)", (unsigned long long)t->id,
+	    t->final_state, t->queued_us / 1000.0, t->run_us / 1000.0);
+	task_lighten(t);
+	retain(t);
+	tasks_prune();
+	daemon_state->outstanding--;
+	if (e != NULL) {
+		e->outstanding--;
+		pools_task_finished(e);
+	}
+	daemon_maybe_exit();
+}
+
+/* Adds "id" and "task" to a stream event and sends it to the submitter. */
+static void
+task_stream_event(struct task *t, json_t *event)
+{
+	struct conn *c;
+
+	if (t->conn_id == 0 || !t->stream || (c = conn_find(t->conn_id)) == NULL)
+		return;
+	if (t->request_id != NULL)
+		json_object_set(event, "id", t->request_id);
+	json_object_set_new(event, "task", json_integer((json_int_t)t->id));
+	conn_send(c, event);
+}
+
+void
+tasks_handle_mail(struct mail *m)
+{
+	switch (m->kind) {
+	case MAIL_EVENT:
+		task_stream_event(m->task, m->event);
+		json_decref(m->event);
+		mailbox_stream_processed(m->task, m->weight);
+		break;
+	case MAIL_DONE:
+		task_finish(m->task);
+		break;
+	}
+	free(m);
+}
+
+void
+tasks_prune(void)
+{
+	struct daemon *d = daemon_state;
+	uint64_t now = clock_now_us();
+	struct task *t;
+
+	while ((t = oldest_retained) != NULL &&
+	    (nretained > d->conf.result_retain ||
+	    now - t->finished_us > d->conf.result_ttl_ms * 1000)) {
+		oldest_retained = t->newer;
+		if (oldest_retained != NULL)
+			oldest_retained->older = NULL;
+		else
+			newest_retained = NULL;
+		nretained--;
+		idmap_remove(tasks, t->id);
+		tasks_discard(t);
+	}
+}
+
+size_t
+tasks_retained(void)
+{
+	return nretained;
+}
+
+static void
+free_one(void *value, void *arg)
+{
+	tasks_discard(value);
+}
+
+void
+tasks_free_all(void)
+{
+	if (tasks == NULL)
+		return;
+	idmap_each(tasks, free_one, NULL);
+	idmap_free(tasks);
+	tasks = NULL;
+	oldest_retained = newest_retained = NULL;
+	nretained = 0;
+}

@@ -1,0 +1,60 @@
+/*
+ * tasks.h: the daemon's tasks from submit to retention (loop thread only,
+ * except where a comment says otherwise): ids, subscribers, delivery of
+ * stream events and dones, and the retained finished tasks that wait and
+ * status still answer for.
+ */
+#ifndef TPD_TASKS_H
+#define TPD_TASKS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mailbox.h"
+#include "pool.h"
+#include "pools.h"
+#include "task.h"
+
+struct conn;
+
+/* A new task of kind, not yet submitted. */
+struct task *tasks_new(const struct task_kind *kind);
+
+/* Frees a task that was never accepted. */
+void tasks_discard(struct task *t);
+
+/*
+ * Submits t to pool e on behalf of conn c (request id req_id). On
+ * POOL_ACCEPTED the task is registered, counted as outstanding and has its
+ * id; otherwise the caller still owns it (tasks_discard).
+ */
+enum pool_verdict tasks_submit(struct task *t, struct pools_entry *e, struct conn *c,
+    json_t *req_id, bool detach);
+
+/* The task with this id, running or retained, or NULL. */
+struct task *tasks_find(uint64_t id);
+
+/* The wire name of t's state now: queued, running, or its terminal state. */
+const char *tasks_state(const struct task *t);
+
+/* Sends t's done to c now (t finished) or when it finishes. */
+void tasks_subscribe(struct task *t, struct conn *c, json_t *req_id);
+
+/* Asks t to stop (queued: cancelled at once; running: cancel flag). */
+void tasks_cancel(struct task *t);
+
+/* The mailbox handler: stream events and dones from the workers. */
+void tasks_handle_mail(struct mail *m);
+
+/* Drops finished tasks past result_ttl or beyond result_retain. */
+void tasks_prune(void);
+
+size_t tasks_retained(void);
+
+/* Sets the stream budget workers read (any thread may read it). */
+void tasks_set_stream_budget(size_t bytes);
+
+/* Frees everything at exit. */
+void tasks_free_all(void);
+
+#endif

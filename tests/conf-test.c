@@ -1,0 +1,335 @@
+/*
+ * conf-test: conf_load reads every key into struct conf as documented, keeps
+ * what the file leaves alone, and collects every error with its line. The
+ * table of broken files, run through `tpd -n`, is tests/test_conf.py.
+ */
+#include "config.h"
+
+#include <ftw.h>
+#include <grp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "conf.h"
+
+static int failures;
+static char dir[] = "/tmp/conf-test.XXXXXX";
+
+#define CHECK(cond) do {                                                    \
+	if (!(cond)) {                                                      \
+		fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond); \
+		failures++;                                                 \
+	}                                                                   \
+} while (0)
+
+/* Writes text to a new file in the test directory; returns its path. */
+static char *
+write_file(const char *name, const char *text)
+{
+	char *path;
+	FILE *f;
+
+	if (asprintf(&path, "%s/%s", dir, name) == -1)
+		abort();
+	if ((f = fopen(path, "w")) == NULL || fputs(text, f) == EOF || fclose(f) != 0) {
+		perror(path);
+		exit(1);
+	}
+	return path;
+}
+
+static const char *
+env_get(const struct conf *c, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (size_t i = 0; i < c->nexec_env; i++)
+		if (strncmp(c->exec_env[i], name, n) == 0 && c->exec_env[i][n] == '=')
+			return c->exec_env[i] + n + 1;
+	return NULL;
+}
+
+static void
+test_every_key(void)
+{
+	struct group *gr = getgrgid(getgid());
+	char *text, *path, *errors;
+	struct conf c;
+	struct conf_pool *p;
+
+	CHECK(gr != NULL);
+	if (gr == NULL)
+		return;
+	/* the config file itself serves as a readable token file */
+	if (asprintf(&text,
+	    "\xEF\xBB\xBF# a full configuration\n"
+	    "[daemon]\n"
+	    "socket = %s/tpd.sock\n"
+	    "  socket_mode = 0600   # indented, with a comment\n"
+	    "socket_group = %s\n"
+	    "listen = 127.0.0.1:0 [::1]:7420\n"
+	    "listen = localhost:7421 ; semicolon comment\n"
+	    "max_connections = 10\n"
+	    "max_request_bytes = 64k\n"
+	    "max_output_buffer = 1M\n"
+	    "result_ttl = 5min\n"
+	    "result_retain = 7\n"
+	    "shutdown_timeout = 30s\n"
+	    "log_level = debug\n"
+	    "admin_group = %u\n"
+	    "token_file = %s/full.conf\n"
+	    "admin_token_file = %s/full.conf\n"
+	    "\n"
+	    "[exec]\n"
+	    "output_limit = 2M\n"
+	    "output_limit_max = 4M\n"
+	    "kill_grace = 250ms\n"
+	    "env = LANG=C\n"
+	    "env = FOO=bar=baz\n"
+	    "stream_budget = 8k\n"
+	    "[pool default]\n"
+	    "size = 2\n"
+	    "limit = 8\n"
+	    "capacity = 16\n"
+	    "[pool io]\n"
+	    "size = 16\n"
+	    "limit = 32\n"
+	    "[pool empty.one]\n",
+	    dir, gr->gr_name, (unsigned)gr->gr_gid, dir, dir) == -1)
+		abort();
+	path = write_file("full.conf", text);
+	conf_init(&c);
+	CHECK(conf_load(&c, path, &errors) == 0);
+	if (errors != NULL)
+		fprintf(stderr, "unexpected errors:\n%s\n", errors);
+	CHECK(errors == NULL);
+	CHECK(strcmp(c.path, path) == 0);
+	CHECK(c.socket != NULL && strstr(c.socket, "/tpd.sock") != NULL);
+	CHECK(c.socket_mode == 0600);
+	CHECK(c.socket_group != NULL && strcmp(c.socket_group, gr->gr_name) == 0);
+	CHECK(c.nlisten == 3);
+	CHECK(c.nlisten == 3 && strcmp(c.listen[0], "127.0.0.1:0") == 0 &&
+	    strcmp(c.listen[1], "[::1]:7420") == 0 &&
+	    strcmp(c.listen[2], "localhost:7421") == 0);
+	CHECK(c.max_connections == 10);
+	CHECK(c.max_request_bytes == 65536);
+	CHECK(c.max_output_buffer == 1024 * 1024);
+	CHECK(c.result_ttl_ms == 5 * 60 * 1000);
+	CHECK(c.result_retain == 7);
+	CHECK(c.shutdown_timeout_ms == 30000);
+	CHECK(c.log_level == LOG_DEBUG);
+	CHECK(c.admin_group != NULL && (unsigned)atoi(c.admin_group) == gr->gr_gid);
+	CHECK(c.token_file != NULL && strcmp(c.token_file, path) == 0);
+	CHECK(c.admin_token_file != NULL && strcmp(c.admin_token_file, path) == 0);
+	CHECK(c.exec_output_limit == 2 * 1024 * 1024);
+	CHECK(c.exec_output_limit_max == 4 * 1024 * 1024);
+	CHECK(c.exec_kill_grace_ms == 250);
+	CHECK(env_get(&c, "LANG") != NULL && strcmp(env_get(&c, "LANG"), "C") == 0);
+	CHECK(env_get(&c, "FOO") != NULL && strcmp(env_get(&c, "FOO"), "bar=baz") == 0);
+	CHECK(env_get(&c, "PATH") != NULL);        /* the base stays */
+	CHECK(c.stream_budget == 8192);
+	CHECK(c.npools == 3);
+	CHECK(strcmp(c.pools[0].name, "default") == 0);
+	CHECK(c.pools[0].size == 2 && c.pools[0].limit == 8 && c.pools[0].capacity == 16);
+	p = conf_pool_find(&c, "io");
+	CHECK(p != NULL && p->size == 16 && p->limit == 32 && p->capacity == 1024);
+	p = conf_pool_find(&c, "empty.one");
+	CHECK(p != NULL && p->size == 4 && p->limit == 64 && p->capacity == 1024);
+	conf_free(&c);
+	free(path);
+	free(text);
+	printf("ok: every key is read into struct conf\n");
+}
+
+static void
+test_defaults_kept(void)
+{
+	char *path = write_file("small.conf", "[pool default]\nlimit = 1\n"), *errors;
+	struct conf c, d;
+
+	conf_init(&c);
+	conf_init(&d);
+	CHECK(conf_load(&c, path, &errors) == 0);
+	free(errors);
+	/* size was not given: it follows the smaller limit instead of failing */
+	CHECK(c.pools[0].size == 1 && c.pools[0].limit == 1);
+	CHECK(c.max_connections == d.max_connections);
+	CHECK(c.max_request_bytes == d.max_request_bytes);
+	CHECK(c.socket_mode == 0660 && c.socket == NULL && c.nlisten == 0);
+	CHECK(c.nexec_env == d.nexec_env);
+	conf_free(&c);
+	conf_free(&d);
+	free(path);
+	printf("ok: keys the file leaves alone keep their defaults\n");
+}
+
+/* Every error of one file, each with its line, in line order. */
+static void
+test_errors_collected(void)
+{
+	char *path = write_file("bad.conf",
+	    "size = 3\n"                                /* 1 */
+	    "[daemon]\n"                                /* 2 */
+	    "sockt = /x\n"                              /* 3 */
+	    "max_connections = many\n"                  /* 4 */
+	    "max_connections = 5\n"                     /* 5: given twice, even if 4 was bad */
+	    "socket_mode = 0999\n"                      /* 6 */
+	    "listen = 127.0.0.1\n"                      /* 7 */
+	    "just words\n"                              /* 8 */
+	    "[pool io]\n"                               /* 9 */
+	    "size = 80\n"                               /* 10 */
+	    "capacity = 0\n"                            /* 11 */
+	    "[nope]\n"                                  /* 12 */
+	    "whatever = 1\n"                            /* 13: in a bad section: silent */
+	    "[exec]\n"                                  /* 14 */
+	    "kill_grace = soon\n");                     /* 15 */
+	char *errors = NULL;
+	struct conf c;
+	static const char *const want[] = {
+		":1: size: key outside any section",
+		":3: [daemon] sockt: unknown key (did you mean socket?)",
+		":4: [daemon] max_connections: \"many\" is not a whole number",
+		":5: [daemon] max_connections: already set at line 4",
+		":6: [daemon] socket_mode: \"0999\" is not an octal mode like 0660",
+		":7: [daemon] listen: \"127.0.0.1\" is not HOST:PORT",
+		":8: expected \"key = value\"",
+		":10: [pool io] size: 80 is above limit 64",
+		":11: [pool io] capacity: 0 is out of range (1 to 1000000)",
+		":12: [nope]: unknown section",
+		":15: [exec] kill_grace: \"soon\" is not a duration",
+	};
+	const char *at;
+	size_t lines = 1;
+
+	conf_init(&c);
+	CHECK(conf_load(&c, path, &errors) == -1);
+	CHECK(errors != NULL);
+	if (errors == NULL)
+		return;
+	at = errors;
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+		const char *hit = strstr(at, want[i]);
+		if (hit == NULL)
+			fprintf(stderr, "missing or out of order: %s\n", want[i]);
+		CHECK(hit != NULL);
+		if (hit != NULL)
+			at = hit;
+	}
+	for (const char *s = errors; *s != '\0'; s++)
+		lines += *s == '\n';
+	CHECK(lines == sizeof want / sizeof want[0]);
+	CHECK(strncmp(errors, path, strlen(path)) == 0);
+	if (failures)
+		fprintf(stderr, "errors were:\n%s\n", errors);
+	free(errors);
+	conf_free(&c);
+	free(path);
+	printf("ok: every error is reported with its line, in order\n");
+}
+
+static void
+test_missing_file(void)
+{
+	char *errors;
+	struct conf c;
+
+	conf_init(&c);
+	CHECK(conf_load(&c, "/nonexistent/tpd.conf", &errors) == -1);
+	CHECK(errors != NULL && strcmp(errors,
+	    "/nonexistent/tpd.conf: cannot open: No such file or directory") == 0);
+	free(errors);
+	conf_free(&c);
+	printf("ok: a missing file is one clear error\n");
+}
+
+static void
+test_validate(void)
+{
+	char *errors;
+	struct conf c;
+
+	conf_init(&c);
+	CHECK(conf_validate(&c, &errors) == 0 && errors == NULL);
+	c.pools[0].size = 100;          /* as -w 100 would */
+	CHECK(conf_validate(&c, &errors) == -1);
+	CHECK(errors != NULL && strcmp(errors,
+	    "[pool default] size: 100 is above limit 64") == 0);
+	free(errors);
+	conf_free(&c);
+	printf("ok: conf_validate checks flags applied after the file\n");
+}
+
+static void
+test_hostport(void)
+{
+	static const struct {
+		const char *in, *host, *port;
+	} good[] = {
+		{ "127.0.0.1:7420", "127.0.0.1", "7420" },
+		{ "[::1]:0", "::1", "0" },
+		{ "localhost:65535", "localhost", "65535" },
+	};
+	static const char *const bad[] = {
+		"127.0.0.1", ":7420", "::1:7420", "[::1]7420", "[zz]:1", "host:65536",
+		"host:-1", "host:", "a b:1",
+	};
+	char host[64], port[8], *cause;
+
+	for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+		CHECK(conf_split_hostport(good[i].in, host, sizeof host, port, sizeof port,
+		    &cause) == 0);
+		CHECK(strcmp(host, good[i].host) == 0 && strcmp(port, good[i].port) == 0);
+	}
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		cause = NULL;
+		CHECK(conf_split_hostport(bad[i], host, sizeof host, port, sizeof port,
+		    &cause) == -1);
+		CHECK(cause != NULL && strstr(cause, bad[i]) != NULL);
+		free(cause);
+	}
+	printf("ok: HOST:PORT and [IPV6]:PORT are split, the rest refused\n");
+}
+
+static void
+test_check_file(void)
+{
+	char *good = write_file("good.conf", "[pool default]\nsize = 1\n");
+
+	CHECK(conf_check_file(good) == 0);
+	CHECK(conf_check_file("/nonexistent/tpd.conf") == 1);
+	free(good);
+	printf("ok: conf_check_file returns main's exit status\n");
+}
+
+static int
+remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	return remove(path);
+}
+
+int
+main(void)
+{
+	if (mkdtemp(dir) == NULL) {
+		perror("mkdtemp");
+		return 1;
+	}
+	test_every_key();
+	test_defaults_kept();
+	test_errors_collected();
+	test_missing_file();
+	test_validate();
+	test_hostport();
+	test_check_file();
+	if (nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS) == -1)
+		perror(dir);
+	if (failures) {
+		fprintf(stderr, "%d checks failed\n", failures);
+		return 1;
+	}
+	return 0;
+}

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Connections come and go, the daemon shuts down: nothing accepted is lost."""
+import json
+import signal
+import socket
+
+from tpdtest import Daemon, check, eventually, run_tests
+
+
+def test_disconnect_mid_task_then_wait_from_new_connection():
+    with Daemon() as d:
+        c = d.client()
+        _, acc = c.submit({"kind": "sleep", "ms": 200})
+        c.close()
+        c2 = d.client()
+        done = c2.request({"op": "wait", "task": acc["task"]}, "done")
+        check(done["state"] == "succeeded" and done["task"] == acc["task"], "%r", done)
+        # and once more, after it finished: retained
+        again = c2.request({"op": "wait", "task": acc["task"]}, "done")
+        check(again["task"] == acc["task"], "%r", again)
+
+
+def test_sigterm_drains_tasks_in_flight():
+    with Daemon(workers=2, queue=8) as d:
+        c = d.client()
+        rids = [c.submit({"kind": "sleep", "ms": 150})[0] for _ in range(6)]
+        waiter = d.client()
+        w = waiter.send({"op": "wait", "task": 6})
+        d.signal(signal.SIGTERM)
+        eventually(lambda: "shutting down (drain)" in d.read_log(), "drain began")
+        rid, ev = c.submit({"kind": "echo"})
+        check(ev["event"] == "rejected" and ev["error"]["code"] == "closed", "%r", ev)
+        # new connections may still ask
+        late = d.client()
+        check(late.request({"op": "stats"})["event"] == "stats", "stats while draining")
+        for r in rids:
+            check(c.done(r)["state"] == "succeeded", "drained, not cancelled")
+        check(waiter.done(w)["state"] == "succeeded", "every subscriber gets its done")
+        check(d.wait_exit() == 0, "exit 0 after a drain")
+
+
+def test_second_sigterm_turns_drain_into_now():
+    with Daemon(workers=1) as d:
+        c = d.client()
+        r1, _ = c.submit({"kind": "sleep", "ms": 600000})
+        r2, _ = c.submit({"kind": "sleep", "ms": 600000})
+        eventually(lambda: c.stats()["busy"] == 1, "running")
+        d.signal(signal.SIGTERM)
+        eventually(lambda: "shutting down (drain)" in d.read_log(), "drain began")
+        d.signal(signal.SIGTERM)
+        check(c.done(r1)["state"] == "cancelled", "running task cancelled")
+        check(c.done(r2)["state"] == "cancelled", "queued task cancelled")
+        check(d.wait_exit() == 0, "exit 0")
+
+
+def test_shutdown_now_cancels_and_delivers_every_done():
+    with Daemon(workers=2, queue=8) as d:
+        c = d.client()
+        rids = [c.submit({"kind": "spin", "ms": 600000})[0] for _ in range(2)]
+        rids += [c.submit({"kind": "echo", "value": i})[0] for i in range(5)]
+        eventually(lambda: c.stats()["busy"] == 2, "both workers spinning")
+        ok = c.request({"op": "shutdown", "mode": "now"})
+        check(ok["event"] == "ok", "%r", ok)
+        states = [c.done(r)["state"] for r in rids]
+        check(states == ["cancelled"] * 7, "%r", states)
+        check(d.wait_exit() == 0, "exit 0")
+
+
+def test_shutdown_timeout_turns_drain_into_now():
+    with Daemon("--shutdown-timeout", "100ms", workers=1) as d:
+        c = d.client()
+        r, _ = c.submit({"kind": "sleep", "ms": 600000})
+        c.request({"op": "shutdown"})
+        check(c.done(r)["state"] == "cancelled", "cancelled after the timeout")
+        check(d.wait_exit() == 0, "exit 0")
+
+
+def test_slow_reader_is_disconnected_at_the_output_cap():
+    with Daemon("--max-output-buffer", "256k", workers=2, queue=10000) as d:
+        slow = socket.socket(socket.AF_UNIX)
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect(d.sock)
+        rss0 = d.rss_kib()
+        big = "y" * 16384
+        line = (json.dumps({"op": "submit", "task": {"kind": "echo", "value": big}}) + "\n").encode()
+        slow.settimeout(30)
+        sent = 0
+        try:
+            for _ in range(600):          # ~10 MB of answers it never reads
+                slow.sendall(line)
+                sent += 1
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        c = d.client()
+        eventually(lambda: "passed max_output_buffer" in d.read_log(), "the cap is hit and logged")
+        check(c.request({"op": "ping"})["event"] == "pong", "others are served")
+        eventually(lambda: c.stats()["busy"] == 0 and c.stats()["queued"] == 0, "its tasks went on")
+        check(c.stats()["succeeded"] >= 1, "its tasks ran")
+        check(d.rss_kib() - rss0 < 48 * 1024, "RSS grew %d KiB", d.rss_kib() - rss0)
+        slow.close()
+
+
+run_tests(globals())
