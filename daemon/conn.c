@@ -126,13 +126,28 @@ conn_close(struct conn *c, const char *why)
 	event_base_once(daemon_state->base, -1, EV_TIMEOUT, conn_free_deferred, c, NULL);
 }
 
+/* A closing connection goes once nothing is owed and everything was written. */
+static void
+close_if_finished(struct conn *c)
+{
+	if (c->closing && c->awaiting == 0 &&
+	    evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		conn_close(c, NULL);
+}
+
 void
 conn_close_after_flush(struct conn *c)
 {
 	c->closing = true;
 	bufferevent_disable(c->bev, EV_READ);
-	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-		conn_close(c, NULL);
+	close_if_finished(c);
+}
+
+void
+conn_owed_done(struct conn *c)
+{
+	if (c->awaiting > 0)
+		c->awaiting--;
 }
 
 /* Disconnects a client that stopped reading once its backlog passes the cap. */
@@ -266,7 +281,7 @@ conn_write_cb(struct bufferevent *bev, void *arg)
 	struct conn *c = arg;
 
 	if (c->closing)
-		conn_close(c, NULL);
+		close_if_finished(c);
 	else if (daemon_state->phase == DAEMON_EXITING)
 		daemon_maybe_exit();
 }

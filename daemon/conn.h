@@ -32,7 +32,8 @@ struct conn {
 	size_t scanned;        /* input bytes already searched for a newline */
 	bool discarding;       /* dropping the rest of an over-long line */
 	bool dead;             /* closed; freed from a deferred callback */
-	bool closing;          /* close once the output is flushed */
+	bool closing;          /* the peer ended its input: close once nothing is owed */
+	unsigned awaiting;     /* dones still owed to this connection (submits and waits) */
 };
 
 /* Wraps an accepted socket. Returns NULL (and closes fd) on failure. */
@@ -59,8 +60,14 @@ void conn_send_error(struct conn *, json_t *id, const char *code, const char *fm
 /* Closes now (unsent output is dropped). Safe inside callbacks: freeing is deferred. */
 void conn_close(struct conn *, const char *why);
 
-/* Closes once everything queued has been written. */
+/*
+ * The peer ended its input: stop reading, and close once every done it is
+ * owed was written (a client may half-close and still read its results).
+ */
 void conn_close_after_flush(struct conn *);
+
+/* A done owed to c was sent: closes c if it was only waiting for that. */
+void conn_owed_done(struct conn *c);
 
 /* True when no connection has unsent output (used before exiting). */
 bool conn_all_flushed(void);

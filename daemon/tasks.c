@@ -209,6 +209,8 @@ tasks_submit(struct task *t, struct pools_entry *e, struct conn *c, json_t *req_
 		return v;
 	}
 	next_task_id++;
+	if (!detach)
+		c->awaiting++;
 	e->outstanding++;
 	daemon_state->outstanding++;
 	return v;
@@ -217,6 +219,7 @@ tasks_submit(struct task *t, struct pools_entry *e, struct conn *c, json_t *req_
 struct task *
 tasks_find(uint64_t id)
 {
+	tasks_prune(); /* result_ttl holds to the millisecond, not to the next timer tick */
 	return tasks ? idmap_get(tasks, id) : NULL;
 }
 
@@ -228,26 +231,37 @@ tasks_state(const struct task *t)
 	return atomic_load(&t->started) ? STATE_RUNNING : STATE_QUEUED;
 }
 
-/* Sends t's done line, with id in front, to the connection named conn_id (if still there). */
+/*
+ * Sends t's done line, with id in front, to the connection named conn_id (if
+ * still there); owed says the connection was counting on it.
+ */
 static void
-send_done(const struct task *t, uint64_t conn_id, json_t *id)
+send_done(const struct task *t, uint64_t conn_id, json_t *id, bool owed)
 {
 	struct conn *c = conn_find(conn_id);
-	struct evbuffer *line;
-	char *idtext;
+	char *idtext, *prefix;
 
 	if (c == NULL || c->dead)
 		return;
+	if (owed)
+		conn_owed_done(c);
 	if (id == NULL) {
 		conn_send_raw(c, "{", 1, t->done_body, strlen(t->done_body));
 		return;
 	}
+	if (json_is_integer(id)) {
+		char head[48];
+		int n = snprintf(head, sizeof head, "{\"id\":%" JSON_INTEGER_FORMAT ",",
+		    json_integer_value(id));
+		conn_send_raw(c, head, (size_t)n, t->done_body, strlen(t->done_body));
+		return;
+	}
 	idtext = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
-	line = evbuffer_new();
-	evbuffer_add_printf(line, "{\"id\":%s,", idtext ? idtext : "null");
-	conn_send_raw(c, (const char *)evbuffer_pullup(line, -1), evbuffer_get_length(line),
-	    t->done_body, strlen(t->done_body));
-	evbuffer_free(line);
+	if (idtext == NULL || asprintf(&prefix, "{\"id\":%s,", idtext) == -1)
+		prefix = NULL;
+	if (prefix != NULL)
+		conn_send_raw(c, prefix, strlen(prefix), t->done_body, strlen(t->done_body));
+	free(prefix);
 	free(idtext);
 }
 
@@ -257,7 +271,7 @@ tasks_subscribe(struct task *t, struct conn *c, json_t *req_id)
 	struct subscriber *s;
 
 	if (t->finished) {
-		send_done(t, c->id, req_id);
+		send_done(t, c->id, req_id, false);
 		return;
 	}
 	if ((s = calloc(1, sizeof *s)) == NULL) {
@@ -268,6 +282,7 @@ tasks_subscribe(struct task *t, struct conn *c, json_t *req_id)
 	s->request_id = json_incref(req_id);
 	s->next = t->subscribers;
 	t->subscribers = s;
+	c->awaiting++;
 }
 
 void
@@ -374,9 +389,9 @@ task_finish(struct task *t)
 	t->finished = true;
 	t->finished_us = clock_now_us();
 	if (t->conn_id != 0)
-		send_done(t, t->conn_id, t->request_id);
+		send_done(t, t->conn_id, t->request_id, true);
 	for (struct subscriber *s = t->subscribers; s != NULL; s = s->next)
-		send_done(t, s->conn_id, s->request_id);
+		send_done(t, s->conn_id, s->request_id, true);
 	log_debug("task %llu %s (queued %.3f ms, ran %.3f ms)", (unsigned long long)t->id,
 	    t->final_state, t->queued_us / 1000.0, t->run_us / 1000.0);
 	task_lighten(t);

@@ -20,6 +20,24 @@ def test_disconnect_mid_task_then_wait_from_new_connection():
         check(again["task"] == acc["task"], "%r", again)
 
 
+def test_half_closed_client_still_gets_its_dones():
+    with Daemon() as d:
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(d.sock)
+        s.sendall(b'{"op":"submit","id":1,"task":{"kind":"sleep","ms":100}}\n{"op":"ping","id":2}\n')
+        s.shutdown(socket.SHUT_WR)   # like `nc -U` at the end of its input
+        s.settimeout(15)
+        data = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        events = [json.loads(l) for l in data.splitlines()]
+        check([e["event"] for e in events] == ["accepted", "pong", "done"], "%r", events)
+        check(events[2]["state"] == "succeeded", "%r", events)
+
+
 def test_sigterm_drains_tasks_in_flight():
     with Daemon(workers=2, queue=8) as d:
         c = d.client()

@@ -26,6 +26,11 @@ SLOW = float(os.environ.get("TPD_TEST_SLOW", "1"))
 TIMEOUT = 15 * SLOW
 
 
+# Lines a sanitizer writes into tpd's stderr (which is the log): any is a failure.
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "WARNING: ThreadSanitizer", "runtime error:",
+                   "ERROR: LeakSanitizer", "ERROR: ThreadSanitizer")
+
+
 class Skip(Exception):
     """Raised by a test that cannot run here; the message says why."""
 
@@ -115,7 +120,11 @@ class Daemon:
                 self.proc.wait()
         if self.proc is not None:
             self.log.close()
+        log = self.read_log()
         shutil.rmtree(self.dir, ignore_errors=True)
+        for mark in SANITIZER_MARKS:
+            if mark in log:
+                raise AssertionError("sanitizer report in the tpd log:\n" + log[-8000:])
 
     def __enter__(self):
         return self
