@@ -390,6 +390,19 @@ class Bench:
                     [((f["cpu_user_s"] + f["cpu_sys_s"]) / f["ok"] * 1e6) if f["ok"] else 0
                      for f in figs])
                 print("CPU per request, %s: server %.2f us, tpbench %.2f us" % (key, per, gen))
+        rs = self.results.get("tpd resize", [])
+        if rs:
+            every = sorted(t for r in rs for t in r["all_ms"])
+            print("resize answers under load: median %.2f ms, slowest %.2f ms, of %d "
+                  "(tpd -w 1 --limit 64, echo 1 conn x 64 in flight running)" %
+                  (statistics.median(every), every[-1], len(every)))
+        print("per round (figure of each run, in run order):")
+        for key, figs in self.results.items():
+            vals = [f.get("rate") for f in figs]
+            p50s = [f["latency_us"]["p50"] for f in figs if "latency_us" in f]
+            print("  %-28s %s%s" % (key, "  ".join("%.0f" % v for v in vals),
+                                   ("   p50 us " + "  ".join("%.1f" % v for v in p50s))
+                                   if p50s else ""))
         bad = []
         for key, figs in self.results.items():
             for f in figs:
