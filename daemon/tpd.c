@@ -18,6 +18,7 @@
 #include "conf.h"
 #include "conn.h"
 #include "daemon.h"
+#include "exec.h"
 #include "listen.h"
 #include "log.h"
 #include "mailbox.h"
@@ -418,6 +419,7 @@ main(int argc, char **argv)
 	if (mailbox_init(d->base, tasks_handle_mail, &cause) == -1)
 		fatalx("%s", cause);
 	tasks_set_stream_budget(d->conf.stream_budget);
+	exec_configure(&d->conf);
 	if (pools_start(&d->conf, &cause) == -1)
 		fatalx("%s", cause);
 	start_listeners(d);
@@ -438,6 +440,7 @@ main(int argc, char **argv)
 	conn_close_all();
 	pools_stop_all();
 	tasks_free_all();
+	exec_configure(NULL);
 	mailbox_free();
 	for (int i = 0; i < 3; i++)
 		event_free(sigs[i]);

@@ -1,0 +1,58 @@
+/*
+ * exec.h: the exec task kind (SPEC section 2): settings from the daemon's
+ * configuration, and what the kind's files share.
+ *
+ * The daemon calls exec_configure at start and on every reload (loop
+ * thread); exec_configure(NULL) at exit drops the settings. Each task takes
+ * a reference to the settings current when it is parsed and keeps them to
+ * its end, so a reload never changes a task that is already accepted and
+ * never races with a running worker.
+ */
+#ifndef TPD_EXEC_H
+#define TPD_EXEC_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conf.h"
+#include "task.h"
+
+/* Loop thread: takes copies of c's [exec] settings; NULL drops them. */
+void exec_configure(const struct conf *c);
+
+/* Immutable once published; freed with the last reference. */
+struct exec_settings {
+	atomic_uint refs;
+	size_t output_limit;            /* default per-stream capture */
+	size_t output_limit_max;        /* most a request may ask for */
+	uint64_t kill_grace_ms;         /* SIGTERM -> SIGKILL */
+	char **env;                     /* base environment, "NAME=value", NULL-terminated */
+};
+
+/* One exec task's inputs (loop thread, parse) and wake-up fd (run/cancel). */
+struct exec_task {
+	struct exec_settings *settings; /* a reference */
+	char **argv;                    /* NULL-terminated */
+	char **env;                     /* the child's whole environment, NULL-terminated */
+	char *cwd;                      /* NULL: the daemon's */
+	unsigned char *stdin_data;      /* NULL: stdin is /dev/null */
+	size_t stdin_len;
+	size_t output_limit;            /* per stream */
+
+	/*
+	 * The eventfd the cancel hook writes to, -1 outside run. wake_lock
+	 * keeps the hook (under the pool lock) from writing to an fd that run
+	 * is closing. Lock order: pool lock, then wake_lock; run never calls
+	 * into the pool while holding it.
+	 */
+	pthread_mutex_t wake_lock;
+	int wake_fd;
+};
+
+/* Worker thread: the kind's run (exec-run.c). */
+enum pool_state exec_run(struct task *t);
+
+#endif
