@@ -1,7 +1,9 @@
 /*
  * spawn-loop: the bare way to run a program many times, to compare tpd's
- * exec tasks with: posix_spawnp and waitpid, keeping PAR children running,
- * nothing else (no pipes, no JSON, no sockets).
+ * exec tasks with: posix_spawn and waitpid, keeping PAR children running,
+ * nothing else (no pipes, no JSON, no sockets). ARGV[0] is looked up in PATH
+ * once, before the loop, as tpd does for an exec task: the loop then pays for
+ * the spawn and the wait only, not for failed execs along a long PATH.
  *
  * usage: spawn-loop [-P PAR] [-n COUNT | -d SECONDS] [--json] [--] ARGV...
  * Prints the programs run per second (and the count and time).
@@ -18,10 +20,35 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tpbench-hist.h"
 
 extern char **environ;
+
+/* argv0 itself when it has a slash, else its first executable match in PATH. */
+static char *
+resolve(const char *argv0)
+{
+	static char buf[4096];
+	const char *path = getenv("PATH"), *p, *colon;
+	size_t dlen;
+
+	if (strchr(argv0, '/') != NULL)
+		return (char *)argv0;
+	if (path == NULL)
+		path = "/usr/bin:/bin";
+	for (p = path; ; p = colon + 1) {
+		colon = strchr(p, ':');
+		dlen = colon ? (size_t)(colon - p) : strlen(p);
+		if (snprintf(buf, sizeof buf, "%.*s/%s", (int)dlen,
+		    dlen ? p : ".", argv0) < (int)sizeof buf &&
+		    access(buf, X_OK) == 0)
+			return buf;
+		if (colon == NULL)
+			return NULL;
+	}
+}
 
 static void
 usage(void)
@@ -42,6 +69,7 @@ main(int argc, char **argv)
 	double duration = 0;
 	long par = 1;
 	bool json = false;
+	char *prog;
 	int ch, status, running = 0;
 	pid_t pid;
 
@@ -68,6 +96,10 @@ main(int argc, char **argv)
 	if (optind >= argc || (count == 0) == (duration <= 0))
 		usage();
 	argv += optind;
+	if ((prog = resolve(argv[0])) == NULL) {
+		fprintf(stderr, "spawn-loop: %s: not found in PATH\n", argv[0]);
+		return 1;
+	}
 
 	t0 = hist_now_ns();
 	if (duration > 0)
@@ -76,10 +108,10 @@ main(int argc, char **argv)
 		bool more = duration > 0 ? hist_now_ns() < t_end : started < count;
 
 		while (more && running < par) {
-			int error = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ);
+			int error = posix_spawn(&pid, prog, NULL, NULL, argv, environ);
 
 			if (error != 0) {
-				fprintf(stderr, "spawn-loop: %s: %s\n", argv[0],
+				fprintf(stderr, "spawn-loop: %s: %s\n", prog,
 				    strerror(error));
 				return 1;
 			}
