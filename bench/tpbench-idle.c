@@ -127,23 +127,28 @@ idle_run(const struct opts *o, char **cause)
 	signal(SIGPIPE, SIG_IGN);
 	if (sock_raise_nofile(o->idle + 64, cause) == -1)
 		return -1;
-	fds = calloc(o->idle, sizeof *fds);
+	fds = malloc(o->idle * sizeof *fds);
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	if (fds == NULL || ep == -1) {
-		asprintf(cause, "out of memory");
+		if (asprintf(cause, "out of memory") == -1)
+			*cause = NULL;
+		free(fds);
 		return -1;
 	}
+	for (i = 0; i < o->idle; i++)
+		fds[i] = -1;
 	for (i = 0; i < o->idle; i++) {
 		int len;
 
 		fds[i] = sock_connect(&o->target, o->connect_timeout_ms, cause);
 		if (fds[i] == -1)
-			return -1;
+			goto fail;
 		sock_nonblock(fds[i]);
 		len = snprintf(line, sizeof line, "{\"id\":%u,\"op\":\"ping\"}\n", i);
 		if (write(fds[i], line, (size_t)len) != len) {
-			asprintf(cause, "idle connection %u: write failed", i);
-			return -1;
+			if (asprintf(cause, "idle connection %u: write failed", i) == -1)
+				*cause = NULL;
+			goto fail;
 		}
 		ev.events = EPOLLIN;
 		ev.data.u64 = ((uint64_t)fds[i] << 32) | i;
@@ -157,14 +162,15 @@ idle_run(const struct opts *o, char **cause)
 	}
 	while (held < o->idle) {
 		if ((rc = idle_collect(ep, 10000)) <= 0) {
-			if (rc == 0)
-				asprintf(cause, "%u of %u idle connections "
-				    "unanswered after 10 s", o->idle - held, o->idle);
+			if (rc == 0 && asprintf(cause, "%u of %u idle connections "
+			    "unanswered after 10 s", o->idle - held, o->idle) == -1)
+				*cause = NULL;
 			goto fail;
 		}
 		held += (unsigned)rc;
 	}
 	close(ep);
+	ep = -1;
 	if (o->json)
 		printf("{\"idle\":%u,\"connect_s\":%.3f}\n", held,
 		    (double)(hist_now_ns() - t0) / 1e9);
@@ -179,7 +185,13 @@ idle_run(const struct opts *o, char **cause)
 	free(fds);
 	return rc;
 fail:
-	if (*cause == NULL)
-		asprintf(cause, "idle connections failed (see above)");
+	for (i = 0; i < o->idle; i++)
+		if (fds[i] != -1)
+			close(fds[i]);
+	free(fds);
+	if (ep != -1)
+		close(ep);
+	if (*cause == NULL && asprintf(cause, "idle connections failed (see above)") == -1)
+		*cause = NULL;
 	return -1;
 }

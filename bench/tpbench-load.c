@@ -338,6 +338,27 @@ load_timeout_ms(const struct load *l)
 	return (int)((until - l->now) / 1000000) + 1;
 }
 
+/* Closes and frees every connection made so far. */
+static void
+load_free(struct load *l)
+{
+	unsigned i;
+
+	for (i = 0; l->conns != NULL && i < l->o->conns; i++) {
+		struct conn *c = &l->conns[i];
+
+		if (c->fd != -1 && !c->closed)
+			close(c->fd);
+		free(c->in);
+		free(c->out);
+		free(c->slots);
+		free(c->free);
+	}
+	free(l->conns);
+	if (l->ep != -1)
+		close(l->ep);
+}
+
 static int
 load_connect(struct load *l, char **cause)
 {
@@ -346,6 +367,8 @@ load_connect(struct load *l, char **cause)
 	unsigned i, s;
 
 	l->conns = load_alloc(o->conns * sizeof *l->conns);
+	for (i = 0; i < o->conns; i++)
+		l->conns[i].fd = -1;
 	for (i = 0; i < o->conns; i++) {
 		struct conn *c = &l->conns[i];
 
@@ -389,8 +412,10 @@ load_run(const struct opts *o, struct result *r, char **cause)
 	if (sock_raise_nofile(o->conns + 64, cause) == -1)
 		return -1;
 	l.ep = epoll_create1(EPOLL_CLOEXEC);
-	if (l.ep == -1 || load_connect(&l, cause) == -1)
+	if (l.ep == -1 || load_connect(&l, cause) == -1) {
+		load_free(&l);
 		return -1;
+	}
 
 	l.now = l.t_start = hist_now_ns();
 	l.phase = o->warmup_s > 0 ? PHASE_WARMUP : PHASE_MEASURE;
@@ -402,7 +427,9 @@ load_run(const struct opts *o, struct result *r, char **cause)
 	while (l.phase != PHASE_DONE) {
 		n = epoll_wait(l.ep, evs, 256, load_timeout_ms(&l));
 		if (n == -1 && errno != EINTR) {
-			asprintf(cause, "epoll_wait: %s", strerror(errno));
+			if (asprintf(cause, "epoll_wait: %s", strerror(errno)) == -1)
+				*cause = NULL;
+			load_free(&l);
 			return -1;
 		}
 		l.now = hist_now_ns();
@@ -423,17 +450,6 @@ load_run(const struct opts *o, struct result *r, char **cause)
 	    load_seconds(&l.ru_start.ru_utime);
 	r->cpu_sys_s = load_seconds(&l.ru_end.ru_stime) -
 	    load_seconds(&l.ru_start.ru_stime);
-	for (i = 0; i < o->conns; i++) {
-		struct conn *c = &l.conns[i];
-
-		if (!c->closed)
-			close(c->fd);
-		free(c->in);
-		free(c->out);
-		free(c->slots);
-		free(c->free);
-	}
-	free(l.conns);
-	close(l.ep);
+	load_free(&l);
 	return 0;
 }

@@ -46,7 +46,10 @@ usage(FILE *f)
 "                     its first answer other than accepted/started/output\n"
 "  --pool NAME        submit to this pool\n"
 "  --idle N           hold N idle connections until stdin closes or SIGTERM\n"
-"  --json             print the figures as one JSON object\n");
+"  --json             print the figures as one JSON object\n"
+"\n"
+"Exit status: 0 when the run went to its end (its figures say what was lost,\n"
+"rejected or answered with errors), 1 when it could not run, 64 on bad usage.\n");
 }
 
 /* Appends s as a JSON string literal to buf (a malloc'd string). */
@@ -398,17 +401,23 @@ main(int argc, char **argv)
 	}
 	o.what = what;
 	if (o.idle > 0) {
-		if (idle_run(&o, &cause) == -1) {
+		int rc = idle_run(&o, &cause) == -1 ? 1 : 0;
+
+		if (rc != 0)
 			fprintf(stderr, "tpbench: %s\n", cause ? cause : "failed");
-			return 1;
-		}
-		return 0;
+		free(cause);
+		free(task);
+		return rc;
 	}
 	build_body(&o, task != NULL ? "submit" : "ping", task, pool, raw);
 
 	r = malloc(sizeof *r);
 	if (r == NULL || load_run(&o, r, &cause) == -1) {
 		fprintf(stderr, "tpbench: %s\n", cause ? cause : "out of memory");
+		free(cause);
+		free(r);
+		free(task);
+		free(o.body);
 		return 1;
 	}
 	if (o.json)
