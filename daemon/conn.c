@@ -150,19 +150,26 @@ conn_owed_done(struct conn *c)
 		c->awaiting--;
 }
 
-/* Disconnects a client that stopped reading once its backlog passes the cap. */
-static void
-check_output_cap(struct conn *c)
+/*
+ * Before adding an event: a client whose unsent backlog already passed the
+ * cap has stopped reading, and is disconnected. Checking before rather than
+ * after lets one event larger than the cap (a big done) through to a client
+ * that keeps up, while a client that does not is bounded to the cap plus one
+ * event.
+ */
+static bool
+over_output_cap(struct conn *c)
 {
 	size_t pending = evbuffer_get_length(bufferevent_get_output(c->bev));
 	size_t cap = daemon_state->conf.max_output_buffer;
 
-	if (pending > cap) {
-		log_warnx("connection %llu (%s): %zu bytes of unsent output passed "
-		    "max_output_buffer (%zu): disconnecting; its tasks go on",
-		    (unsigned long long)c->id, c->peer, pending, cap);
-		conn_close(c, NULL);
-	}
+	if (pending <= cap)
+		return false;
+	log_warnx("connection %llu (%s): %zu bytes of unsent output passed "
+	    "max_output_buffer (%zu): disconnecting; its tasks go on",
+	    (unsigned long long)c->id, c->peer, pending, cap);
+	conn_close(c, NULL);
+	return true;
 }
 
 static int
@@ -176,12 +183,11 @@ conn_send(struct conn *c, json_t *event)
 {
 	struct evbuffer *out;
 
-	if (c->dead)
+	if (c->dead || over_output_cap(c))
 		return;
 	out = bufferevent_get_output(c->bev);
 	json_dump_callback(event, dump_to_evbuffer, out, JSON_COMPACT);
 	evbuffer_add(out, "\n", 1);
-	check_output_cap(c);
 }
 
 void
@@ -189,12 +195,11 @@ conn_send_line(struct conn *c, const char *line, size_t len)
 {
 	struct evbuffer *out;
 
-	if (c->dead)
+	if (c->dead || over_output_cap(c))
 		return;
 	out = bufferevent_get_output(c->bev);
 	evbuffer_add(out, line, len);
 	evbuffer_add(out, "\n", 1);
-	check_output_cap(c);
 }
 
 void
@@ -202,13 +207,12 @@ conn_send_raw(struct conn *c, const char *a, size_t alen, const char *b, size_t 
 {
 	struct evbuffer *out;
 
-	if (c->dead)
+	if (c->dead || over_output_cap(c))
 		return;
 	out = bufferevent_get_output(c->bev);
 	evbuffer_add(out, a, alen);
 	evbuffer_add(out, b, blen);
 	evbuffer_add(out, "\n", 1);
-	check_output_cap(c);
 }
 
 void

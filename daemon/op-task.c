@@ -72,7 +72,6 @@ op_submit(struct conn *c, struct request *req)
 	bool detach = false, stream = false;
 	uint64_t queue_timeout_ms = 0;
 	struct pools_entry *e;
-	struct pool_snapshot snap;
 	json_t *spec;
 	struct task *t;
 	char *msg = NULL;
@@ -116,9 +115,8 @@ op_submit(struct conn *c, struct request *req)
 		return;
 	}
 	/* The answer comes before the done: the done is handled on a later loop turn. */
-	pool_snapshot(e->pool, &snap);
 	ops_reply(c, req, EV_ACCEPTED, json_pack("{s:I, s:s, s:i}", "task", (json_int_t)t->id,
-	    "pool", e->name, "queued", snap.queued > 0 ? (int)snap.queued - 1 : 0));
+	    "pool", e->name, "queued", (int)t->job.queued_ahead));
 }
 
 /* The task a request names; NULL after answering no_such_task. */

@@ -27,7 +27,9 @@
  *
  * Besides the workers, each pool has one watcher thread that expires queued
  * jobs whose queue deadline passed, so an expiry is delivered on time even
- * when every worker is busy with a long job.
+ * when every worker is busy with a long job. It is not counted as a worker
+ * and lives until the pool is closed and its queue is empty (nothing can be
+ * queued after that), so deadlines keep firing during a drain.
  */
 #include "config.h"
 
@@ -69,7 +71,6 @@ struct pool {
 	unsigned with_deadline;   /* queued jobs that have a deadline */
 	uint64_t watch_until_us;  /* when the watcher next wakes; 0 = never */
 	bool closed;
-	bool stopping_watcher;
 
 	struct job_list queue;    /* FIFO, head is the oldest */
 	struct job_list running;
@@ -160,6 +161,9 @@ dequeue(struct pool *p, struct pool_job *j)
 	p->queued--;
 	if (j->queue_deadline_us != 0)
 		p->with_deadline--;
+	/* Closed and empty for good: the watcher's work is over. */
+	if (p->closed && p->queue.head == NULL)
+		pthread_cond_signal(&p->watch_cv);
 }
 
 /* Marks a queued job finished without running; done is called later, unlocked. */
@@ -373,7 +377,7 @@ watcher_main(void *arg)
 
 	current_worker = w;
 	pthread_mutex_lock(&p->lock);
-	while (!p->stopping_watcher) {
+	while (!p->closed || p->queue.head != NULL) {
 		struct job_list expired = { NULL, NULL };
 
 		now = clock_now_us();
@@ -417,7 +421,15 @@ pool_create(const struct pool_config *cfg, char **cause)
 	pthread_condattr_t ca;
 	int rc = 0;
 
-	if (cfg->limit < 1 || cfg->size < 1 || cfg->size > cfg->limit) {
+	if (cfg->name == NULL) {
+		set_cause(cause, "a pool needs a name");
+		return NULL;
+	}
+	if (cfg->limit < 1) {
+		set_cause(cause, "pool %s: limit must be at least 1", cfg->name);
+		return NULL;
+	}
+	if (cfg->size < 1 || cfg->size > cfg->limit) {
 		set_cause(cause, "pool %s: size %u is out of range 1..%u",
 		    cfg->name, cfg->size, cfg->limit);
 		return NULL;
@@ -446,11 +458,15 @@ pool_create(const struct pool_config *cfg, char **cause)
 	pthread_mutex_lock(&p->lock);
 	while (p->registered < p->target && rc == 0)
 		rc = start_thread(p, false);
-	if (rc == 0)
-		rc = start_thread(p, true);
+	if (rc != 0)
+		set_cause(cause, "pool %s: cannot start worker %u of %u: %s",
+		    cfg->name, p->registered + 1, cfg->size, strerror(rc));
+	else if ((rc = start_thread(p, true)) != 0)
+		set_cause(cause, "pool %s: cannot start its deadline watcher: %s",
+		    cfg->name, strerror(rc));
 	pthread_mutex_unlock(&p->lock);
 	if (rc != 0) {
-		set_cause(cause, "pool %s: cannot start a thread: %s", cfg->name, strerror(rc));
+		/* The threads that did start are joined: none is left behind. */
 		pool_shutdown(p, POOL_NOW, NULL);
 		pool_free(p);
 		return NULL;
@@ -490,6 +506,7 @@ pool_submit(struct pool *p, struct pool_job *j)
 	j->where = POOL_JOB_QUEUED;
 	j->enqueued_us = clock_now_us();
 	j->started_us = 0;
+	j->queued_ahead = p->queued;
 	list_append(&p->queue, j);
 	p->queued++;
 	p->accepted++;
@@ -613,6 +630,7 @@ pool_close(struct pool *p, enum pool_close_mode mode)
 				j->on_cancel(j);
 	}
 	pthread_cond_broadcast(&p->work_cv);
+	pthread_cond_signal(&p->watch_cv); /* it leaves if the queue is already empty */
 	pthread_mutex_unlock(&p->lock);
 	deliver_unrun(&cancelled, POOL_CANCELLED);
 }
@@ -629,12 +647,7 @@ pool_shutdown(struct pool *p, enum pool_close_mode mode, char **cause)
 	pool_close(p, mode);
 
 	pthread_mutex_lock(&p->lock);
-	/* Workers leave once the queue is empty; the watcher only when told. */
-	for (struct worker *w = p->threads; w != NULL; w = w->next)
-		if (w->is_watcher) {
-			p->stopping_watcher = true;
-			pthread_cond_signal(&p->watch_cv);
-		}
+	/* Workers and the watcher all leave once the queue is empty. */
 	while (p->threads != NULL || p->joiners > 0) {
 		if (p->threads == NULL) {
 			pthread_cond_wait(&p->joined_cv, &p->lock);

@@ -91,6 +91,7 @@ struct pool_job {
 	enum pool_job_where where;
 	uint64_t enqueued_us;
 	uint64_t started_us;
+	unsigned queued_ahead;        /* jobs ahead of it in the queue when accepted */
 	struct pool_job *next;
 	struct pool_job *prev;
 };

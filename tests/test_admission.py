@@ -43,6 +43,15 @@ def test_exact_admission_w_plus_q_then_queue_full():
         check(d.wait_exit() == 0, "exit status")
 
 
+def test_accepted_says_how_many_are_ahead():
+    with Daemon(workers=1) as d:
+        c = d.client()
+        c.submit(LONG)
+        eventually(lambda: c.stats()["busy"] == 1, "the worker is busy")
+        ahead = [c.submit({"kind": "echo"})[1]["queued"] for _ in range(3)]
+        check(ahead == [0, 1, 2], "%r", ahead)
+
+
 def test_resize_up_and_down_under_load_loses_nothing():
     with Daemon(workers=2, queue=2000) as d:
         c = d.client()

@@ -348,13 +348,16 @@ def test_shutdown_now_kills_running_commands():
 
 
 def test_slow_client_is_disconnected_and_task_goes_on():
-    # 900 KB of output: as events plus the done it is past a slow client's 1 MiB
-    # max_output_buffer (less what the socket buffer takes); the done alone is not.
-    size = 900000
+    # 2.5 MB of output events: past a slow client's 1 MiB max_output_buffer
+    # (the cap is checked before each event is added, so a client that reads
+    # gets even a done larger than the cap; one that does not is cut off).
+    size = 2500000
     conf = "[daemon]\nmax_output_buffer = 1M\n[exec]\nstream_budget = 64k\n"
     with daemon_with(conf) as d:
         slow = d.client()
-        rid, acc = slow.submit(sh("head -c %d /dev/zero | tr '\\0' y" % size), stream=True)
+        task = sh("head -c %d /dev/zero | tr '\\0' y" % size)
+        task["output_limit"] = 3000000
+        rid, acc = slow.submit(task, stream=True)
         # never read from slow; another connection waits for the done
         w = d.client()
         done = w.request({"op": "wait", "task": acc["task"]}, "done")

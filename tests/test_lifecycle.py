@@ -118,4 +118,14 @@ def test_slow_reader_is_disconnected_at_the_output_cap():
         slow.close()
 
 
+def test_one_event_larger_than_the_cap_reaches_a_reading_client():
+    with Daemon("--max-output-buffer", "64k") as d:
+        c = d.client()
+        big = "z" * (512 * 1024)
+        rid, acc = c.submit({"kind": "echo", "value": big})
+        done = c.done(rid)
+        check(done["result"]["value"] == big, "the whole 512 KiB done arrived")
+        check(c.request({"op": "ping"})["event"] == "pong", "still connected")
+
+
 run_tests(globals())

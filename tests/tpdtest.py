@@ -72,6 +72,11 @@ class Daemon:
                     raise AssertionError("tpd did not listen within %ss:\n%s"
                                          % (TIMEOUT, self.read_log()))
                 time.sleep(0.01)  # polling the connect, not synchronising on time
+        # The Unix socket listens first: wait for the line that follows every listener.
+        while " ready " not in self.read_log():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("tpd did not become ready:\n%s" % self.read_log())
+            time.sleep(0.01)
         m = re.search(r"listening on tcp [0-9.]+:(\d+)", self.read_log())
         if m:
             self.port = int(m.group(1))

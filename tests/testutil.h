@@ -1,0 +1,269 @@
+/*
+ * testutil.h: small helpers for the C unit tests.
+ *
+ * Tests synchronise with latches and gates (a mutex and a condition each),
+ * never with sleeps. A wait carries a generous deadline only as a guard: if
+ * it passes, the test fails with the name of what it was waiting for instead
+ * of hanging the suite.
+ */
+#ifndef TPD_TESTUTIL_H
+#define TPD_TESTUTIL_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* How long any single wait may take before the test is declared hung. */
+#define TEST_WAIT_LIMIT_S 30
+
+/* A test that hangs where no latch guards it (a join, say) is killed after this. */
+#define TEST_ALARM_S (2 * TEST_WAIT_LIMIT_S)
+
+static const char *test_current = "?";
+
+static void test_fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+
+static void
+test_fail(const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "FAIL %s (%s:%d): ", test_current, file, line);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+#define CHECK(cond, ...) do {						\
+	if (!(cond))							\
+		test_fail(__FILE__, __LINE__, __VA_ARGS__);		\
+} while (0)
+
+/* Compares two unsigned integers, printing both on failure. */
+#define CHECK_EQ(got, want, what) do {					\
+	unsigned long long got_ = (unsigned long long)(got);		\
+	unsigned long long want_ = (unsigned long long)(want);		\
+	if (got_ != want_)						\
+		test_fail(__FILE__, __LINE__, "%s is %llu, expected %llu",	\
+		    (what), got_, want_);				\
+} while (0)
+
+static void
+test_deadline(struct timespec *ts)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += TEST_WAIT_LIMIT_S;
+}
+
+static void
+test_cond_init(pthread_cond_t *c)
+{
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(c, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+/* A counter that threads can wait on until it reaches a value. */
+struct latch {
+	pthread_mutex_t m;
+	pthread_cond_t c;
+	unsigned n;
+};
+
+static void
+latch_init(struct latch *l)
+{
+	pthread_mutex_init(&l->m, NULL);
+	test_cond_init(&l->c);
+	l->n = 0;
+}
+
+static void
+latch_destroy(struct latch *l)
+{
+	pthread_mutex_destroy(&l->m);
+	pthread_cond_destroy(&l->c);
+}
+
+static void
+latch_up(struct latch *l)
+{
+	pthread_mutex_lock(&l->m);
+	l->n++;
+	pthread_cond_broadcast(&l->c);
+	pthread_mutex_unlock(&l->m);
+}
+
+static unsigned
+latch_get(struct latch *l)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&l->m);
+	n = l->n;
+	pthread_mutex_unlock(&l->m);
+	return n;
+}
+
+/* Waits until the latch has counted to at least n. */
+#define latch_wait(l, n, what) latch_wait_at(__FILE__, __LINE__, (l), (n), (what))
+
+static void
+latch_wait_at(const char *file, int line, struct latch *l, unsigned n, const char *what)
+{
+	struct timespec ts;
+
+	test_deadline(&ts);
+	pthread_mutex_lock(&l->m);
+	while (l->n < n) {
+		if (pthread_cond_timedwait(&l->c, &l->m, &ts) == ETIMEDOUT) {
+			unsigned have = l->n;
+			pthread_mutex_unlock(&l->m);
+			test_fail(file, line, "timed out after %d s waiting for %s (%u of %u)",
+			    TEST_WAIT_LIMIT_S, what, have, n);
+		}
+	}
+	pthread_mutex_unlock(&l->m);
+}
+
+/* A door that stays shut until opened; waiters may also be let out early. */
+struct gate {
+	pthread_mutex_t m;
+	pthread_cond_t c;
+	bool open;
+};
+
+static void
+gate_init(struct gate *g)
+{
+	pthread_mutex_init(&g->m, NULL);
+	test_cond_init(&g->c);
+	g->open = false;
+}
+
+static void
+gate_destroy(struct gate *g)
+{
+	pthread_mutex_destroy(&g->m);
+	pthread_cond_destroy(&g->c);
+}
+
+static void
+gate_open(struct gate *g)
+{
+	pthread_mutex_lock(&g->m);
+	g->open = true;
+	pthread_cond_broadcast(&g->c);
+	pthread_mutex_unlock(&g->m);
+}
+
+/* Wakes the waiters so they re-check their own reason to leave. */
+static void
+gate_poke(struct gate *g)
+{
+	pthread_mutex_lock(&g->m);
+	pthread_cond_broadcast(&g->c);
+	pthread_mutex_unlock(&g->m);
+}
+
+/*
+ * Waits until the gate opens or leave(arg) is true (checked under the gate's
+ * mutex, so a gate_poke after leave becomes true is never lost). Returns
+ * true when the gate opened.
+ */
+static bool
+gate_wait_or(struct gate *g, bool (*leave)(const void *), const void *arg)
+{
+	struct timespec ts;
+	bool opened;
+
+	test_deadline(&ts);
+	pthread_mutex_lock(&g->m);
+	while (!g->open && (leave == NULL || !leave(arg))) {
+		if (pthread_cond_timedwait(&g->c, &g->m, &ts) == ETIMEDOUT) {
+			pthread_mutex_unlock(&g->m);
+			test_fail(__FILE__, __LINE__, "timed out after %d s at a gate",
+			    TEST_WAIT_LIMIT_S);
+		}
+	}
+	opened = g->open;
+	pthread_mutex_unlock(&g->m);
+	return opened;
+}
+
+static uint64_t
+test_ms_since(const struct timespec *t0)
+{
+	struct timespec t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (uint64_t)(t1.tv_sec - t0->tv_sec) * 1000 +
+	    (uint64_t)((t1.tv_nsec - t0->tv_nsec) / 1000000);
+}
+
+static void
+test_on_alarm(int sig)
+{
+	static const char msg[] = " hung: killed by its alarm\n";
+
+	(void)sig;
+	(void)!write(STDERR_FILENO, "FAIL ", 5);
+	(void)!write(STDERR_FILENO, test_current, strlen(test_current));
+	(void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+	_exit(1);
+}
+
+/* A table of named tests; main runs all, or those named on the command line. */
+struct test_case {
+	const char *name;
+	void (*fn)(void);
+};
+
+static int
+test_run_all(const struct test_case *cases, size_t n, int argc, char **argv)
+{
+	size_t i;
+	int k, ran = 0;
+	struct timespec t0;
+
+	signal(SIGALRM, test_on_alarm);
+	for (i = 0; i < n; i++) {
+		bool wanted = argc <= 1;
+
+		for (k = 1; k < argc; k++)
+			if (strcmp(argv[k], cases[i].name) == 0)
+				wanted = true;
+		if (!wanted)
+			continue;
+		test_current = cases[i].name;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		alarm(TEST_ALARM_S);
+		cases[i].fn();
+		alarm(0);
+		printf("ok %zu %s (%llu ms)\n", i + 1, cases[i].name,
+		    (unsigned long long)test_ms_since(&t0));
+		fflush(stdout);
+		ran++;
+	}
+	if (ran == 0) {
+		fprintf(stderr, "no test matches the names given\n");
+		return 1;
+	}
+	return 0;
+}
+
+#endif
