@@ -1,0 +1,391 @@
+/*
+ * floor: the least a server speaking tpd's framing can do, to compare tpd
+ * with. One thread, one epoll set, level-triggered. Each request line gets
+ * exactly one answer line carrying its id verbatim:
+ *
+ *   ping        {"event":"pong","id":ID}
+ *   submit      {"event":"done","id":ID,"task":N,"state":"succeeded",
+ *                "queued_ms":0,"run_ms":0,"result":TASK}  (TASK: the
+ *                request's task object, copied, so echo sizes match)
+ *   other ops   {"event":"ok","id":ID}
+ *
+ * It parses nothing it does not need (a shallow textual scan), reads into
+ * one shared buffer, and writes each read's answers in one write. Only a
+ * partial line or unsent output is kept per connection, so an idle
+ * connection costs a small struct: the floor for memory per connection too.
+ *
+ * usage: floor [-s PATH] [-l HOST:PORT] [-m MAXCONN]
+ * (-m: the open-file limit to raise to, default 16384 + 64)
+ * Prints "floor: listening on ..." lines (with the bound TCP port), runs
+ * until SIGINT/SIGTERM, then removes its socket file.
+ */
+#include "config.h"
+
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tpbench-scan.h"
+#include "tpbench-sock.h"
+
+#define FLOOR_READ 65536
+#define FLOOR_OUT_PAUSE (1024 * 1024)   /* stop reading a client that does not */
+
+struct fconn {
+	int fd;
+	char *in;               /* a partial line, or NULL */
+	size_t inlen;
+	char *out;              /* unsent answers, or NULL */
+	size_t outoff, outlen;
+	bool paused;
+};
+
+static int ep;
+static uint64_t task_seq;
+static char rbuf[FLOOR_READ];
+static char *obuf;
+static size_t olen, ocap;
+
+static void
+floor_fatal(const char *what)
+{
+	fprintf(stderr, "floor: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+static void
+out_put(const void *p, size_t n)
+{
+	if (olen + n > ocap) {
+		while (olen + n > ocap)
+			ocap = ocap ? ocap * 2 : FLOOR_READ * 2;
+		obuf = realloc(obuf, ocap);
+		if (obuf == NULL)
+			floor_fatal("realloc");
+	}
+	memcpy(obuf + olen, p, n);
+	olen += n;
+}
+
+#define OUT_LIT(s) out_put((s), sizeof(s) - 1)
+
+/* One request line; its answer goes to the shared output buffer. */
+static void
+floor_answer(const char *p, const char *end)
+{
+	struct scan_line sl;
+	char num[32];
+
+	while (p < end && (end[-1] == '\r' || end[-1] == ' '))
+		end--;
+	if (p == end)
+		return;
+	if (scan_line(p, end, &sl) == -1) {
+		OUT_LIT("{\"event\":\"error\",\"error\":{\"code\":\"bad_json\","
+		    "\"message\":\"not a JSON object\"}}\n");
+		return;
+	}
+	if (scan_is(&sl.op, "ping"))
+		OUT_LIT("{\"event\":\"pong\"");
+	else if (scan_is(&sl.op, "submit"))
+		OUT_LIT("{\"event\":\"done\"");
+	else
+		OUT_LIT("{\"event\":\"ok\"");
+	if (sl.id.p != NULL) {
+		OUT_LIT(",\"id\":");
+		out_put(sl.id.p, sl.id.len);
+	}
+	if (scan_is(&sl.op, "submit")) {
+		int n = snprintf(num, sizeof num, "%" PRIu64, ++task_seq);
+
+		OUT_LIT(",\"task\":");
+		out_put(num, (size_t)n);
+		OUT_LIT(",\"state\":\"succeeded\",\"queued_ms\":0,\"run_ms\":0,"
+		    "\"result\":");
+		if (sl.task.p != NULL)
+			out_put(sl.task.p, sl.task.len);
+		else
+			OUT_LIT("null");
+	}
+	OUT_LIT("}\n");
+}
+
+static void
+floor_close(struct fconn *c)
+{
+	epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	free(c->in);
+	free(c->out);
+	free(c);
+}
+
+static void
+floor_watch(struct fconn *c)
+{
+	struct epoll_event ev;
+
+	ev.events = (c->paused ? 0 : EPOLLIN) | (c->out != NULL ? EPOLLOUT : 0);
+	ev.data.ptr = c;
+	epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/* Writes what is pending; returns -1 when the connection broke. */
+static int
+floor_flush(struct fconn *c)
+{
+	bool had = c->out != NULL, paused = c->paused;
+	ssize_t n;
+
+	/* whatever waited goes first, then this pass's answers */
+	if (c->out != NULL && olen > 0) {
+		c->out = realloc(c->out, c->outlen + olen);
+		if (c->out == NULL)
+			floor_fatal("realloc");
+		memcpy(c->out + c->outlen, obuf, olen);
+		c->outlen += olen;
+		olen = 0;
+	}
+	if (c->out == NULL && olen > 0) {
+		size_t off = 0;
+
+		while (off < olen) {
+			n = write(c->fd, obuf + off, olen - off);
+			if (n == -1 && errno == EINTR)
+				continue;
+			if (n == -1 && errno == EAGAIN)
+				break;
+			if (n == -1) {
+				olen = 0;
+				return -1;
+			}
+			off += (size_t)n;
+		}
+		if (off < olen) {
+			c->out = malloc(olen - off);
+			if (c->out == NULL)
+				floor_fatal("malloc");
+			memcpy(c->out, obuf + off, olen - off);
+			c->outoff = 0;
+			c->outlen = olen - off;
+		}
+		olen = 0;
+	} else if (c->out != NULL) {
+		while (c->outoff < c->outlen) {
+			n = write(c->fd, c->out + c->outoff, c->outlen - c->outoff);
+			if (n == -1 && errno == EINTR)
+				continue;
+			if (n == -1 && errno == EAGAIN)
+				break;
+			if (n == -1)
+				return -1;
+			c->outoff += (size_t)n;
+		}
+		if (c->outoff == c->outlen) {
+			free(c->out);
+			c->out = NULL;
+			c->outoff = c->outlen = 0;
+		}
+	}
+	c->paused = c->out != NULL && c->outlen - c->outoff > FLOOR_OUT_PAUSE;
+	if (had != (c->out != NULL) || paused != c->paused)
+		floor_watch(c);
+	return 0;
+}
+
+/* Answers every complete line in [p, p + n); returns the partial tail's start. */
+static const char *
+floor_lines(const char *p, size_t n)
+{
+	const char *end = p + n, *nl;
+
+	while ((nl = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+		floor_answer(p, nl);
+		p = nl + 1;
+	}
+	return p;
+}
+
+/* Returns -1 when the connection ended. */
+static int
+floor_read(struct fconn *c)
+{
+	const char *rest;
+	ssize_t n;
+
+	n = read(c->fd, rbuf, sizeof rbuf);
+	if (n == -1 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (n <= 0)
+		return -1;
+	if (c->in != NULL) {
+		/* finish the kept partial line first */
+		c->in = realloc(c->in, c->inlen + (size_t)n);
+		if (c->in == NULL)
+			floor_fatal("realloc");
+		memcpy(c->in + c->inlen, rbuf, (size_t)n);
+		c->inlen += (size_t)n;
+		rest = floor_lines(c->in, c->inlen);
+		c->inlen -= (size_t)(rest - c->in);
+		if (c->inlen == 0) {
+			free(c->in);
+			c->in = NULL;
+		} else
+			memmove(c->in, rest, c->inlen);
+	} else {
+		rest = floor_lines(rbuf, (size_t)n);
+		if (rest < rbuf + n) {
+			c->inlen = (size_t)(rbuf + n - rest);
+			c->in = malloc(c->inlen);
+			if (c->in == NULL)
+				floor_fatal("malloc");
+			memcpy(c->in, rest, c->inlen);
+		}
+	}
+	return floor_flush(c);
+}
+
+static void
+floor_accept(int lfd, bool tcp)
+{
+	struct epoll_event ev;
+	struct fconn *c;
+	int fd, one = 1;
+
+	for (;;) {
+		fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd == -1) {
+			if (errno != EAGAIN && errno != EINTR)
+				fprintf(stderr, "floor: accept: %s\n", strerror(errno));
+			return;
+		}
+		if (tcp)
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		c = calloc(1, sizeof *c);
+		if (c == NULL)
+			floor_fatal("calloc");
+		c->fd = fd;
+		ev.events = EPOLLIN;
+		ev.data.ptr = c;
+		epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+	}
+}
+
+static void
+usage(void)
+{
+	fprintf(stderr, "usage: floor [-s PATH] [-l HOST:PORT] [-m MAXCONN]\n");
+	exit(64);
+}
+
+int
+main(int argc, char **argv)
+{
+	struct sock_target unix_t, tcp_t;
+	struct epoll_event ev, evs[256];
+	/* the listeners and the signal fd are told apart by these markers */
+	static char mark_unix, mark_tcp, mark_sig;
+	const char *path = NULL, *hostport = NULL;
+	char *cause = NULL;
+	sigset_t set;
+	long maxconn = 16384;
+	int ch, n, k, ufd = -1, tfd = -1, sfd;
+
+	while ((ch = getopt(argc, argv, "s:l:m:")) != -1) {
+		switch (ch) {
+		case 's':
+			path = optarg;
+			break;
+		case 'l':
+			hostport = optarg;
+			break;
+		case 'm':
+			maxconn = strtol(optarg, NULL, 10);
+			if (maxconn < 1)
+				usage();
+			break;
+		default:
+			usage();
+		}
+	}
+	if (optind != argc || (path == NULL && hostport == NULL))
+		usage();
+	signal(SIGPIPE, SIG_IGN);
+	/* short of the limit asked, the floor runs with what it got */
+	if (sock_raise_nofile((rlim_t)maxconn + 64, &cause) == -1)
+		fprintf(stderr, "floor: warning: %s\n", cause);
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	if (ep == -1)
+		floor_fatal("epoll_create1");
+	if (path != NULL) {
+		if (sock_target_unix(&unix_t, path, &cause) == -1 ||
+		    (ufd = sock_listen(&unix_t, &cause)) == -1) {
+			fprintf(stderr, "floor: %s\n", cause);
+			return 1;
+		}
+		ev.events = EPOLLIN;
+		ev.data.ptr = &mark_unix;
+		epoll_ctl(ep, EPOLL_CTL_ADD, ufd, &ev);
+		printf("floor: listening on %s\n", unix_t.name);
+	}
+	if (hostport != NULL) {
+		if (sock_target_tcp(&tcp_t, hostport, &cause) == -1 ||
+		    (tfd = sock_listen(&tcp_t, &cause)) == -1) {
+			fprintf(stderr, "floor: %s\n", cause);
+			return 1;
+		}
+		ev.events = EPOLLIN;
+		ev.data.ptr = &mark_tcp;
+		epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &ev);
+		printf("floor: listening on %s port %d\n", tcp_t.name, sock_port(tfd));
+	}
+	fflush(stdout);
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	sfd = signalfd(-1, &set, SFD_CLOEXEC);
+	ev.events = EPOLLIN;
+	ev.data.ptr = &mark_sig;
+	epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev);
+
+	for (;;) {
+		n = epoll_wait(ep, evs, 256, -1);
+		if (n == -1 && errno != EINTR)
+			floor_fatal("epoll_wait");
+		for (k = 0; k < n; k++) {
+			void *p = evs[k].data.ptr;
+			struct fconn *c = p;
+
+			if (p == &mark_sig)
+				goto out;
+			if (p == &mark_unix || p == &mark_tcp) {
+				floor_accept(p == &mark_unix ? ufd : tfd, p == &mark_tcp);
+				continue;
+			}
+			if ((evs[k].events & EPOLLOUT) && floor_flush(c) == -1) {
+				floor_close(c);
+				continue;
+			}
+			if ((evs[k].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) &&
+			    !c->paused && floor_read(c) == -1)
+				floor_close(c);
+		}
+	}
+out:
+	if (path != NULL)
+		unlink(path);
+	return 0;
+}

@@ -1,0 +1,450 @@
+#!/usr/bin/env python3
+"""run.py: what `make bench` runs after pool-bench. It starts the built tpd,
+the floor and the peers privately (Unix sockets in a temp dir), runs every
+measurement once per round in a fixed interleaved order (so tpd and the thing
+it is compared with alternate: A B A B), takes the median of each over the
+rounds, and prints one table: workload, tpd's figure, the floor's or peer's,
+the ratio, the target and whether it is met.
+
+Machines here are shared and noisy: quote ratios, not absolute figures.
+
+usage: run.py --build DIR [--rounds N] [--duration S] [--warmup S]
+              [--idle N] [--only NAME,...] [--json FILE] [--keep]
+Needs: DIR/tpd, DIR/bench/{tpbench,floor,spawn-loop,beanstalk-cycle};
+beanstalkd (Debian package beanstalkd) for the beanstalkd row; xargs.
+Processes it starts are stopped by pid, always.
+"""
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.build = os.path.abspath(args.build)
+        self.tmp = tempfile.mkdtemp(prefix="tpd-bench-")
+        self.procs = []          # (name, Popen), stopped in reverse order
+        self.results = {}        # measurement name -> list of per-round dicts
+        self.notes = []
+
+    # ------------------------------------------------------------ processes
+    def prog(self, name):
+        path = os.path.join(self.build, name)
+        if not os.access(path, os.X_OK):
+            sys.exit("run.py: %s is not built (run make first)" % path)
+        return path
+
+    def start(self, name, argv, sock):
+        """Starts a server, waits until it answers on sock (by connecting)."""
+        logf = open(os.path.join(self.tmp, name + ".log"), "w")
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
+                             stderr=subprocess.STDOUT, cwd=self.tmp)
+        self.procs.append((name, p))
+        deadline = time.monotonic() + 10
+        while not os.path.exists(sock):
+            if p.poll() is not None or time.monotonic() > deadline:
+                self.fail_start(name)
+            time.sleep(0.01)
+        return p
+
+    def fail_start(self, name):
+        with open(os.path.join(self.tmp, name + ".log")) as f:
+            sys.exit("run.py: %s did not start:\n%s" % (name, f.read()))
+
+    def stop(self, p):
+        for i, (name, q) in enumerate(self.procs):
+            if q is p:
+                del self.procs[i]
+                break
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def stop_all(self):
+        while self.procs:
+            self.stop(self.procs[-1][1])
+
+    def tpd(self, name, workers, extra=()):
+        sock = os.path.join(self.tmp, name + ".sock")
+        argv = [self.prog("tpd"), "-f", "-s", sock, "-w", str(workers),
+                "-q", "4096", "--limit", "64", "--max-connections", "20000",
+                "--log-level", "warning"] + list(extra)
+        p = self.start(name, argv, sock)
+        self.tpbench(sock, ["--op", "ping", "-n", "1", "--connect-timeout", "10000"])
+        return p, sock
+
+    def floor(self, name):
+        sock = os.path.join(self.tmp, name + ".sock")
+        p = self.start(name, [self.prog("bench/floor"), "-s", sock], sock)
+        self.tpbench(sock, ["--op", "ping", "-n", "1", "--connect-timeout", "10000"])
+        return p, sock
+
+    # ------------------------------------------------------------ measuring
+    @staticmethod
+    def cpu_s(pid):
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    @staticmethod
+    def rss_kib(pid):
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no VmRSS for pid %d" % pid)
+
+    def tpbench(self, sock, args, server=None):
+        """Runs tpbench --json; adds the server's CPU seconds per request."""
+        before = self.cpu_s(server.pid) if server else None
+        out = subprocess.run([self.prog("bench/tpbench"), "-s", sock, "--json"] + args,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, timeout=600)
+        if out.returncode != 0:
+            raise RuntimeError("tpbench %s: %s" % (" ".join(args), out.stderr.strip()))
+        r = json.loads(out.stdout)
+        r["stderr"] = out.stderr.strip()
+        if server:
+            r["server_cpu_s"] = self.cpu_s(server.pid) - before
+        return r
+
+    def load(self, sock, what, conns, window, server=None):
+        a = self.args
+        # what goes last: --exec takes every argument after it
+        return self.tpbench(sock, ["-c", str(conns), "-w", str(window),
+                                   "-d", str(a.duration), "--warmup", str(a.warmup)] + what,
+                            server)
+
+    def record(self, name, fig):
+        self.results.setdefault(name, []).append(fig)
+
+    def median(self, name, key="rate"):
+        vals = [r[key] for r in self.results.get(name, []) if r.get(key) is not None]
+        return statistics.median(vals) if vals else None
+
+    # ------------------------------------------------------------ workloads
+    def round_throughput(self):
+        echo = ["--echo", "64"]
+        self.record("tpd echo 1x64", self.load(self.tpd2s, echo, 1, 64, self.tpd2))
+        self.record("floor echo 1x64", self.load(self.floors, echo, 1, 64, self.floorp))
+        if self.bs:
+            self.record("beanstalkd cycle", self.beanstalk())
+        self.record("tpd -w 64 echo 1x64", self.load(self.tpd64s, echo, 1, 64, self.tpd64))
+        self.record("tpd echo 50x1", self.load(self.tpd2s, echo, 50, 1, self.tpd2))
+        self.record("floor echo 50x1", self.load(self.floors, echo, 50, 1, self.floorp))
+        ping = ["--op", "ping"]
+        self.record("tpd ping 1x1", self.load(self.tpd2s, ping, 1, 1, self.tpd2))
+        self.record("floor ping 1x1", self.load(self.floors, ping, 1, 1, self.floorp))
+        self.record("tpd echo 1x1", self.load(self.tpd2s, echo, 1, 1, self.tpd2))
+        self.record("floor echo 1x1", self.load(self.floors, echo, 1, 1, self.floorp))
+        self.record("tpd ping 1x64", self.load(self.tpd2s, ping, 1, 64, self.tpd2))
+        self.record("floor ping 1x64", self.load(self.floors, ping, 1, 64, self.floorp))
+
+    def beanstalk(self):
+        """beanstalkd's best cycle: the better of its two shapes this round."""
+        best = None
+        for shape in (["-m", "pipe", "-w", "64", "-C", "4"], ["-m", "conn", "-c", "64"]):
+            out = subprocess.run([self.prog("bench/beanstalk-cycle"), "-s", self.bss,
+                                  "--json", "-b", "64", "-d", str(self.args.duration),
+                                  "--warmup", str(self.args.warmup)] + shape,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, timeout=600)
+            if out.returncode != 0:
+                raise RuntimeError("beanstalk-cycle: " + out.stderr.strip())
+            r = json.loads(out.stdout)
+            r["shape"] = " ".join(shape)
+            if best is None or r["rate"] > best["rate"]:
+                best = r
+        return best
+
+    def round_exec(self):
+        self.record("tpd exec true -w 2", self.load(self.tpd2s, ["--exec", "true"], 1, 8,
+                                                    self.tpd2))
+        out = subprocess.run([self.prog("bench/spawn-loop"), "-P", "2", "-d",
+                              str(self.args.duration), "--json", "true"],
+                             stdout=subprocess.PIPE, text=True, timeout=600, check=True)
+        self.record("spawn-loop -P2", json.loads(out.stdout))
+        n = max(200, int(800 * self.args.duration))
+        t0 = time.monotonic()
+        subprocess.run("seq %d | xargs -P2 -n1 true" % n, shell=True, check=True,
+                       timeout=600)
+        self.record("xargs -P2", {"rate": n / (time.monotonic() - t0), "ok": n})
+
+    def idle(self, name, start):
+        """Daemon RSS per connection with N idle connections held."""
+        n = self.args.idle
+        p, sock = start(name)
+        before = self.rss_kib(p.pid)
+        hold = subprocess.Popen([self.prog("bench/tpbench"), "-s", sock, "--json",
+                                 "--idle", str(n)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = hold.stdout.readline()
+            if not line:
+                raise RuntimeError("tpbench --idle: " + hold.stderr.read().strip())
+            held = json.loads(line)["idle"]
+            after = self.rss_kib(p.pid)
+        finally:
+            hold.stdin.close()
+            hold.wait(timeout=60)
+        self.stop(p)
+        return {"rate": (after - before) * 1024.0 / held, "before_kib": before,
+                "after_kib": after, "held": held}
+
+    def round_idle(self):
+        self.record("tpd idle", self.idle("tpd-idle", lambda n: self.tpd(n, 2)))
+        self.record("floor idle", self.idle("floor-idle", self.floor))
+
+    def round_resize(self):
+        """Resize 1 -> 64 -> 1 while echo load runs; each answer's time."""
+        p, sock = self.tpd("tpd-resize", 1)
+        loadp = subprocess.Popen([self.prog("bench/tpbench"), "-s", sock, "--json",
+                                  "--echo", "64", "-w", "64", "-d", "60"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        times = []
+        try:
+            time.sleep(0.3)
+            for _ in range(5):
+                for size in (64, 1):
+                    r = self.tpbench(sock, ["--raw", '{"op":"resize","size":%d}' % size,
+                                            "-n", "1"])
+                    if r["ok"] != 1:
+                        raise RuntimeError("resize %d not ok: %s" % (size, r))
+                    times.append(r["latency_us"]["max"] / 1000.0)
+                    time.sleep(0.1)
+            stats = self.tpbench(sock, ["--raw", '{"op":"stats"}', "-n", "1"])
+        finally:
+            loadp.send_signal(signal.SIGTERM)
+            loadp.wait(timeout=60)
+            self.stop(p)
+        self.record("tpd resize", {"rate": max(times), "median_ms": statistics.median(times),
+                                   "all_ms": times, "stats_ok": stats["ok"]})
+
+    def round_validate(self):
+        """
+        Is tpbench the bottleneck? The same load on the floor (2 connections x
+        64 in flight) from one tpbench and from two at once (one connection each).
+        """
+        self.record("floor echo 2x64, 1 tpbench", self.load(self.floors, ["--echo", "64"],
+                                                              2, 64, self.floorp))
+        a = self.args
+        argv = [self.prog("bench/tpbench"), "-s", self.floors, "--json", "--echo", "64",
+                "-c", "1", "-w", "64", "-d", str(a.duration), "--warmup", str(a.warmup)]
+        ps = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        rates = [json.loads(p.communicate(timeout=600)[0])["rate"] for p in ps]
+        self.record("floor echo 2x64, 2 tpbench", {"rate": sum(rates)})
+
+    # ------------------------------------------------------------ the run
+    def run(self):
+        a = self.args
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(
+                resource.RLIMIT_NOFILE)[1],) * 2)
+        except (ValueError, OSError):
+            pass
+        self.tpd2, self.tpd2s = self.tpd("tpd", 2)
+        self.tpd64, self.tpd64s = self.tpd("tpd-w64", 64)
+        self.floorp, self.floors = self.floor("floor")
+        self.bs = shutil.which("beanstalkd")
+        if self.bs:
+            self.bss = os.path.join(self.tmp, "beanstalkd.sock")
+            self.start("beanstalkd", [self.bs, "-l", "unix:" + self.bss], self.bss)
+        else:
+            self.notes.append("beanstalkd not installed (apt-get install beanstalkd): "
+                              "its row is missing")
+        probe = self.tpbench(self.tpd2s, ["-n", "1", "--drain", "5", "--exec", "true"])
+        self.exec_ok = probe["ok"] == 1
+        if not self.exec_ok:
+            self.notes.append("exec tasks do not run in this tpd (a probe got %d errors, "
+                              "%d failed): the exec rows are missing" %
+                              (probe["errors"], probe["failed"]))
+        parts = [("throughput", self.round_throughput), ("exec", self.round_exec),
+                 ("idle", self.round_idle), ("resize", self.round_resize),
+                 ("validate", self.round_validate)]
+        only = set(a.only.split(",")) if a.only else None
+        for rnd in range(a.rounds):
+            for name, fn in parts:
+                if only and name not in only:
+                    continue
+                if name == "exec" and not self.exec_ok:
+                    continue
+                log("run.py: round %d/%d: %s" % (rnd + 1, a.rounds, name))
+                fn()
+        self.stop_all()
+
+    # ------------------------------------------------------------ the table
+    def rows(self):
+        m = self.median
+        rows = []
+
+        def ratio(x, y):
+            return x / y if x is not None and y else None
+
+        def add(name, tpd, peer, r, target, met, unit):
+            rows.append((name, tpd, peer, r, target, met, unit))
+
+        def more(name, tkey, pkey, target, unit="/s", key="rate"):
+            t, p = m(tkey, key), m(pkey, key)
+            r = ratio(t, p)
+            add(name, t, p, r, ">= %.2fx" % target, None if r is None else r >= target,
+                unit)
+
+        def less(name, tkey, pkey, target, key, unit="us"):
+            t, p = m(tkey, key), m(pkey, key)
+            r = ratio(t, p)
+            add(name, t, p, r, "<= %.1fx" % target, None if r is None else r <= target,
+                unit)
+
+        for fig in self.results.get("tpd ping 1x1", []) + self.results.get("floor ping 1x1", []) \
+                + self.results.get("tpd echo 1x1", []):
+            fig["p50"] = fig["latency_us"]["p50"]
+        more("echo 64B, 1 conn x 64 in flight, vs floor", "tpd echo 1x64", "floor echo 1x64", 0.30)
+        more("echo 64B, 1 conn x 64 in flight, vs beanstalkd", "tpd echo 1x64",
+             "beanstalkd cycle", 3.0)
+        more("echo 64B, 50 conns x 1 in flight, vs floor", "tpd echo 50x1", "floor echo 50x1", 0.5)
+        less("ping p50, 1 in flight, vs floor ping", "tpd ping 1x1", "floor ping 1x1", 1.2, "p50")
+        less("echo p50, 1 in flight, vs floor ping", "tpd echo 1x1", "floor ping 1x1", 2.0, "p50")
+        more("exec true, 2 workers, vs spawn-loop -P2", "tpd exec true -w 2", "spawn-loop -P2", 0.9)
+        more("exec true, 2 workers, vs xargs -P2", "tpd exec true -w 2", "xargs -P2", 1.4)
+        t, p = m("tpd idle"), m("floor idle")
+        add("%d idle conns: daemon RSS per conn" % self.args.idle, t, p, ratio(t, p),
+            "<= 1024 B", None if t is None else t <= 1024, "B")
+        t = m("tpd resize")
+        add("resize 1->64->1 under load, slowest answer", t, None, None, "<= 10 ms",
+            None if t is None else t <= 10, "ms")
+        more("echo 1x64: 64 workers vs 2 workers", "tpd -w 64 echo 1x64", "tpd echo 1x64", 0.8)
+        return rows
+
+    @staticmethod
+    def fmt(v, unit):
+        if v is None:
+            return "-"
+        if unit == "/s":
+            return "%.0f/s" % v
+        if unit == "us":
+            return "%.1f us" % v
+        if unit == "ms":
+            return "%.2f ms" % v
+        if unit == "B":
+            return "%.0f B" % v
+        return "%.3g" % v
+
+    def print_table(self):
+        a = self.args
+        rows = self.rows()
+        head = ("workload", "tpd", "floor/peer", "ratio", "target", "met?")
+        body = [(n, self.fmt(t, u), self.fmt(p, u), "-" if r is None else "%.3fx" % r, tg,
+                 "-" if met is None else ("yes" if met else "NO"))
+                for n, t, p, r, tg, met, u in rows]
+        widths = [max(len(x[i]) for x in body + [head]) for i in range(len(head))]
+        print()
+        print("tpd benchmark: medians of %d rounds, %.1f s each (+%.1f s warm-up), "
+              "runs alternating; %d CPUs" % (a.rounds, a.duration, a.warmup, os.cpu_count()))
+        line = "  ".join(h.ljust(w) for h, w in zip(head, widths))
+        print(line)
+        print("-" * len(line))
+        for row in body:
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+
+        # figures for issue 3's closing note, and the checks on the load generator
+        print()
+        print("one Unix connection (tpd -w 2): ping 1 in flight %s, 64 in flight %s; "
+              "echo 1 in flight %s, 64 in flight %s" % tuple(
+                  self.fmt(self.median(k), "/s") for k in
+                  ("tpd ping 1x1", "tpd ping 1x64", "tpd echo 1x1", "tpd echo 1x64")))
+        print("floor, same: ping %s / %s; echo %s / %s" % tuple(
+            self.fmt(self.median(k), "/s") for k in
+            ("floor ping 1x1", "floor ping 1x64", "floor echo 1x1", "floor echo 1x64")))
+        one, two = self.median("floor echo 2x64, 1 tpbench"), \
+            self.median("floor echo 2x64, 2 tpbench")
+        if one and two:
+            print("load generator check: floor echo, 2 conns x 64 in flight, from one "
+                  "tpbench %s, from two at once %s (sum)" %
+                  (self.fmt(one, "/s"), self.fmt(two, "/s")))
+        for key in ("tpd echo 1x64", "floor echo 1x64", "tpd echo 50x1", "floor echo 50x1"):
+            figs = self.results.get(key, [])
+            if figs and figs[0].get("server_cpu_s") is not None:
+                per = statistics.median(
+                    [(f["server_cpu_s"] / f["ok"] * 1e6) if f["ok"] else 0 for f in figs])
+                gen = statistics.median(
+                    [((f["cpu_user_s"] + f["cpu_sys_s"]) / f["ok"] * 1e6) if f["ok"] else 0
+                     for f in figs])
+                print("CPU per request, %s: server %.2f us, tpbench %.2f us" % (key, per, gen))
+        rs = self.results.get("tpd resize", [])
+        if rs:
+            every = sorted(t for r in rs for t in r["all_ms"])
+            print("resize answers under load: median %.2f ms, slowest %.2f ms, of %d "
+                  "(tpd -w 1 --limit 64, echo 1 conn x 64 in flight running)" %
+                  (statistics.median(every), every[-1], len(every)))
+        print("per round (figure of each run, in run order):")
+        for key, figs in self.results.items():
+            vals = [f.get("rate") for f in figs]
+            p50s = [f["latency_us"]["p50"] for f in figs if "latency_us" in f]
+            print("  %-28s %s%s" % (key, "  ".join("%.0f" % v for v in vals),
+                                   ("   p50 us " + "  ".join("%.1f" % v for v in p50s))
+                                   if p50s else ""))
+        bad = []
+        for key, figs in self.results.items():
+            for f in figs:
+                for field in ("errors", "rejected", "lost", "failed", "unmatched"):
+                    if f.get(field):
+                        bad.append("%s: %s %d" % (key, field, f[field]))
+        for b in sorted(set(bad)):
+            print("warning: " + b)
+        for n in self.notes:
+            print("note: " + n)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"results": self.results,
+                           "rows": [dict(zip(("workload", "tpd", "peer", "ratio", "target",
+                                              "met", "unit"), r)) for r in rows]},
+                          f, indent=1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", required=True, help="the build directory")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=2.0, help="seconds measured per run")
+    ap.add_argument("--warmup", type=float, default=0.5, help="seconds before measuring")
+    ap.add_argument("--idle", type=int, default=10000, help="idle connections to hold")
+    ap.add_argument("--only", help="comma-separated parts: throughput,exec,idle,resize,validate")
+    ap.add_argument("--json", help="also write every figure to this file")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
+    args = ap.parse_args()
+    if args.rounds < 1 or args.duration <= 0 or args.idle < 1:
+        sys.exit("run.py: --rounds and --idle at least 1, --duration above 0")
+    b = Bench(args)
+    try:
+        b.run()
+        b.print_table()
+    finally:
+        b.stop_all()
+        if args.keep:
+            log("run.py: logs kept in " + b.tmp)
+        else:
+            shutil.rmtree(b.tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+/*
+ * spawn-loop: the bare way to run a program many times, to compare tpd's
+ * exec tasks with: posix_spawn and waitpid, keeping PAR children running,
+ * nothing else (no pipes, no JSON, no sockets). ARGV[0] is looked up in PATH
+ * once, before the loop, as tpd does for an exec task: the loop then pays for
+ * the spawn and the wait only, not for failed execs along a long PATH.
+ *
+ * usage: spawn-loop [-P PAR] [-n COUNT | -d SECONDS] [--json] [--] ARGV...
+ * Prints the programs run per second (and the count and time).
+ */
+#include "config.h"
+
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tpbench-hist.h"
+
+extern char **environ;
+
+/* argv0 itself when it has a slash, else its first executable match in PATH. */
+static char *
+resolve(const char *argv0)
+{
+	static char buf[4096];
+	const char *path = getenv("PATH"), *p, *colon;
+	size_t dlen;
+
+	if (strchr(argv0, '/') != NULL)
+		return (char *)argv0;
+	if (path == NULL)
+		path = "/usr/bin:/bin";
+	for (p = path; ; p = colon + 1) {
+		colon = strchr(p, ':');
+		dlen = colon ? (size_t)(colon - p) : strlen(p);
+		if (snprintf(buf, sizeof buf, "%.*s/%s", (int)dlen,
+		    dlen ? p : ".", argv0) < (int)sizeof buf &&
+		    access(buf, X_OK) == 0)
+			return buf;
+		if (colon == NULL)
+			return NULL;
+	}
+}
+
+static void
+usage(void)
+{
+	fprintf(stderr, "usage: spawn-loop [-P PAR] [-n COUNT | -d SECONDS] "
+	    "[--json] [--] ARGV...\n");
+	exit(64);
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 }
+	};
+	uint64_t count = 0, started = 0, finished = 0, failed = 0, t0, t_end = 0;
+	double duration = 0;
+	long par = 1;
+	bool json = false;
+	char *prog;
+	int ch, status, running = 0;
+	pid_t pid;
+
+	while ((ch = getopt_long(argc, argv, "+P:n:d:", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'P':
+			par = strtol(optarg, NULL, 10);
+			if (par < 1 || par > 4096)
+				usage();
+			break;
+		case 'n':
+			count = strtoull(optarg, NULL, 10);
+			break;
+		case 'd':
+			duration = strtod(optarg, NULL);
+			break;
+		case 'j':
+			json = true;
+			break;
+		default:
+			usage();
+		}
+	}
+	if (optind >= argc || (count == 0) == (duration <= 0))
+		usage();
+	argv += optind;
+	if ((prog = resolve(argv[0])) == NULL) {
+		fprintf(stderr, "spawn-loop: %s: not found in PATH\n", argv[0]);
+		return 1;
+	}
+
+	t0 = hist_now_ns();
+	if (duration > 0)
+		t_end = t0 + (uint64_t)(duration * 1e9);
+	for (;;) {
+		bool more = duration > 0 ? hist_now_ns() < t_end : started < count;
+
+		while (more && running < par) {
+			int error = posix_spawn(&pid, prog, NULL, NULL, argv, environ);
+
+			if (error != 0) {
+				fprintf(stderr, "spawn-loop: %s: %s\n", prog,
+				    strerror(error));
+				return 1;
+			}
+			started++;
+			running++;
+			more = duration > 0 ? hist_now_ns() < t_end : started < count;
+		}
+		if (running == 0)
+			break;
+		pid = waitpid(-1, &status, 0);
+		if (pid == -1) {
+			if (errno == EINTR)
+				continue;
+			perror("spawn-loop: waitpid");
+			return 1;
+		}
+		running--;
+		finished++;
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			failed++;
+	}
+	{
+		double elapsed = (double)(hist_now_ns() - t0) / 1e9;
+
+		if (json)
+			printf("{\"par\":%ld,\"ok\":%" PRIu64 ",\"failed\":%" PRIu64
+			    ",\"elapsed_s\":%.6f,\"rate\":%.3f}\n", par,
+			    finished - failed, failed, elapsed,
+			    (double)(finished - failed) / elapsed);
+		else
+			printf("spawn-loop: %" PRIu64 " runs of %s (%" PRIu64
+			    " failed) at parallelism %ld in %.3f s: %.1f/s\n",
+			    finished, argv[0], failed, par, elapsed,
+			    (double)(finished - failed) / elapsed);
+	}
+	return 0;
+}
