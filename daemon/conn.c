@@ -1,16 +1,29 @@
 /*
  * conn.c: one client connection.
  *
- * Framing reads newline-delimited requests from the bufferevent's input. The
- * search for a newline resumes where the last one stopped (c->scanned), so a
- * long line arriving in pieces is scanned once. A line longer than
- * max_request_bytes is answered with request_too_large as soon as the limit
- * is passed, and the rest of it is dropped as it arrives: nothing is buffered
- * beyond the limit, and the connection stays usable after the next newline.
+ * A connection is one libevent event on its socket, armed for reading (and
+ * for writing only while output is stuck), and buffers that exist only while
+ * they hold bytes: an idle connection costs its struct and an idmap entry.
  *
- * Output goes to the bufferevent, which writes it when the loop next runs,
- * so the events of one loop iteration leave in one write. A client whose
- * unsent output passes max_output_buffer is disconnected; its tasks go on.
+ * Reading: one read() per readiness into a scratch buffer shared by every
+ * connection (the loop is single-threaded). Complete lines are handled
+ * straight from it; only the start of a line whose newline has not come is
+ * kept, in c->in. Each byte is searched for a newline once, so a long line
+ * arriving in pieces is scanned once. A line longer than max_request_bytes is
+ * answered with request_too_large as soon as the limit is passed, and the
+ * rest of it is dropped as it arrives: nothing is buffered beyond the limit,
+ * and the connection stays usable after the next newline.
+ *
+ * Writing: answers are appended to c->out and the connection is put on a
+ * dirty list; one event, activated once per batch, runs after the callbacks
+ * of the current loop iteration and writes each dirty connection with one
+ * send(). So the answers of one iteration leave in one write per connection.
+ * Only when the socket does not take everything is the event armed for
+ * writing. A client whose unsent output passes max_output_buffer is
+ * disconnected; its tasks go on.
+ *
+ * A closed connection is freed by that same event, after the callback that
+ * closed it has returned (callers may still look at it after conn_send).
  */
 #include "config.h"
 
@@ -21,8 +34,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
-#include <event2/buffer.h>
 #include <event2/event.h>
 
 #include "conn.h"
@@ -32,30 +46,126 @@
 #include "ops.h"
 #include "wire.h"
 
+#define CONN_SCRATCH (64 * 1024)  /* bytes taken from a socket per read */
+#define CONN_OUT_MIN 2048         /* first allocation of an output buffer */
+#define CONN_IN_MIN 256           /* first allocation of a held partial line */
+
+/* The start of a request line whose newline has not come yet. */
+struct conn_in {
+	size_t len, cap;
+	char data[];
+};
+
+/* Unsent output: bytes [off, len) of data. */
+struct conn_out {
+	size_t off, len, cap;
+	char data[];
+};
+
 static struct idmap *conns;
 static uint64_t next_conn_id = 1;
+static size_t nunflushed;           /* live connections with unsent output */
+static struct conn *dirty_head;     /* to write at the end of the iteration */
+static struct conn *graveyard;      /* closed, to free */
+static struct event *flush_ev;      /* writes the dirty, frees the dead */
+static bool flush_scheduled;
+static char scratch[CONN_SCRATCH];
 
-static void conn_read_cb(struct bufferevent *, void *);
-static void conn_write_cb(struct bufferevent *, void *);
-static void conn_event_cb(struct bufferevent *, short, void *);
+static void conn_io_cb(evutil_socket_t, short, void *);
+static void conn_flush_cb(evutil_socket_t, short, void *);
+
+static struct event *
+conn_event(struct conn *c)
+{
+	return (struct event *)(void *)c->evspace;
+}
+
+/* Arms the connection's event for what (0: not at all). */
+static void
+conn_set_events(struct conn *c, short what)
+{
+	struct event *ev = conn_event(c);
+
+	if (c->events == what)
+		return;
+	if (c->events != 0)
+		event_del(ev);
+	c->events = what;
+	if (what != 0) {
+		event_assign(ev, daemon_state->base, c->fd, what | EV_PERSIST, conn_io_cb, c);
+		event_add(ev, NULL);
+	}
+}
+
+/* Runs conn_flush_cb once the callbacks already due this iteration have run. */
+static void
+conn_schedule_flush(void)
+{
+	if (!flush_scheduled) {
+		flush_scheduled = true;
+		event_active(flush_ev, EV_TIMEOUT, 0);
+	}
+}
 
 static void
-read_peer_creds(struct conn *c, int fd)
+read_peer_creds(struct conn *c)
 {
 	struct ucred cred;
 	socklen_t len = sizeof cred;
 
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
 		c->have_creds = true;
 		c->uid = cred.uid;
 		c->gid = cred.gid;
 		c->pid = cred.pid;
-		snprintf(c->peer, sizeof c->peer, "uid %u pid %d", (unsigned)cred.uid, (int)cred.pid);
 	}
 }
 
+static void
+keep_peer_addr(struct conn *c, const struct sockaddr *sa)
+{
+	if (sa == NULL)
+		return;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *sin = (const struct sockaddr_in *)(const void *)sa;
+		c->peer_family = AF_INET;
+		c->peer_port = ntohs(sin->sin_port);
+		memcpy(c->peer_addr, &sin->sin_addr, sizeof sin->sin_addr);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)(const void *)sa;
+		c->peer_family = AF_INET6;
+		c->peer_port = ntohs(sin6->sin6_port);
+		memcpy(c->peer_addr, &sin6->sin6_addr, sizeof sin6->sin6_addr);
+	}
+}
+
+const char *
+conn_peer(const struct conn *c)
+{
+	static char buf[INET6_ADDRSTRLEN + 16];
+	char host[INET6_ADDRSTRLEN] = "?";
+
+	if (c->is_unix) {
+		if (!c->have_creds)
+			return "unix";
+		snprintf(buf, sizeof buf, "uid %u pid %d", (unsigned)c->uid, (int)c->pid);
+	} else if (c->peer_family == AF_INET || c->peer_family == AF_INET6) {
+		inet_ntop(c->peer_family, c->peer_addr, host, sizeof host);
+		snprintf(buf, sizeof buf, c->peer_family == AF_INET6 ? "[%s]:%u" : "%s:%u", host,
+		    (unsigned)c->peer_port);
+	} else
+		return "unix";
+	return buf;
+}
+
+int
+conn_fd(const struct conn *c)
+{
+	return c->fd;
+}
+
 struct conn *
-conn_new(int fd, bool is_unix, const char *peer)
+conn_new(int fd, bool is_unix, const struct sockaddr *sa)
 {
 	struct daemon *d = daemon_state;
 	struct conn *c;
@@ -64,29 +174,32 @@ conn_new(int fd, bool is_unix, const char *peer)
 		close(fd);
 		return NULL;
 	}
-	if ((c = calloc(1, sizeof *c)) == NULL) {
+	if (flush_ev == NULL &&
+	    (flush_ev = event_new(d->base, -1, 0, conn_flush_cb, NULL)) == NULL) {
+		close(fd);
+		return NULL;
+	}
+	if ((c = calloc(1, sizeof *c + event_get_struct_event_size())) == NULL) {
 		close(fd);
 		return NULL;
 	}
 	c->id = next_conn_id++;
+	c->fd = fd;
 	c->is_unix = is_unix;
-	snprintf(c->peer, sizeof c->peer, "%s", peer);
 	if (is_unix)
-		read_peer_creds(c, fd);
+		read_peer_creds(c);
+	else
+		keep_peer_addr(c, sa);
 	c->role = ops_initial_role(c);
 	evutil_make_socket_nonblocking(fd);
-	c->bev = bufferevent_socket_new(d->base, fd, BEV_OPT_CLOSE_ON_FREE);
-	if (c->bev == NULL || idmap_put(conns, c->id, c) == -1) {
-		if (c->bev != NULL)
-			bufferevent_free(c->bev);
-		else
-			close(fd);
+	if (idmap_put(conns, c->id, c) == -1) {
+		close(fd);
 		free(c);
 		return NULL;
 	}
-	bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
-	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
-	log_debug("connection %llu from %s", (unsigned long long)c->id, c->peer);
+	conn_set_events(c, EV_READ);
+	if (log_get_level() >= LOG_DEBUG)
+		log_debug("connection %llu from %s", (unsigned long long)c->id, conn_peer(c));
 	return c;
 }
 
@@ -102,14 +215,38 @@ conn_count(void)
 	return conns ? idmap_count(conns) : 0;
 }
 
-static void
-conn_free_deferred(evutil_socket_t fd, short what, void *arg)
+static size_t
+conn_pending(const struct conn *c)
 {
-	struct conn *c = arg;
+	return c->out != NULL ? c->out->len - c->out->off : 0;
+}
 
-	bufferevent_free(c->bev);
+static void
+conn_drop_output(struct conn *c)
+{
+	if (c->out != NULL) {
+		free(c->out);
+		c->out = NULL;
+		nunflushed--;
+	}
+}
+
+static void
+conn_drop_input(struct conn *c)
+{
+	free(c->in);
+	c->in = NULL;
+}
+
+static void
+conn_free(struct conn *c)
+{
+	if (c->events != 0)
+		event_del(conn_event(c));
+	conn_drop_output(c);
+	conn_drop_input(c);
+	close(c->fd);
 	free(c);
-	daemon_maybe_exit();
 }
 
 void
@@ -119,19 +256,22 @@ conn_close(struct conn *c, const char *why)
 		return;
 	c->dead = true;
 	idmap_remove(conns, c->id);
-	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
-	bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
+	conn_set_events(c, 0);
+	conn_drop_output(c);
+	conn_drop_input(c);
 	if (why != NULL)
-		log_info("connection %llu (%s) closed: %s", (unsigned long long)c->id, c->peer, why);
-	event_base_once(daemon_state->base, -1, EV_TIMEOUT, conn_free_deferred, c, NULL);
+		log_info("connection %llu (%s) closed: %s", (unsigned long long)c->id, conn_peer(c),
+		    why);
+	c->next_dead = graveyard;
+	graveyard = c;
+	conn_schedule_flush();
 }
 
 /* A closing connection goes once nothing is owed and everything was written. */
 static void
 close_if_finished(struct conn *c)
 {
-	if (c->closing && c->awaiting == 0 &&
-	    evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+	if (c->closing && c->awaiting == 0 && conn_pending(c) == 0)
 		conn_close(c, NULL);
 }
 
@@ -139,7 +279,8 @@ void
 conn_close_after_flush(struct conn *c)
 {
 	c->closing = true;
-	bufferevent_disable(c->bev, EV_READ);
+	conn_drop_input(c);
+	conn_set_events(c, (short)(c->events & ~EV_READ));
 	close_if_finished(c);
 }
 
@@ -160,59 +301,119 @@ conn_owed_done(struct conn *c)
 static bool
 over_output_cap(struct conn *c)
 {
-	size_t pending = evbuffer_get_length(bufferevent_get_output(c->bev));
+	size_t pending = conn_pending(c);
 	size_t cap = daemon_state->conf.max_output_buffer;
 
 	if (pending <= cap)
 		return false;
 	log_warnx("connection %llu (%s): %zu bytes of unsent output passed "
 	    "max_output_buffer (%zu): disconnecting; its tasks go on",
-	    (unsigned long long)c->id, c->peer, pending, cap);
+	    (unsigned long long)c->id, conn_peer(c), pending, cap);
 	conn_close(c, NULL);
 	return true;
 }
 
+/* Makes room for n more bytes of output; -1 when memory ran out. */
 static int
-dump_to_evbuffer(const char *buf, size_t size, void *data)
+out_reserve(struct conn *c, size_t n)
 {
-	return evbuffer_add(data, buf, size);
+	struct conn_out *o = c->out;
+	size_t pending, cap;
+
+	if (o == NULL) {
+		cap = n > CONN_OUT_MIN ? n : CONN_OUT_MIN;
+		if ((o = malloc(sizeof *o + cap)) == NULL)
+			return -1;
+		o->off = o->len = 0;
+		o->cap = cap;
+		c->out = o;
+		nunflushed++;
+		return 0;
+	}
+	if (o->cap - o->len >= n)
+		return 0;
+	pending = o->len - o->off;
+	if (o->off > 0) {
+		/* what was written makes room first */
+		memmove(o->data, o->data + o->off, pending);
+		o->off = 0;
+		o->len = pending;
+		if (o->cap - o->len >= n)
+			return 0;
+	}
+	cap = o->cap * 2 > pending + n ? o->cap * 2 : pending + n;
+	if ((o = realloc(o, sizeof *o + cap)) == NULL)
+		return -1;
+	o->cap = cap;
+	c->out = o;
+	return 0;
+}
+
+static int
+out_add(struct conn *c, const char *p, size_t n)
+{
+	if (out_reserve(c, n) == -1)
+		return -1;
+	memcpy(c->out->data + c->out->len, p, n);
+	c->out->len += n;
+	return 0;
+}
+
+/* Before adding output: false when it must be dropped (dead, broken, over the cap). */
+static bool
+conn_can_send(struct conn *c)
+{
+	return !c->dead && !c->output_broken && !over_output_cap(c);
+}
+
+/* After adding output (ok: it all went in): queues c for the flush. */
+static void
+conn_sent(struct conn *c, bool ok)
+{
+	if (!ok) {
+		/* a line cut short would break the framing: the client cannot go on */
+		conn_close(c, "out of memory for its output");
+		return;
+	}
+	if (!c->dirty && !(c->events & EV_WRITE)) {
+		c->dirty = true;
+		c->next_dirty = dirty_head;
+		dirty_head = c;
+		conn_schedule_flush();
+	}
+}
+
+static int
+dump_to_out(const char *buf, size_t size, void *data)
+{
+	return out_add(data, buf, size);
 }
 
 void
 conn_send(struct conn *c, json_t *event)
 {
-	struct evbuffer *out;
-
-	if (c->dead || c->output_broken || over_output_cap(c))
+	if (!conn_can_send(c))
 		return;
-	out = bufferevent_get_output(c->bev);
-	json_dump_callback(event, dump_to_evbuffer, out, JSON_COMPACT);
-	evbuffer_add(out, "\n", 1);
+	conn_sent(c, json_dump_callback(event, dump_to_out, c, JSON_COMPACT) == 0 &&
+	    out_add(c, "\n", 1) == 0);
 }
 
 void
 conn_send_line(struct conn *c, const char *line, size_t len)
 {
-	struct evbuffer *out;
-
-	if (c->dead || c->output_broken || over_output_cap(c))
+	if (!conn_can_send(c))
 		return;
-	out = bufferevent_get_output(c->bev);
-	evbuffer_add(out, line, len);
-	evbuffer_add(out, "\n", 1);
+	conn_sent(c, out_reserve(c, len + 1) == 0 && out_add(c, line, len) == 0 &&
+	    out_add(c, "\n", 1) == 0);
 }
 
 void
 conn_send_raw(struct conn *c, const char *a, size_t alen, const char *b, size_t blen)
 {
-	struct evbuffer *out;
-
-	if (c->dead || c->output_broken || over_output_cap(c))
+	if (!conn_can_send(c))
 		return;
-	out = bufferevent_get_output(c->bev);
-	evbuffer_add(out, a, alen);
-	evbuffer_add(out, b, blen);
-	evbuffer_add(out, "\n", 1);
+	conn_sent(c, out_reserve(c, alen + blen + 1) == 0 && out_add(c, a, alen) == 0 &&
+	    out_add(c, b, blen) == 0 && out_add(c, "\n", 1) == 0);
 }
 
 void
@@ -231,114 +432,210 @@ conn_send_error(struct conn *c, json_t *id, const char *code, const char *fmt, .
 	json_decref(ev);
 }
 
-/* Handles every complete line in the input; stops when the connection dies. */
+/* Writing failed: the client can no longer receive, but what it sent before going still counts. */
 static void
-conn_read_cb(struct bufferevent *bev, void *arg)
+conn_output_failed(struct conn *c, int err)
 {
-	struct conn *c = arg;
-	struct evbuffer *in = bufferevent_get_input(bev);
-	size_t max = daemon_state->conf.max_request_bytes;
-	struct evbuffer_ptr start, nl;
-	size_t len;
-
-	while (!c->dead && !c->closing && (len = evbuffer_get_length(in)) > 0) {
-		evbuffer_ptr_set(in, &start, c->scanned, EVBUFFER_PTR_SET);
-		nl = evbuffer_search(in, "\n", 1, &start);
-		if (nl.pos == -1) {
-			c->scanned = len;
-			if (c->discarding) {
-				evbuffer_drain(in, len);
-				c->scanned = 0;
-			} else if (len > max) {
-				conn_send_error(c, NULL, ERR_REQUEST_TOO_LARGE,
-				    "request line is longer than max_request_bytes (%zu bytes); "
-				    "it is dropped up to its newline", max);
-				evbuffer_drain(in, len);
-				c->scanned = 0;
-				c->discarding = true;
-			}
-			return;
-		}
-		size_t linelen = (size_t)nl.pos;
-		c->scanned = 0;
-		if (c->discarding) {
-			evbuffer_drain(in, linelen + 1);
-			c->discarding = false;
-			continue;
-		}
-		if (linelen > max) {
-			conn_send_error(c, NULL, ERR_REQUEST_TOO_LARGE,
-			    "request line of %zu bytes is longer than max_request_bytes (%zu bytes)",
-			    linelen, max);
-			evbuffer_drain(in, linelen + 1);
-			continue;
-		}
-		char *line = (char *)evbuffer_pullup(in, (ev_ssize_t)linelen + 1);
-		ops_dispatch(c, line, linelen);
-		evbuffer_drain(in, linelen + 1);
+	log_debug("connection %llu (%s): cannot write (%s): reading what is left",
+	    (unsigned long long)c->id, conn_peer(c), strerror(err));
+	c->output_broken = true;
+	conn_drop_output(c);
+	if (c->closing) {
+		/* its input already ended: nothing is left to read */
+		conn_close(c, NULL);
+		return;
 	}
+	conn_set_events(c, EV_READ);
 }
 
+/* Writes what is pending with one send(); arms the event for writing if some is left. */
 static void
-conn_write_cb(struct bufferevent *bev, void *arg)
+conn_write(struct conn *c)
 {
-	struct conn *c = arg;
+	struct conn_out *o = c->out;
+	ssize_t n;
 
+	n = send(c->fd, o->data + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n == -1) {
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+			conn_output_failed(c, errno);
+			if (daemon_state->phase == DAEMON_EXITING)
+				daemon_maybe_exit();
+			return;
+		}
+		n = 0;
+	}
+	o->off += (size_t)n;
+	if (o->off < o->len) {
+		conn_set_events(c, (short)(c->events | EV_WRITE));
+		return;
+	}
+	conn_drop_output(c);
+	conn_set_events(c, (short)(c->events & ~EV_WRITE));
 	if (c->closing)
 		close_if_finished(c);
-	else if (daemon_state->phase == DAEMON_EXITING)
+	if (daemon_state->phase == DAEMON_EXITING)
 		daemon_maybe_exit();
 }
 
+/* A complete line of len bytes is longer than the limit. */
 static void
-conn_event_cb(struct bufferevent *bev, short what, void *arg)
+conn_line_over_limit(struct conn *c, size_t len, size_t max)
 {
-	struct conn *c = arg;
+	conn_send_error(c, NULL, ERR_REQUEST_TOO_LARGE,
+	    "request line of %zu bytes is longer than max_request_bytes (%zu bytes)", len, max);
+}
 
-	if ((what & BEV_EVENT_ERROR) && (what & BEV_EVENT_WRITING) && !c->output_broken) {
-		/*
-		 * The client can no longer receive, but what it sent before going
-		 * (a cancel, say) still counts: read on until its input ends, and
-		 * drop every answer.
-		 */
-		log_debug("connection %llu (%s): cannot write (%s): reading what is left",
-		    (unsigned long long)c->id, c->peer, strerror(EVUTIL_SOCKET_ERROR()));
-		c->output_broken = true;
-		bufferevent_disable(bev, EV_WRITE);
-		evbuffer_drain(bufferevent_get_output(bev),
-		    evbuffer_get_length(bufferevent_get_output(bev)));
-		conn_read_cb(bev, c);
+/* The held start of a line passed the limit: answer now, drop the rest up to its newline. */
+static void
+conn_line_too_long(struct conn *c, size_t max)
+{
+	conn_drop_input(c);
+	c->discarding = true;
+	conn_send_error(c, NULL, ERR_REQUEST_TOO_LARGE,
+	    "request line is longer than max_request_bytes (%zu bytes); "
+	    "it is dropped up to its newline", max);
+}
+
+/* Appends to the held start of a line (the total stays within the limit). */
+static int
+in_add(struct conn *c, const char *p, size_t n)
+{
+	struct conn_in *in = c->in;
+	size_t need = (in != NULL ? in->len : 0) + n, cap;
+
+	if (in == NULL || in->cap < need) {
+		cap = in != NULL ? in->cap * 2 : CONN_IN_MIN;
+		if (cap < need)
+			cap = need;
+		if ((in = realloc(in, sizeof *in + cap)) == NULL)
+			return -1;
+		if (c->in == NULL)
+			in->len = 0;
+		in->cap = cap;
+		c->in = in;
+	}
+	memcpy(in->data + in->len, p, n);
+	in->len += n;
+	return 0;
+}
+
+/* Handles n bytes just read: every complete line, keeping the start of the last. */
+static void
+conn_take_input(struct conn *c, const char *p, size_t n)
+{
+	const char *end = p + n, *nl;
+	size_t max = daemon_state->conf.max_request_bytes;
+
+	if (c->discarding || c->in != NULL) {
+		/* the rest of a line begun before: memchr sees each byte once */
+		nl = memchr(p, '\n', n);
+		if (c->discarding) {
+			if (nl == NULL)
+				return;
+			c->discarding = false;
+		} else if (nl == NULL) {
+			if (c->in->len + n > max)
+				conn_line_too_long(c, max);
+			else if (in_add(c, p, n) == -1)
+				conn_close(c, "out of memory for its input");
+			return;
+		} else if (c->in->len + (size_t)(nl - p) > max) {
+			size_t len = c->in->len + (size_t)(nl - p);
+			conn_drop_input(c);
+			conn_line_over_limit(c, len, max);
+		} else if (in_add(c, p, (size_t)(nl - p)) == -1) {
+			conn_close(c, "out of memory for its input");
+			return;
+		} else {
+			struct conn_in *in = c->in;
+			c->in = NULL; /* handling the line may close c */
+			ops_dispatch(c, in->data, in->len);
+			free(in);
+		}
+		p = nl + 1;
+	}
+	while (p < end && !c->dead && !c->closing) {
+		if ((nl = memchr(p, '\n', (size_t)(end - p))) == NULL) {
+			if ((size_t)(end - p) > max)
+				conn_line_too_long(c, max);
+			else if (in_add(c, p, (size_t)(end - p)) == -1)
+				conn_close(c, "out of memory for its input");
+			return;
+		}
+		if ((size_t)(nl - p) > max)
+			conn_line_over_limit(c, (size_t)(nl - p), max);
+		else
+			ops_dispatch(c, p, (size_t)(nl - p));
+		p = nl + 1;
+	}
+}
+
+/* One read: lines, the end of input or an error. */
+static void
+conn_read(struct conn *c)
+{
+	ssize_t n = read(c->fd, scratch, sizeof scratch);
+
+	if (n > 0) {
+		conn_take_input(c, scratch, (size_t)n);
 		return;
 	}
-	if (what & BEV_EVENT_EOF) {
+	if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	if (n == 0) {
 		/* The client closed its end: answer what it already sent, then close. */
-		log_debug("connection %llu (%s): end of input", (unsigned long long)c->id, c->peer);
+		log_debug("connection %llu (%s): end of input", (unsigned long long)c->id,
+		    conn_peer(c));
 		if (c->output_broken)
 			conn_close(c, NULL);
 		else
 			conn_close_after_flush(c);
-	} else if (what & BEV_EVENT_ERROR)
-		conn_close(c, c->output_broken ? NULL : strerror(EVUTIL_SOCKET_ERROR()));
+		return;
+	}
+	conn_close(c, c->output_broken ? NULL : strerror(errno));
 }
 
 static void
-flushed_check(void *value, void *arg)
+conn_io_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct conn *c = value;
-	bool *all = arg;
+	struct conn *c = arg;
 
-	if (evbuffer_get_length(bufferevent_get_output(c->bev)) > 0)
-		*all = false;
+	/* Writing first: the socket takes the backlog before new answers join it. */
+	if ((what & EV_WRITE) && c->out != NULL)
+		conn_write(c);
+	if ((what & EV_READ) && !c->dead && (c->events & EV_READ))
+		conn_read(c);
+}
+
+/* Once per batch: one write for each connection with new output; then frees the closed. */
+static void
+conn_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c;
+	bool freed = false;
+
+	flush_scheduled = false;
+	while ((c = dirty_head) != NULL) {
+		dirty_head = c->next_dirty;
+		c->next_dirty = NULL;
+		c->dirty = false;
+		if (!c->dead && c->out != NULL && !(c->events & EV_WRITE))
+			conn_write(c);
+	}
+	while ((c = graveyard) != NULL) {
+		graveyard = c->next_dead;
+		conn_free(c);
+		freed = true;
+	}
+	if (freed)
+		daemon_maybe_exit();
 }
 
 bool
 conn_all_flushed(void)
 {
-	bool all = true;
-
-	if (conns != NULL)
-		idmap_each(conns, flushed_check, &all);
-	return all;
+	return nunflushed == 0;
 }
 
 struct collect {
@@ -358,19 +655,28 @@ void
 conn_close_all(void)
 {
 	struct collect col = { NULL, 0 };
+	struct conn *c;
 
-	if (conn_count() == 0)
-		return;
-	if ((col.list = calloc(conn_count(), sizeof *col.list)) == NULL)
-		return;
-	idmap_each(conns, collect_one, &col);
-	struct conn **list = col.list;
-	for (size_t i = 0; i < col.n; i++) {
-		idmap_remove(conns, list[i]->id);
-		bufferevent_free(list[i]->bev);
-		free(list[i]);
+	if (conn_count() > 0 && (col.list = calloc(conn_count(), sizeof *col.list)) != NULL) {
+		idmap_each(conns, collect_one, &col);
+		for (size_t i = 0; i < col.n; i++) {
+			idmap_remove(conns, col.list[i]->id);
+			conn_free(col.list[i]);
+		}
+		free(col.list);
 	}
-	free(list);
+	while ((c = graveyard) != NULL) {
+		graveyard = c->next_dead;
+		conn_free(c);
+	}
+	dirty_head = NULL;
+	if (flush_ev != NULL) {
+		event_free(flush_ev);
+		flush_ev = NULL;
+	}
+	flush_scheduled = false;
+	idmap_free(conns);
+	conns = NULL;
 }
 
 void

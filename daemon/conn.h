@@ -5,12 +5,13 @@
 #ifndef TPD_CONN_H
 #define TPD_CONN_H
 
+#include <stdalign.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
-#include <event2/bufferevent.h>
 #include <jansson.h>
 
 enum conn_role {
@@ -19,31 +20,55 @@ enum conn_role {
 	CONN_ROLE_ADMIN,
 };
 
+struct conn_in;
+struct conn_out;
+
+/*
+ * Kept small: an idle connection is this struct, its libevent event (in
+ * evspace) and an idmap entry. Buffers exist only while they hold bytes.
+ */
 struct conn {
 	uint64_t id;
-	struct bufferevent *bev;
-	bool is_unix;
-	bool have_creds;       /* Unix peers: uid/gid/pid are known */
-	uid_t uid;
+	int fd;
+	uid_t uid;             /* Unix peers with have_creds */
 	gid_t gid;
 	pid_t pid;
 	enum conn_role role;
-	char peer[80];         /* for logs: "uid 1000 pid 42" or "127.0.0.1:5555" */
-	size_t scanned;        /* input bytes already searched for a newline */
-	bool discarding;       /* dropping the rest of an over-long line */
+	unsigned awaiting;     /* dones still owed to this connection (submits and waits) */
+	bool is_unix;
+	bool have_creds;       /* Unix peers: uid/gid/pid are known */
 	bool dead;             /* closed; freed from a deferred callback */
 	bool closing;          /* the peer ended its input: close once nothing is owed */
 	bool output_broken;    /* writing failed: answers are dropped, input still read */
-	unsigned awaiting;     /* dones still owed to this connection (submits and waits) */
+	bool discarding;       /* dropping the rest of an over-long line */
+	bool dirty;            /* on the list of connections to flush */
+	short events;          /* what the event is armed for: EV_READ, EV_WRITE */
+	uint8_t peer_family;   /* TCP peers: AF_INET or AF_INET6 (see conn_peer) */
+	uint16_t peer_port;
+	uint8_t peer_addr[16];
+	struct conn_in *in;    /* the start of a line whose newline has not come */
+	struct conn_out *out;  /* output not yet written; NULL when none */
+	struct conn *next_dirty;
+	struct conn *next_dead;
+	alignas(max_align_t) unsigned char evspace[]; /* its struct event */
 };
 
-/* Wraps an accepted socket. Returns NULL (and closes fd) on failure. */
-struct conn *conn_new(int fd, bool is_unix, const char *peer);
+/* Wraps an accepted socket; sa is the peer's address (for TCP peers' logs). */
+struct conn *conn_new(int fd, bool is_unix, const struct sockaddr *sa);
 
 /* The connection with this id, or NULL if it is gone. */
 struct conn *conn_find(uint64_t id);
 
 size_t conn_count(void);
+
+/* The socket. */
+int conn_fd(const struct conn *);
+
+/*
+ * The peer for logs: "uid 1000 pid 42", "127.0.0.1:5555" or "[::1]:5555".
+ * A static buffer, valid until the next call.
+ */
+const char *conn_peer(const struct conn *);
 
 /* Sends one event (a JSON object) as a line. */
 void conn_send(struct conn *, json_t *event);
@@ -67,7 +92,7 @@ void conn_close(struct conn *, const char *why);
  */
 void conn_close_after_flush(struct conn *);
 
-/* A done owed to c was sent: closes c if it was only waiting for that. */
+/* A done owed to c is being sent: a closing c goes once that is written. */
 void conn_owed_done(struct conn *c);
 
 /* True when no connection has unsent output (used before exiting). */

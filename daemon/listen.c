@@ -59,8 +59,6 @@ accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa, i
     void *arg)
 {
 	struct listener *l = arg;
-	char peer[80] = "unix";
-	char host[INET6_ADDRSTRLEN] = "?";
 
 	if (conn_count() >= daemon_state->conf.max_connections) {
 		log_warnx("%s: max_connections (%u) reached: refusing a client", l->name,
@@ -68,18 +66,7 @@ accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa, i
 		conn_refuse(fd, ERR_BAD_REQUEST, "too many connections: max_connections reached");
 		return;
 	}
-	if (!l->is_unix) {
-		if (sa->sa_family == AF_INET) {
-			struct sockaddr_in *sin = (struct sockaddr_in *)sa;
-			inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host);
-			snprintf(peer, sizeof peer, "%s:%u", host, ntohs(sin->sin_port));
-		} else if (sa->sa_family == AF_INET6) {
-			struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)sa;
-			inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof host);
-			snprintf(peer, sizeof peer, "[%s]:%u", host, ntohs(sin6->sin6_port));
-		}
-	}
-	conn_new(fd, l->is_unix, peer);
+	conn_new(fd, l->is_unix, sa);
 }
 
 static void

@@ -93,7 +93,7 @@ op_resize(struct conn *c, struct request *req)
 	}
 	pool_snapshot(e->pool, &s);
 	log_info("pool %s resized to %u by connection %llu (%s); %u workers now", e->name,
-	    s.target, (unsigned long long)c->id, c->peer, s.workers);
+	    s.target, (unsigned long long)c->id, conn_peer(c), s.workers);
 	ops_reply(c, req, EV_OK, json_pack("{s:s, s:i, s:i}", "pool", e->name,
 	    "target", s.target, "workers", s.workers));
 }
@@ -116,7 +116,7 @@ op_shutdown(struct conn *c, struct request *req)
 		return;
 	}
 	log_notice("shutdown (%s) asked by connection %llu (%s)", mode,
-	    (unsigned long long)c->id, c->peer);
+	    (unsigned long long)c->id, conn_peer(c));
 	ops_reply(c, req, EV_OK, json_pack("{s:s}", "mode", mode));
 	daemon_begin_shutdown(strcmp(mode, "now") == 0);
 }

@@ -45,7 +45,7 @@ peer_in_admin_group(const struct conn *c)
 	struct daemon *d = daemon_state;
 	gid_t groups[256];
 	socklen_t len = sizeof groups;
-	int fd = bufferevent_getfd(c->bev);
+	int fd = conn_fd(c);
 
 	if (!d->have_admin_gid)
 		return false;
@@ -128,7 +128,7 @@ op_hello(struct conn *c, struct request *req)
 			c->role = CONN_ROLE_SUBMIT;
 		else {
 			log_warnx("connection %llu (%s): hello with a token that is not accepted",
-			    (unsigned long long)c->id, c->peer);
+			    (unsigned long long)c->id, conn_peer(c));
 			conn_send_error(c, req->id, ERR_UNAUTHENTICATED, "token not accepted");
 			return;
 		}
@@ -141,7 +141,8 @@ op_hello(struct conn *c, struct request *req)
 	if (c->role == CONN_ROLE_SUBMIT && c->is_unix && peer_in_admin_group(c))
 		c->role = CONN_ROLE_ADMIN;
 	if (client != NULL)
-		log_debug("connection %llu (%s) is %s", (unsigned long long)c->id, c->peer, client);
+		log_debug("connection %llu (%s) is %s", (unsigned long long)c->id, conn_peer(c),
+		    client);
 	ops_reply(c, req, EV_HELLO, json_pack("{s:s, s:s, s:i, s:s}",
 	    "server", WIRE_SERVER_NAME, "version", PACKAGE_VERSION,
 	    "protocol", WIRE_PROTOCOL_VERSION,
