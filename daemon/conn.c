@@ -49,6 +49,7 @@
 #define CONN_SCRATCH (64 * 1024)  /* bytes taken from a socket per read */
 #define CONN_OUT_MIN 2048         /* first allocation of an output buffer */
 #define CONN_IN_MIN 256           /* first allocation of a held partial line */
+#define CONN_SEND_GUESS 256       /* room asked for before encoding an event */
 
 /* The start of a request line whose newline has not come yet. */
 struct conn_in {
@@ -333,15 +334,19 @@ out_reserve(struct conn *c, size_t n)
 	if (o->cap - o->len >= n)
 		return 0;
 	pending = o->len - o->off;
-	if (o->off > 0) {
-		/* what was written makes room first */
+	if (o->off > 0 && o->off >= pending) {
+		/*
+		 * What was written makes room, moved only when as much was sent
+		 * as is left: the bytes moved never outnumber the bytes sent,
+		 * however a slow reader takes them.
+		 */
 		memmove(o->data, o->data + o->off, pending);
 		o->off = 0;
 		o->len = pending;
 		if (o->cap - o->len >= n)
 			return 0;
 	}
-	cap = o->cap * 2 > pending + n ? o->cap * 2 : pending + n;
+	cap = o->cap * 2 > o->len + n ? o->cap * 2 : o->len + n;
 	if ((o = realloc(o, sizeof *o + cap)) == NULL)
 		return -1;
 	o->cap = cap;
@@ -383,10 +388,32 @@ conn_sent(struct conn *c, bool ok)
 	}
 }
 
+/*
+ * Encodes event straight into the output's free space (twice only when it
+ * does not fit). -1 when memory ran out.
+ */
 static int
-dump_to_out(const char *buf, size_t size, void *data)
+out_add_json(struct conn *c, json_t *event)
 {
-	return out_add(data, buf, size);
+	size_t room, n;
+
+	if (out_reserve(c, CONN_SEND_GUESS) == -1)
+		return -1;
+	room = c->out->cap - c->out->len;
+	if ((n = json_dumpb(event, c->out->data + c->out->len, room, JSON_COMPACT)) == 0) {
+		/* nothing was added: the stream stays whole without this event */
+		log_warnx("connection %llu (%s): an event could not be encoded: dropped",
+		    (unsigned long long)c->id, conn_peer(c));
+		return 0;
+	}
+	if (n + 1 > room) {
+		if (out_reserve(c, n + 1) == -1 ||
+		    json_dumpb(event, c->out->data + c->out->len, n, JSON_COMPACT) != n)
+			return -1;
+	}
+	c->out->len += n;
+	c->out->data[c->out->len++] = '\n';
+	return 0;
 }
 
 void
@@ -394,8 +421,7 @@ conn_send(struct conn *c, json_t *event)
 {
 	if (!conn_can_send(c))
 		return;
-	conn_sent(c, json_dump_callback(event, dump_to_out, c, JSON_COMPACT) == 0 &&
-	    out_add(c, "\n", 1) == 0);
+	conn_sent(c, out_add_json(c, event) == 0);
 }
 
 void
