@@ -7,7 +7,7 @@ import os
 import resource
 import socket
 
-from tpdtest import SLOW, Daemon, Skip, check, run_tests
+from tpdtest import SLOW, Daemon, Skip, check, eventually, run_tests
 
 
 def read_events(s, n):
@@ -113,6 +113,19 @@ def test_half_close_drops_an_unfinished_line_and_answers_the_rest():
             data += chunk
         events = [json.loads(l) for l in data.splitlines()]
         check(events == [{"event": "pong", "id": 1}, {"event": "pong", "id": 2}], "%r", events)
+
+
+def test_a_client_gone_before_its_done_is_closed_when_the_done_cannot_be_written():
+    with Daemon() as d:
+        s = connect(d)
+        s.sendall(b'{"op":"submit","id":1,"task":{"kind":"sleep","ms":200}}\n')
+        check(read_events(s, 1)[0]["event"] == "accepted", "accepted")
+        s.shutdown(socket.SHUT_WR)
+        s.close()
+        c = d.client()
+        eventually(lambda: "cannot write" in d.read_log(), "the done's write failed")
+        eventually(lambda: c.request({"op": "stats"})["connections"] == 1,
+                   "the connection is gone (only this one is left)")
 
 
 def test_idle_connections_cost_under_a_kibibyte_each():
