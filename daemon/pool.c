@@ -40,6 +40,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,14 +326,6 @@ deliver_ran(struct pool_job *j, enum pool_state state, uint64_t run_us)
 	j->done(j, state, j->started_us - j->enqueued_us, run_us);
 }
 
-static void
-cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#endif
-}
-
 /*
  * A worker that just finished a job and finds the queue empty spins for a
  * moment before it sleeps: a job submitted in that moment starts without a
@@ -353,10 +346,13 @@ spin_for_work(struct pool *p)
 		return;
 	}
 	until = clock_now_us() + POOL_SPIN_US;
+	/*
+	 * sched_yield, not a busy pause: on a machine as small as two CPUs the
+	 * event loop (and the clients) must get the CPU whenever they want it.
+	 */
 	while (atomic_load_explicit(&p->queued_hint, memory_order_relaxed) == 0 &&
 	    clock_now_us() < until)
-		for (int i = 0; i < 64; i++)
-			cpu_relax();
+		sched_yield();
 	atomic_fetch_sub(&p->spinners, 1);
 }
 
