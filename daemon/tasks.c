@@ -107,6 +107,8 @@ task_work(struct pool_job *j)
 	return t->kind->run(t);
 }
 
+static void build_done_body(struct task *t);
+
 /* Any thread, lock not held: hands the task back to the loop. */
 static void
 task_pool_done(struct pool_job *j, enum pool_state state, uint64_t queued_us, uint64_t run_us)
@@ -117,6 +119,8 @@ task_pool_done(struct pool_job *j, enum pool_state state, uint64_t queued_us, ui
 	t->state = state;
 	t->queued_us = queued_us;
 	t->run_us = run_us;
+	/* Formatted here, on the thread that ended the task, to spare the loop. */
+	build_done_body(t);
 	m->kind = MAIL_DONE;
 	m->task = t;
 	mailbox_post(m);
@@ -336,7 +340,11 @@ done_error(const struct task *t)
 	return json_pack("{s:s, s:s}", "code", code, "message", message ? message : code);
 }
 
-/* Builds the done event once, as the text after "{" and an optional "id". */
+/*
+ * Builds the done event once, as the text after "{" and an optional "id".
+ * Runs on the thread that ended the task, which owns the outcome until the
+ * mail reaches the loop; the pool's name_json is immutable.
+ */
 static void
 build_done_body(struct task *t)
 {
@@ -379,7 +387,6 @@ task_finish(struct task *t)
 {
 	struct pools_entry *e = t->pool_entry;
 
-	build_done_body(t);
 	t->finished = true;
 	t->finished_us = clock_now_us();
 	if (t->conn_id != 0)
