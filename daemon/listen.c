@@ -22,6 +22,7 @@
 
 #include <event2/listener.h>
 
+#include "conf.h"
 #include "conn.h"
 #include "daemon.h"
 #include "listen.h"
@@ -228,31 +229,6 @@ listen_unix(const char *path, mode_t mode, const char *group, char **cause)
 	return 0;
 }
 
-/* Splits "HOST:PORT" / "[V6]:PORT" / ":PORT" into host (NULL = any) and port. */
-static int
-split_hostport(const char *hostport, char *host, size_t hostlen, char *port, size_t portlen)
-{
-	const char *colon;
-
-	if (hostport[0] == '[') {
-		const char *close = strchr(hostport, ']');
-		if (close == NULL || close[1] != ':')
-			return -1;
-		snprintf(host, hostlen, "%.*s", (int)(close - hostport - 1), hostport + 1);
-		colon = close + 1;
-	} else {
-		if ((colon = strrchr(hostport, ':')) == NULL)
-			return -1;
-		snprintf(host, hostlen, "%.*s", (int)(colon - hostport), hostport);
-	}
-	snprintf(port, portlen, "%s", colon + 1);
-	if (*port == '\0' || strspn(port, "0123456789") != strlen(port))
-		return -1;
-	if (strcmp(host, "*") == 0)
-		host[0] = '\0';
-	return 0;
-}
-
 int
 listen_tcp(const char *hostport, char **cause)
 {
@@ -264,9 +240,17 @@ listen_tcp(const char *hostport, char **cause)
 	unsigned bound_port = 0;
 	int fd, rc, one = 1;
 
-	if (split_hostport(hostport, host, sizeof host, port, sizeof port) == -1)
-		return failf(cause, "listen address %s is not HOST:PORT (e.g. 127.0.0.1:7420 or "
-		    "[::1]:7420)", hostport);
+	char *why = NULL;
+
+	/* The same rule as the configuration file's listen key. */
+	if (conf_split_hostport(hostport, host, sizeof host, port, sizeof port, &why) == -1) {
+		failf(cause, "listen address %s (write it as 127.0.0.1:7420 or [::1]:7420)",
+		    why ? why : hostport);
+		free(why);
+		return -1;
+	}
+	if (strcmp(host, "*") == 0)
+		host[0] = '\0'; /* every address */
 	if ((rc = getaddrinfo(host[0] ? host : NULL, port, &hints, &res)) != 0)
 		return failf(cause, "listen address %s: %s", hostport, gai_strerror(rc));
 	fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);

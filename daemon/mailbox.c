@@ -1,8 +1,17 @@
-/* mailbox.c: worker -> loop messages, one eventfd wake-up per batch. */
+/*
+ * mailbox.c: worker -> loop messages, one eventfd wake-up per batch.
+ *
+ * Posting is lock-free: a message is pushed on a stack with compare-and-swap
+ * and the pusher that finds the stack empty wakes the loop. The loop takes
+ * the whole stack with one exchange and reverses it, which restores the
+ * order of posting (a task's stream events before its done). The mutex is
+ * only for the stream budget, where a worker may have to wait.
+ */
 #include "config.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,10 +23,12 @@
 #include "mailbox.h"
 #include "task.h"
 
+static _Atomic(struct mail *) inbox; /* newest first */
+
 static struct {
-	pthread_mutex_t lock;
+	pthread_mutex_t lock;      /* guards stream budgets and waiters */
 	pthread_cond_t stream_cv;  /* stream posters wait here for budget */
-	struct mail *head, *tail;  /* under lock */
+	unsigned stream_waiters;
 	int efd;
 	struct event *ev;
 	mailbox_handler handler;
@@ -28,16 +39,18 @@ static void
 mailbox_drain(evutil_socket_t fd, short what, void *arg)
 {
 	uint64_t n;
-	struct mail *m, *next;
+	struct mail *m, *next, *fifo = NULL;
 
 	/* Read before taking the list: a post after this read wakes us again. */
 	if (read(fd, &n, sizeof n) == -1 && errno != EAGAIN)
 		return;
-	pthread_mutex_lock(&mb.lock);
-	m = mb.head;
-	mb.head = mb.tail = NULL;
-	pthread_mutex_unlock(&mb.lock);
-	for (; m != NULL; m = next) {
+	m = atomic_exchange_explicit(&inbox, NULL, memory_order_acquire);
+	for (; m != NULL; m = next) { /* newest first -> oldest first */
+		next = m->next;
+		m->next = fifo;
+		fifo = m;
+	}
+	for (m = fifo; m != NULL; m = next) {
 		next = m->next;
 		mb.handler(m);
 	}
@@ -74,19 +87,17 @@ mailbox_free(void)
 	mb.efd = -1;
 }
 
-/* Lock held: append, and say whether the loop must be woken. */
+/* Pushes m; true when the inbox was empty, so the loop must be woken. */
 static bool
-append(struct mail *m)
+push(struct mail *m)
 {
-	bool was_empty = mb.head == NULL;
+	struct mail *head = atomic_load_explicit(&inbox, memory_order_relaxed);
 
-	m->next = NULL;
-	if (mb.tail != NULL)
-		mb.tail->next = m;
-	else
-		mb.head = m;
-	mb.tail = m;
-	return was_empty;
+	do
+		m->next = head;
+	while (!atomic_compare_exchange_weak_explicit(&inbox, &head, m,
+	    memory_order_release, memory_order_relaxed));
+	return head == NULL;
 }
 
 static void
@@ -102,12 +113,7 @@ wake_loop(void)
 void
 mailbox_post(struct mail *m)
 {
-	bool wake;
-
-	pthread_mutex_lock(&mb.lock);
-	wake = append(m);
-	pthread_mutex_unlock(&mb.lock);
-	if (wake)
+	if (push(m))
 		wake_loop();
 }
 
@@ -116,24 +122,24 @@ mailbox_post_stream(struct mail *m, size_t budget, uint64_t deadline_us)
 {
 	struct task *t = m->task;
 	struct timespec ts;
-	bool wake;
 
 	pthread_mutex_lock(&mb.lock);
 	while (t->stream_pending > budget && !task_cancelled(t)) {
-		if (deadline_us == 0) {
+		mb.stream_waiters++;
+		if (deadline_us == 0)
 			pthread_cond_wait(&mb.stream_cv, &mb.lock);
-			continue;
+		else if (clock_now_us() < deadline_us) {
+			ts.tv_sec = (time_t)(deadline_us / 1000000);
+			ts.tv_nsec = (long)(deadline_us % 1000000) * 1000;
+			pthread_cond_timedwait(&mb.stream_cv, &mb.lock, &ts);
 		}
-		if (clock_now_us() >= deadline_us)
+		mb.stream_waiters--;
+		if (deadline_us != 0 && clock_now_us() >= deadline_us)
 			break;
-		ts.tv_sec = (time_t)(deadline_us / 1000000);
-		ts.tv_nsec = (long)(deadline_us % 1000000) * 1000;
-		pthread_cond_timedwait(&mb.stream_cv, &mb.lock, &ts);
 	}
 	t->stream_pending += m->weight;
-	wake = append(m);
 	pthread_mutex_unlock(&mb.lock);
-	if (wake)
+	if (push(m))
 		wake_loop();
 }
 
@@ -142,7 +148,8 @@ mailbox_stream_processed(struct task *t, size_t weight)
 {
 	pthread_mutex_lock(&mb.lock);
 	t->stream_pending -= weight;
-	pthread_cond_broadcast(&mb.stream_cv);
+	if (mb.stream_waiters > 0)
+		pthread_cond_broadcast(&mb.stream_cv);
 	pthread_mutex_unlock(&mb.lock);
 }
 

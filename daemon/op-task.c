@@ -115,8 +115,14 @@ op_submit(struct conn *c, struct request *req)
 		return;
 	}
 	/* The answer comes before the done: the done is handled on a later loop turn. */
-	ops_reply(c, req, EV_ACCEPTED, json_pack("{s:I, s:s, s:i}", "task", (json_int_t)t->id,
-	    "pool", e->name, "queued", (int)t->job.queued_ahead));
+	char ev_fields[320];
+	int n = snprintf(ev_fields, sizeof ev_fields, "\"task\":%llu,\"pool\":%s,\"queued\":%u",
+	    (unsigned long long)t->id, e->name_json, t->job.queued_ahead);
+	if (n > 0 && (size_t)n < sizeof ev_fields)
+		ops_reply_fields(c, req->id, EV_ACCEPTED, ev_fields);
+	else /* a very long pool name */
+		ops_reply(c, req, EV_ACCEPTED, json_pack("{s:I, s:s, s:i}", "task",
+		    (json_int_t)t->id, "pool", e->name, "queued", (int)t->job.queued_ahead));
 }
 
 /* The task a request names; NULL after answering no_such_task. */

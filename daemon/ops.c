@@ -10,6 +10,7 @@
 #include "config.h"
 
 #include <grp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -88,6 +89,48 @@ ops_reply(struct conn *c, struct request *req, const char *event, json_t *extra)
 	json_decref(ev);
 }
 
+size_t
+ops_id_text(json_t *id, char *buf, size_t len)
+{
+	int n;
+
+	if (json_is_integer(id)) {
+		n = snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(id));
+		return n > 0 && (size_t)n < len ? (size_t)n : 0;
+	}
+	return json_dumpb(id, buf, len, JSON_ENCODE_ANY | JSON_COMPACT);
+}
+
+void
+ops_reply_fields(struct conn *c, json_t *id, const char *event, const char *fields)
+{
+	char line[512], idtext[256];
+	size_t idlen = 0;
+	int n;
+
+	if (id != NULL && ((idlen = ops_id_text(id, idtext, sizeof idtext)) == 0 ||
+	    idlen >= sizeof idtext)) {
+		/* A very long string id: the general path. */
+		json_t *extra = json_object();
+		if (fields != NULL) {
+			char *obj;
+			if (asprintf(&obj, "{%s}", fields) != -1) {
+				json_decref(extra);
+				extra = json_loads(obj, 0, NULL);
+				free(obj);
+			}
+		}
+		struct request req = { .id = id };
+		ops_reply(c, &req, event, extra);
+		return;
+	}
+	n = snprintf(line, sizeof line, "{\"event\":\"%s\"%s%.*s%s%s}", event,
+	    id != NULL ? ",\"id\":" : "", (int)idlen, idtext,
+	    fields != NULL ? "," : "", fields != NULL ? fields : "");
+	if (n > 0 && (size_t)n < sizeof line)
+		conn_send_line(c, line, (size_t)n);
+}
+
 void
 ops_bad_request(struct conn *c, struct request *req, char *msg)
 {
@@ -159,7 +202,7 @@ op_ping(struct conn *c, struct request *req)
 		ops_bad_request(c, req, msg);
 		return;
 	}
-	ops_reply(c, req, EV_PONG, NULL);
+	ops_reply_fields(c, req->id, EV_PONG, NULL);
 }
 
 /* Says no, with the reason, when the connection's role is short of the op's. */

@@ -27,8 +27,17 @@ echo_parse(struct task *t, json_t *spec, char **cause)
 	if (proto_check_fields(spec, fields, "an echo task", cause) == -1)
 		return -1;
 	value = json_object_get(spec, "value");
-	/* A copy: the request's json_t stays on the loop thread. */
-	t->kind_data = value ? json_deep_copy(value) : json_null();
+	/*
+	 * Handed over, not shared: the task takes the value and the request
+	 * lets go of it, so only the worker touches it from now on (jansson's
+	 * reference counts are atomic; its objects are not locked).
+	 */
+	if (value == NULL) {
+		t->kind_data = json_null();
+		return 0;
+	}
+	t->kind_data = json_incref(value);
+	json_object_del(spec, "value");
 	return 0;
 }
 

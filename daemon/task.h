@@ -23,6 +23,7 @@
 
 struct task;
 struct subscriber;
+struct pools_entry;
 
 struct task_kind {
 	const char *name;
@@ -71,6 +72,7 @@ struct task {
 
 	/* front end (loop thread only, except where marked) */
 	struct pool *pool;          /* the pool it was submitted to */
+	struct pools_entry *pool_entry; /* its entry; alive until this task's done */
 	char *pool_name;
 	uint64_t conn_id;           /* the submitter's connection; 0 once detached */
 	json_t *request_id;         /* the submit request's id (may be NULL) */
@@ -84,6 +86,9 @@ struct task {
 
 	/* stream budget (mailbox lock) */
 	size_t stream_pending;
+
+	/* the done's trip through the mailbox: no allocation on the hot path */
+	struct mail *done_mail;
 };
 
 /* The kind named name, or NULL. */

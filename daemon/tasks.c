@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/buffer.h>
 
 #include "conn.h"
 #include "daemon.h"
@@ -108,18 +107,20 @@ task_work(struct pool_job *j)
 	return t->kind->run(t);
 }
 
+static void build_done_body(struct task *t);
+
 /* Any thread, lock not held: hands the task back to the loop. */
 static void
 task_pool_done(struct pool_job *j, enum pool_state state, uint64_t queued_us, uint64_t run_us)
 {
 	struct task *t = j->arg;
-	struct mail *m = calloc(1, sizeof *m);
+	struct mail *m = t->done_mail;
 
 	t->state = state;
 	t->queued_us = queued_us;
 	t->run_us = run_us;
-	if (m == NULL)
-		abort(); /* losing a done would break the contract: fail loudly */
+	/* Formatted here, on the thread that ended the task, to spare the loop. */
+	build_done_body(t);
 	m->kind = MAIL_DONE;
 	m->task = t;
 	mailbox_post(m);
@@ -138,10 +139,17 @@ task_on_cancel(struct pool_job *j)
 struct task *
 tasks_new(const struct task_kind *kind)
 {
-	struct task *t = calloc(1, sizeof *t);
+	/* The task and the mail that carries its done, in one allocation. */
+	struct task_with_mail {
+		struct task task;
+		struct mail done_mail;
+	} *tm = calloc(1, sizeof *tm);
+	struct task *t;
 
-	if (t == NULL)
+	if (tm == NULL)
 		return NULL;
+	t = &tm->task;
+	t->done_mail = &tm->done_mail;
 	t->kind = kind;
 	t->job.work = task_work;
 	t->job.done = task_pool_done;
@@ -197,6 +205,7 @@ tasks_submit(struct task *t, struct pools_entry *e, struct conn *c, json_t *req_
 		return POOL_REJECTED_FULL;
 	t->id = next_task_id;
 	t->pool = e->pool;
+	t->pool_entry = e;
 	t->pool_name = strdup(e->name);
 	t->conn_id = detach ? 0 : c->id;
 	t->request_id = json_incref(req_id);
@@ -331,40 +340,33 @@ done_error(const struct task *t)
 	return json_pack("{s:s, s:s}", "code", code, "message", message ? message : code);
 }
 
-/* Builds the done event once, as the text after "{" and an optional "id". */
+/*
+ * Builds the done event once, as the text after "{" and an optional "id".
+ * Runs on the thread that ended the task, which owns the outcome until the
+ * mail reaches the loop; the pool's name_json is immutable.
+ */
 static void
 build_done_body(struct task *t)
 {
-	struct evbuffer *b = evbuffer_new();
 	json_t *error = done_error(t);
-	char *text;
+	char *result = NULL, *errtext = NULL;
 
 	t->final_state = pool_state_name(t->state);
-	evbuffer_add_printf(b, "\"event\":\"done\",\"task\":%llu,\"pool\":",
-	    (unsigned long long)t->id);
-	json_t *name = json_string(t->pool_name);
-	text = json_dumps(name, JSON_ENCODE_ANY);
-	json_decref(name);
-	evbuffer_add_printf(b, "%s,\"state\":\"%s\",\"queued_ms\":%.3f,\"run_ms\":%.3f",
-	    text, t->final_state, t->queued_us / 1000.0, t->run_us / 1000.0);
-	free(text);
-	if (t->result != NULL) {
-		text = json_dumps(t->result, JSON_ENCODE_ANY | JSON_COMPACT);
-		evbuffer_add_printf(b, ",\"result\":%s", text ? text : "null");
-		free(text);
-	}
+	if (t->result != NULL)
+		result = json_dumps(t->result, JSON_ENCODE_ANY | JSON_COMPACT);
 	if (error != NULL) {
-		text = json_dumps(error, JSON_COMPACT);
-		evbuffer_add_printf(b, ",\"error\":%s", text);
-		free(text);
+		errtext = json_dumps(error, JSON_COMPACT);
 		json_decref(error);
 	}
-	evbuffer_add(b, "}", 1);
-	size_t len = evbuffer_get_length(b);
-	t->done_body = malloc(len + 1);
-	evbuffer_remove(b, t->done_body, len);
-	t->done_body[len] = '\0';
-	evbuffer_free(b);
+	if (asprintf(&t->done_body, "\"event\":\"done\",\"task\":%llu,\"pool\":%s,"
+	    "\"state\":\"%s\",\"queued_ms\":%.3f,\"run_ms\":%.3f%s%s%s%s}",
+	    (unsigned long long)t->id, t->pool_entry->name_json, t->final_state,
+	    t->queued_us / 1000.0, t->run_us / 1000.0,
+	    result ? ",\"result\":" : "", result ? result : "",
+	    errtext ? ",\"error\":" : "", errtext ? errtext : "") == -1)
+		abort(); /* out of memory with a done to deliver: fail loudly */
+	free(result);
+	free(errtext);
 }
 
 static void
@@ -383,9 +385,8 @@ retain(struct task *t)
 static void
 task_finish(struct task *t)
 {
-	struct pools_entry *e = pools_of(t->pool);
+	struct pools_entry *e = t->pool_entry;
 
-	build_done_body(t);
 	t->finished = true;
 	t->finished_us = clock_now_us();
 	if (t->conn_id != 0)
@@ -429,8 +430,8 @@ tasks_handle_mail(struct mail *m)
 		mailbox_stream_processed(m->task, m->weight);
 		break;
 	case MAIL_DONE:
-		task_finish(m->task);
-		break;
+		task_finish(m->task); /* m lives inside the task */
+		return;
 	}
 	free(m);
 }

@@ -155,6 +155,11 @@ add_pool_flag(struct conf *c, const char *spec)
 	size = strtok_r(NULL, ":", &save);
 	capacity = strtok_r(NULL, ":", &save);
 	limit = strtok_r(NULL, ":", &save);
+	if (name != NULL && !conf_pool_name_ok(name)) {
+		fprintf(stderr, "tpd: --pool %s: a pool name is 1 to %d letters, digits, '_', '.' "
+		    "or '-'\n", spec, CONF_POOL_NAME_MAX);
+		exit(64);
+	}
 	if (name == NULL || size == NULL || (cp = conf_pool_get(c, name)) == NULL) {
 		fprintf(stderr, "tpd: --pool %s: expected NAME:SIZE[:CAPACITY[:LIMIT]]\n", spec);
 		exit(64);
