@@ -22,8 +22,12 @@
  * writing. A client whose unsent output passes max_output_buffer is
  * disconnected; its tasks go on.
  *
- * A closed connection is freed by that same event, after the callback that
- * closed it has returned (callers may still look at it after conn_send).
+ * A closed connection is freed, and its socket closed, by a zero-length
+ * timer: after the callback that closed it has returned (callers may still
+ * look at it after conn_send), and after the loop next polled. With epoll's
+ * changelist, removing the event from epoll waits for that poll; closing the
+ * socket first would let a worker's new descriptor (a pipe of an exec task)
+ * take its number before epoll_ctl runs on it.
  */
 #include "config.h"
 
@@ -68,12 +72,14 @@ static uint64_t next_conn_id = 1;
 static size_t nunflushed;           /* live connections with unsent output */
 static struct conn *dirty_head;     /* to write at the end of the iteration */
 static struct conn *graveyard;      /* closed, to free */
-static struct event *flush_ev;      /* writes the dirty, frees the dead */
+static struct event *flush_ev;      /* writes the dirty */
+static struct event *reap_ev;       /* frees the dead, in the next iteration */
 static bool flush_scheduled;
 static char scratch[CONN_SCRATCH];
 
 static void conn_io_cb(evutil_socket_t, short, void *);
 static void conn_flush_cb(evutil_socket_t, short, void *);
+static void conn_reap_cb(evutil_socket_t, short, void *);
 
 static struct event *
 conn_event(struct conn *c)
@@ -180,6 +186,10 @@ conn_new(int fd, bool is_unix, const struct sockaddr *sa)
 		close(fd);
 		return NULL;
 	}
+	if (reap_ev == NULL && (reap_ev = evtimer_new(d->base, conn_reap_cb, NULL)) == NULL) {
+		close(fd);
+		return NULL;
+	}
 	if ((c = calloc(1, sizeof *c + event_get_struct_event_size())) == NULL) {
 		close(fd);
 		return NULL;
@@ -263,9 +273,12 @@ conn_close(struct conn *c, const char *why)
 	if (why != NULL)
 		log_info("connection %llu (%s) closed: %s", (unsigned long long)c->id, conn_peer(c),
 		    why);
+	if (graveyard == NULL) {
+		struct timeval now = { 0, 0 };
+		evtimer_add(reap_ev, &now);
+	}
 	c->next_dead = graveyard;
 	graveyard = c;
-	conn_schedule_flush();
 }
 
 /* A closing connection goes once nothing is owed and everything was written. */
@@ -634,12 +647,11 @@ conn_io_cb(evutil_socket_t fd, short what, void *arg)
 		conn_read(c);
 }
 
-/* Once per batch: one write for each connection with new output; then frees the closed. */
+/* Once per batch: one write for each connection with new output. */
 static void
 conn_flush_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c;
-	bool freed = false;
 
 	flush_scheduled = false;
 	while ((c = dirty_head) != NULL) {
@@ -649,13 +661,19 @@ conn_flush_cb(evutil_socket_t fd, short what, void *arg)
 		if (!c->dead && c->out != NULL && !(c->events & EV_WRITE))
 			conn_write(c);
 	}
+}
+
+/* The loop polled since these were closed: their sockets can go. */
+static void
+conn_reap_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c;
+
 	while ((c = graveyard) != NULL) {
 		graveyard = c->next_dead;
 		conn_free(c);
-		freed = true;
 	}
-	if (freed)
-		daemon_maybe_exit();
+	daemon_maybe_exit();
 }
 
 bool
@@ -699,6 +717,10 @@ conn_close_all(void)
 	if (flush_ev != NULL) {
 		event_free(flush_ev);
 		flush_ev = NULL;
+	}
+	if (reap_ev != NULL) {
+		event_free(reap_ev);
+		reap_ev = NULL;
 	}
 	flush_scheduled = false;
 	idmap_free(conns);
