@@ -749,6 +749,14 @@ class FakeTpd:
                 conn.close()
 
     def close(self):
+        # Wake the accept() and wait for the thread before the descriptor is freed:
+        # a thread still entering accept() on a reused fd number would serve the
+        # next FakeTpd's clients.
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.thread.join(timeout=TIMEOUT)
         self.listener.close()
         os.unlink(self.sock)
         os.rmdir(self.dir)
