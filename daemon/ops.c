@@ -69,7 +69,7 @@ ops_initial_role(const struct conn *c)
 		return d->submit_token != NULL || d->admin_token != NULL ? CONN_ROLE_NONE : CONN_ROLE_SUBMIT;
 	if (c->have_creds && (c->uid == 0 || c->uid == geteuid()))
 		return CONN_ROLE_ADMIN;
-	/* The group is checked when an admin op comes: the fd is not wrapped yet. */
+	/* Group membership (SO_PEERGROUPS) is looked up only when an admin op comes. */
 	return CONN_ROLE_SUBMIT;
 }
 

@@ -450,7 +450,18 @@ main(int argc, char **argv)
 	load_auth(d);
 	signal(SIGPIPE, SIG_IGN);
 
-	if ((d->base = event_base_new()) == NULL)
+	/*
+	 * The changelist folds a connection's interest changes within one loop
+	 * turn into one epoll_ctl; conn.c closes sockets only after the next
+	 * poll, which this mode needs.
+	 */
+	struct event_config *ec = event_config_new();
+	if (ec != NULL)
+		event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+	d->base = ec != NULL ? event_base_new_with_config(ec) : NULL;
+	if (ec != NULL)
+		event_config_free(ec);
+	if (d->base == NULL)
 		fatalx("cannot create the event loop");
 	d->started_us = clock_now_us();
 	if (mailbox_init(d->base, tasks_handle_mail, &cause) == -1)
