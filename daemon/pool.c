@@ -28,8 +28,14 @@
  *    section where it takes its next one, and calls the finished job's done
  *    right after unlocking: one lock round per job instead of two.
  *  - queued_hint and spinners are atomics read without the lock, only to
- *    decide whether to keep spinning (spin_for_work); every decision that
- *    matters is made again under the lock.
+ *    decide whether to keep spinning (spin_for_work) or to spare a wake-up;
+ *    every decision that matters is made again under the lock.
+ *  - Wake-ups (wake_one): at most one sleeping worker is on its way at a
+ *    time; a worker that takes a job and sees more queued wakes the next.
+ *    No job can be stranded: a worker sleeps only after finding the queue
+ *    empty under the lock, a submit that finds no worker on its way and no
+ *    spinner wakes one, and a spinner re-checks the queue under the lock
+ *    before it sleeps.
  *
  * Besides the workers, each pool has one watcher thread that expires queued
  * jobs whose queue deadline passed, so an expiry is delivered on time even
@@ -70,6 +76,8 @@ struct pool {
 	atomic_uint queued_hint;  /* p->queued, for spinners to read unlocked */
 	atomic_uint spinners;
 	bool may_spin;            /* more than one CPU; set at creation */
+	unsigned sleepers;        /* workers in pthread_cond_wait on work_cv */
+	unsigned waking;          /* of those, signalled and not yet awake */
 	pthread_mutex_t lock;
 	pthread_cond_t work_cv;   /* idle workers wait here */
 	pthread_cond_t watch_cv;  /* the deadline watcher waits here */
@@ -293,6 +301,24 @@ joined(struct pool *p)
 	pthread_mutex_unlock(&p->lock);
 }
 
+/*
+ * Wakes one sleeping worker for queued work (lock held), unless one is
+ * already on its way or a spinner will take the work. A woken worker that
+ * finds more work queued after taking its job wakes the next one, so a
+ * burst brings in as many workers as it needs, one wake-up at a time, and a
+ * trickle of short jobs keeps going to the same warm worker instead of
+ * waking a cold one for every job.
+ */
+static void
+wake_one(struct pool *p)
+{
+	if (p->sleepers > p->waking && p->waking == 0 &&
+	    atomic_load_explicit(&p->spinners, memory_order_relaxed) == 0) {
+		p->waking++;
+		pthread_cond_signal(&p->work_cv);
+	}
+}
+
 /* The thread leaves the pool's books. Lock held; the thread returns right after. */
 static void
 leave(struct worker *w, bool registered)
@@ -304,7 +330,7 @@ leave(struct worker *w, bool registered)
 	w->pool = NULL; /* marks it joinable by take_exited */
 	/* It may have been woken for a job it will not take: pass the wake-up on. */
 	if (p->queue.head != NULL)
-		pthread_cond_signal(&p->work_cv);
+		wake_one(p);
 }
 
 static void
@@ -376,7 +402,11 @@ worker_main(void *arg)
 			if (p->closed)
 				break;
 			if (ran == NULL && spun) {
+				p->sleepers++;
 				pthread_cond_wait(&p->work_cv, &p->lock);
+				p->sleepers--;
+				if (p->waking > 0)
+					p->waking--;
 				continue;
 			}
 			/* Nothing to take: deliver the last done, or spin a moment, then decide again. */
@@ -392,6 +422,8 @@ worker_main(void *arg)
 			continue;
 		}
 		dequeue(p, j);
+		if (p->queue.head != NULL)
+			wake_one(p); /* more than this worker can take: bring in the next */
 		now = clock_now_us();
 		if (j->queue_deadline_us != 0 && now >= j->queue_deadline_us) {
 			/* Past its deadline before the watcher saw it: expire, never run. */
@@ -589,7 +621,7 @@ pool_submit(struct pool *p, struct pool_job *j)
 			pthread_cond_signal(&p->watch_cv);
 		}
 	}
-	pthread_cond_signal(&p->work_cv);
+	wake_one(p);
 	pthread_mutex_unlock(&p->lock);
 	return POOL_ACCEPTED;
 }
