@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "fmt.h"
 #include "ops.h"
 #include "pools.h"
 #include "tasks.h"
@@ -116,10 +117,17 @@ op_submit(struct conn *c, struct request *req)
 	}
 	/* The answer comes before the done: the done is handled on a later loop turn. */
 	char ev_fields[320];
-	int n = snprintf(ev_fields, sizeof ev_fields, "\"task\":%llu,\"pool\":%s,\"queued\":%u",
-	    (unsigned long long)t->id, e->name_json, t->job.queued_ahead);
-	if (n > 0 && (size_t)n < sizeof ev_fields)
+	struct fmt f = fmt_init(ev_fields, sizeof ev_fields - 1);
+	fmt_str(&f, "\"task\":");
+	fmt_u64(&f, t->id);
+	fmt_str(&f, ",\"pool\":");
+	fmt_str(&f, e->name_json);
+	fmt_str(&f, ",\"queued\":");
+	fmt_u64(&f, t->job.queued_ahead);
+	if (!f.overflow) {
+		*f.p = '\0';
 		ops_reply_fields(c, req->id, EV_ACCEPTED, ev_fields);
+	}
 	else /* a very long pool name */
 		ops_reply(c, req, EV_ACCEPTED, json_pack("{s:I, s:s, s:i}", "task",
 		    (json_int_t)t->id, "pool", e->name, "queued", (int)t->job.queued_ahead));

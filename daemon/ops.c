@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "fmt.h"
 #include "log.h"
 #include "ops.h"
 #include "wire.h"
@@ -92,11 +93,10 @@ ops_reply(struct conn *c, struct request *req, const char *event, json_t *extra)
 size_t
 ops_id_text(json_t *id, char *buf, size_t len)
 {
-	int n;
-
 	if (json_is_integer(id)) {
-		n = snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(id));
-		return n > 0 && (size_t)n < len ? (size_t)n : 0;
+		struct fmt f = fmt_init(buf, len);
+		fmt_i64(&f, json_integer_value(id));
+		return fmt_len(&f, buf);
 	}
 	return json_dumpb(id, buf, len, JSON_ENCODE_ANY | JSON_COMPACT);
 }
@@ -105,8 +105,7 @@ void
 ops_reply_fields(struct conn *c, json_t *id, const char *event, const char *fields)
 {
 	char line[512], idtext[256];
-	size_t idlen = 0;
-	int n;
+	size_t idlen = 0, n;
 
 	if (id != NULL && ((idlen = ops_id_text(id, idtext, sizeof idtext)) == 0 ||
 	    idlen >= sizeof idtext)) {
@@ -124,11 +123,21 @@ ops_reply_fields(struct conn *c, json_t *id, const char *event, const char *fiel
 		ops_reply(c, &req, event, extra);
 		return;
 	}
-	n = snprintf(line, sizeof line, "{\"event\":\"%s\"%s%.*s%s%s}", event,
-	    id != NULL ? ",\"id\":" : "", (int)idlen, idtext,
-	    fields != NULL ? "," : "", fields != NULL ? fields : "");
-	if (n > 0 && (size_t)n < sizeof line)
-		conn_send_line(c, line, (size_t)n);
+	struct fmt f = fmt_init(line, sizeof line);
+	fmt_str(&f, "{\"event\":\"");
+	fmt_str(&f, event);
+	fmt_mem(&f, "\"", 1);
+	if (id != NULL) {
+		fmt_str(&f, ",\"id\":");
+		fmt_mem(&f, idtext, idlen);
+	}
+	if (fields != NULL) {
+		fmt_mem(&f, ",", 1);
+		fmt_str(&f, fields);
+	}
+	fmt_mem(&f, "}", 1);
+	if ((n = fmt_len(&f, line)) > 0)
+		conn_send_line(c, line, n);
 }
 
 void

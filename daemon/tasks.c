@@ -19,6 +19,7 @@
 
 #include "conn.h"
 #include "daemon.h"
+#include "fmt.h"
 #include "idmap.h"
 #include "log.h"
 #include "tasks.h"
@@ -260,9 +261,11 @@ send_done(const struct task *t, uint64_t conn_id, json_t *id, bool owed)
 	}
 	if (json_is_integer(id)) {
 		char head[48];
-		int n = snprintf(head, sizeof head, "{\"id\":%" JSON_INTEGER_FORMAT ",",
-		    json_integer_value(id));
-		conn_send_raw(c, head, (size_t)n, t->done_body, strlen(t->done_body));
+		struct fmt f = fmt_init(head, sizeof head);
+		fmt_str(&f, "{\"id\":");
+		fmt_i64(&f, json_integer_value(id));
+		fmt_mem(&f, ",", 1);
+		conn_send_raw(c, head, fmt_len(&f, head), t->done_body, strlen(t->done_body));
 		return;
 	}
 	idtext = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
