@@ -37,6 +37,22 @@
  *    spinner wakes one, and a spinner re-checks the queue under the lock
  *    before it sleeps.
  *
+ * How tpd uses the pool (the rules across threads, kept in the files named):
+ *
+ *  - The event-loop thread owns the listeners and every connection (conn.c);
+ *    workers never touch them.
+ *  - A task enters the pool self-contained: its kind's parse (loop thread)
+ *    copies its inputs or takes its json_t over from the request, never
+ *    shares it, since jansson does no locking (task-builtin.c, task-exec.c).
+ *  - A task has a work part (task_work, on a worker) and a done part
+ *    (task_finish, on the loop thread); it lives until the done part ran,
+ *    then stays, light, for wait and status (tasks.c).
+ *  - The pool's done callback only formats the done and pushes it on the
+ *    mailbox, waking the loop only when the mailbox was empty; the loop
+ *    takes the whole mailbox at once and handles it unlocked (mailbox.c).
+ *  - A task names its client by connection id, not pointer: the client may
+ *    be gone when the done arrives (tasks.c, conn_find).
+ *
  * Besides the workers, each pool has one watcher thread that expires queued
  * jobs whose queue deadline passed, so an expiry is delivered on time even
  * when every worker is busy with a long job. It is not counted as a worker
