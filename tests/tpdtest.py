@@ -43,6 +43,7 @@ class Daemon:
         self.log_path = os.path.join(self.dir, "tpd.log")
         self.args = ["-f", "-s", self.sock, "-w", str(workers), "-q", str(queue),
                      "--log-level", "debug"] + list(args)
+        self.tcp = tcp
         if tcp:
             self.args += ["-l", "127.0.0.1:0"]
         self.env = dict(os.environ if env is None else env)
@@ -72,8 +73,8 @@ class Daemon:
                     raise AssertionError("tpd did not listen within %ss:\n%s"
                                          % (TIMEOUT, self.read_log()))
                 time.sleep(0.01)  # polling the connect, not synchronising on time
-        # Wait for the line that follows every listener (the TCP port is logged before it).
-        while " ready " not in self.read_log():
+        # With TCP, wait for the line that follows every listener (the port is logged before it).
+        while self.tcp and " ready " not in self.read_log():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError("tpd did not become ready:\n%s" % self.read_log())
             time.sleep(0.01)
