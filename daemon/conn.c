@@ -47,6 +47,7 @@
 #include "daemon.h"
 #include "idmap.h"
 #include "log.h"
+#include "mailbox.h"
 #include "ops.h"
 #include "wire.h"
 
@@ -653,6 +654,7 @@ conn_flush_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c;
 
+	mailbox_poll(); /* dones already back join this write (no new flush is scheduled) */
 	flush_scheduled = false;
 	while ((c = dirty_head) != NULL) {
 		dirty_head = c->next_dirty;

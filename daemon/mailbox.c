@@ -56,6 +56,18 @@ mailbox_drain(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/*
+ * Loop thread: handles what is already posted, without waiting for the
+ * eventfd's wake-up. Called just before the loop writes its replies, so a
+ * done that arrived meanwhile leaves in the same write as its accepted.
+ */
+void
+mailbox_poll(void)
+{
+	if (atomic_load_explicit(&inbox, memory_order_relaxed) != NULL)
+		mailbox_drain(mb.efd, EV_READ, NULL);
+}
+
 int
 mailbox_init(struct event_base *base, mailbox_handler handler, char **cause)
 {

@@ -35,6 +35,9 @@ typedef void (*mailbox_handler)(struct mail *);
 int mailbox_init(struct event_base *, mailbox_handler, char **cause);
 void mailbox_free(void);
 
+/* Loop thread: handles the messages already posted, if any (see mailbox.c). */
+void mailbox_poll(void);
+
 /* Any thread: posts m (malloc'd; the handler frees it). */
 void mailbox_post(struct mail *m);
 
