@@ -185,18 +185,6 @@ conf_pool_name_ok(const char *name)
 	    "0123456789_.-") == n;
 }
 
-static int
-cause_set(char **cause, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) == -1)
-		*cause = NULL;
-	va_end(ap);
-	return -1;
-}
-
 int
 conf_split_hostport(const char *s, char *host, size_t hostlen,
     char *port, size_t portlen, char **cause)

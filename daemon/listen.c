@@ -8,7 +8,6 @@
 
 #include <errno.h>
 #include <grp.h>
-#include <stdarg.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,18 +41,6 @@ struct listener {
 
 static struct listener *listeners[32];
 static size_t nlisteners;
-
-static int
-failf(char **cause, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) == -1)
-		*cause = NULL;
-	va_end(ap);
-	return -1;
-}
 
 static void
 accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa, int salen,
@@ -102,11 +89,11 @@ add_listener(int fd, bool is_unix, const char *name, const char *unlink_path, ch
 
 	if (nlisteners == sizeof listeners / sizeof listeners[0]) {
 		close(fd);
-		return failf(cause, "%s: too many listeners", name);
+		return cause_set(cause, "%s: too many listeners", name);
 	}
 	if ((l = calloc(1, sizeof *l)) == NULL) {
 		close(fd);
-		return failf(cause, "%s: out of memory", name);
+		return cause_set(cause, "%s: out of memory", name);
 	}
 	evutil_make_socket_nonblocking(fd);
 	l->is_unix = is_unix;
@@ -116,7 +103,7 @@ add_listener(int fd, bool is_unix, const char *name, const char *unlink_path, ch
 	if (l->evl == NULL) {
 		close(fd);
 		free(l);
-		return failf(cause, "%s: cannot listen: %s", name, strerror(errno));
+		return cause_set(cause, "%s: cannot listen: %s", name, strerror(errno));
 	}
 	evconnlistener_set_error_cb(l->evl, accept_error_cb);
 	l->resume = evtimer_new(daemon_state->base, resume_cb, l);
@@ -132,7 +119,7 @@ make_parent_dirs(const char *path, char **cause)
 	char *dir = strdup(path), *slash;
 
 	if (dir == NULL)
-		return failf(cause, "out of memory");
+		return cause_set(cause, "out of memory");
 	if ((slash = strrchr(dir, '/')) == NULL || slash == dir) {
 		free(dir);
 		return 0;
@@ -145,7 +132,7 @@ make_parent_dirs(const char *path, char **cause)
 			/* 0755: the socket's own mode decides who may connect. */
 			if (mkdir(dir, 0755) == -1 && errno != EEXIST) {
 				int err = errno;
-				failf(cause, "cannot create directory %s: %s", dir, strerror(err));
+				cause_set(cause, "cannot create directory %s: %s", dir, strerror(err));
 				free(dir);
 				return -1;
 			}
@@ -166,21 +153,21 @@ clear_stale_socket(const char *path, const struct sockaddr_un *sun, char **cause
 	int fd;
 
 	if (lstat(path, &st) == -1)
-		return errno == ENOENT ? 0 : failf(cause, "%s: %s", path, strerror(errno));
+		return errno == ENOENT ? 0 : cause_set(cause, "%s: %s", path, strerror(errno));
 	if (!S_ISSOCK(st.st_mode))
-		return failf(cause, "%s exists and is not a socket: remove it or choose another -s",
+		return cause_set(cause, "%s exists and is not a socket: remove it or choose another -s",
 		    path);
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1)
-		return failf(cause, "socket: %s", strerror(errno));
+		return cause_set(cause, "socket: %s", strerror(errno));
 	if (connect(fd, (const struct sockaddr *)sun, sizeof *sun) == 0) {
 		close(fd);
-		return failf(cause, "%s is in use by a running daemon (is tpd already running?)",
+		return cause_set(cause, "%s is in use by a running daemon (is tpd already running?)",
 		    path);
 	}
 	close(fd);
 	log_info("removing stale socket %s left by a daemon that is gone", path);
 	if (unlink(path) == -1 && errno != ENOENT)
-		return failf(cause, "cannot remove stale socket %s: %s", path, strerror(errno));
+		return cause_set(cause, "cannot remove stale socket %s: %s", path, strerror(errno));
 	return 0;
 }
 
@@ -192,17 +179,17 @@ listen_unix(const char *path, mode_t mode, const char *group, char **cause)
 	int fd;
 
 	if (strlen(path) >= sizeof sun.sun_path)
-		return failf(cause, "socket path %s is longer than %zu bytes", path,
+		return cause_set(cause, "socket path %s is longer than %zu bytes", path,
 		    sizeof sun.sun_path - 1);
 	strcpy(sun.sun_path, path);
 	if (make_parent_dirs(path, cause) == -1 || clear_stale_socket(path, &sun, cause) == -1)
 		return -1;
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1)
-		return failf(cause, "socket: %s", strerror(errno));
+		return cause_set(cause, "socket: %s", strerror(errno));
 	if (bind(fd, (struct sockaddr *)&sun, sizeof sun) == -1) {
 		int err = errno;
 		close(fd);
-		return failf(cause, "cannot bind %s: %s", path, strerror(err));
+		return cause_set(cause, "cannot bind %s: %s", path, strerror(err));
 	}
 	if (chmod(path, mode) == -1)
 		log_warn("chmod %s", path);
@@ -211,7 +198,7 @@ listen_unix(const char *path, mode_t mode, const char *group, char **cause)
 		if (gr == NULL) {
 			close(fd);
 			unlink(path);
-			return failf(cause, "socket_group %s: no such group", group);
+			return cause_set(cause, "socket_group %s: no such group", group);
 		}
 		if (chown(path, (uid_t)-1, gr->gr_gid) == -1)
 			log_warn("chown %s to group %s", path, group);
@@ -220,7 +207,7 @@ listen_unix(const char *path, mode_t mode, const char *group, char **cause)
 		int err = errno;
 		close(fd);
 		unlink(path);
-		return failf(cause, "cannot listen on %s: %s", path, strerror(err));
+		return cause_set(cause, "cannot listen on %s: %s", path, strerror(err));
 	}
 	snprintf(name, sizeof name, "unix %s", path);
 	if (add_listener(fd, true, name, path, cause) == -1)
@@ -244,7 +231,7 @@ listen_tcp(const char *hostport, char **cause)
 
 	/* The same rule as the configuration file's listen key. */
 	if (conf_split_hostport(hostport, host, sizeof host, port, sizeof port, &why) == -1) {
-		failf(cause, "listen address %s (write it as 127.0.0.1:7420 or [::1]:7420)",
+		cause_set(cause, "listen address %s (write it as 127.0.0.1:7420 or [::1]:7420)",
 		    why ? why : hostport);
 		free(why);
 		return -1;
@@ -252,11 +239,11 @@ listen_tcp(const char *hostport, char **cause)
 	if (strcmp(host, "*") == 0)
 		host[0] = '\0'; /* every address */
 	if ((rc = getaddrinfo(host[0] ? host : NULL, port, &hints, &res)) != 0)
-		return failf(cause, "listen address %s: %s", hostport, gai_strerror(rc));
+		return cause_set(cause, "listen address %s: %s", hostport, gai_strerror(rc));
 	fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
 	if (fd == -1) {
 		freeaddrinfo(res);
-		return failf(cause, "listen address %s: socket: %s", hostport, strerror(errno));
+		return cause_set(cause, "listen address %s: socket: %s", hostport, strerror(errno));
 	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
 	if (res->ai_family == AF_INET6)
@@ -265,7 +252,7 @@ listen_tcp(const char *hostport, char **cause)
 		int err = errno;
 		freeaddrinfo(res);
 		close(fd);
-		return failf(cause, "cannot listen on %s: %s", hostport, strerror(err));
+		return cause_set(cause, "cannot listen on %s: %s", hostport, strerror(err));
 	}
 	freeaddrinfo(res);
 	if (getsockname(fd, (struct sockaddr *)&ss, &sslen) == 0) {

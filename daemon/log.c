@@ -131,6 +131,20 @@ LOG_FN(log_notice, LOG_NOTICE, false)
 LOG_FN(log_info, LOG_INFO, false)
 LOG_FN(log_debug, LOG_DEBUG, false)
 
+int
+cause_set(char **cause, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (cause == NULL)
+		return -1;
+	va_start(ap, fmt);
+	if (vasprintf(cause, fmt, ap) == -1)
+		*cause = NULL;
+	va_end(ap);
+	return -1;
+}
+
 void
 fatal(const char *fmt, ...)
 {

@@ -32,6 +32,13 @@ void log_notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/*
+ * For functions that return -1 and fill a char **cause: sets *cause (the
+ * caller frees; NULL if out of memory, or when cause itself is NULL) and
+ * returns -1, so a failure is one line: return cause_set(cause, "...", ...);
+ */
+int cause_set(char **cause, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* For start-up failures and broken invariants only: logs and exits 1. */
 void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 void fatalx(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));

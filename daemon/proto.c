@@ -3,25 +3,13 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "proto.h"
 #include "wire.h"
-
-static int
-fail(char **msg, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	if (vasprintf(msg, fmt, ap) == -1)
-		*msg = NULL;
-	va_end(ap);
-	return -1;
-}
 
 size_t
 proto_json_depth(const char *s, size_t len)
@@ -79,32 +67,32 @@ proto_parse_request(const char *line, size_t len, struct request *req,
 	/* Each level takes two bytes at least: a short line cannot nest too deep. */
 	if (len > 2 * WIRE_MAX_DEPTH && proto_json_depth(line, len) > WIRE_MAX_DEPTH) {
 		*code = ERR_BAD_REQUEST;
-		return fail(msg, "request nests deeper than %d levels", WIRE_MAX_DEPTH);
+		return cause_set(msg, "request nests deeper than %d levels", WIRE_MAX_DEPTH);
 	}
 	req->root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
 	if (req->root == NULL) {
 		*code = ERR_BAD_JSON;
-		return fail(msg, "invalid JSON at byte %d: %s", err.position, err.text);
+		return cause_set(msg, "invalid JSON at byte %d: %s", err.position, err.text);
 	}
 	if (!json_is_object(req->root)) {
 		*code = ERR_BAD_REQUEST;
-		return fail(msg, "a request must be a JSON object, not %s", type_name(req->root));
+		return cause_set(msg, "a request must be a JSON object, not %s", type_name(req->root));
 	}
 	req->id = json_object_get(req->root, "id");
 	if (req->id != NULL && !json_is_string(req->id) && !json_is_integer(req->id)) {
 		*code = ERR_BAD_REQUEST;
-		fail(msg, "field \"id\" must be a string or an integer, not %s", type_name(req->id));
+		cause_set(msg, "field \"id\" must be a string or an integer, not %s", type_name(req->id));
 		req->id = NULL;
 		return -1;
 	}
 	op = json_object_get(req->root, "op");
 	if (op == NULL) {
 		*code = ERR_BAD_REQUEST;
-		return fail(msg, "missing field \"op\"");
+		return cause_set(msg, "missing field \"op\"");
 	}
 	if (!json_is_string(op)) {
 		*code = ERR_BAD_REQUEST;
-		return fail(msg, "field \"op\" must be a string, not %s", type_name(op));
+		return cause_set(msg, "field \"op\" must be a string, not %s", type_name(op));
 	}
 	req->op = json_string_value(op);
 	return 0;
@@ -129,7 +117,7 @@ proto_check_fields(json_t *obj, const char *const *allowed, const char *where, c
 			if (strcmp(*a, key) == 0)
 				break;
 		if (*a == NULL)
-			return fail(msg, "unknown field \"%s\" in %s", key, where);
+			return cause_set(msg, "unknown field \"%s\" in %s", key, where);
 	}
 	return 0;
 }
@@ -140,9 +128,9 @@ proto_get_string(json_t *obj, const char *key, bool required, const char **out, 
 	json_t *v = json_object_get(obj, key);
 
 	if (v == NULL)
-		return required ? fail(msg, "missing field \"%s\"", key) : 0;
+		return required ? cause_set(msg, "missing field \"%s\"", key) : 0;
 	if (!json_is_string(v))
-		return fail(msg, "field \"%s\" must be a string, not %s", key, type_name(v));
+		return cause_set(msg, "field \"%s\" must be a string, not %s", key, type_name(v));
 	*out = json_string_value(v);
 	return 0;
 }
@@ -155,7 +143,7 @@ proto_get_bool(json_t *obj, const char *key, bool *out, char **msg)
 	if (v == NULL)
 		return 0;
 	if (!json_is_boolean(v))
-		return fail(msg, "field \"%s\" must be true or false, not %s", key, type_name(v));
+		return cause_set(msg, "field \"%s\" must be true or false, not %s", key, type_name(v));
 	*out = json_is_true(v);
 	return 0;
 }
@@ -168,12 +156,12 @@ proto_get_uint(json_t *obj, const char *key, bool required, uint64_t min, uint64
 	json_int_t n;
 
 	if (v == NULL)
-		return required ? fail(msg, "missing field \"%s\"", key) : 0;
+		return required ? cause_set(msg, "missing field \"%s\"", key) : 0;
 	if (!json_is_integer(v))
-		return fail(msg, "field \"%s\" must be an integer, not %s", key, type_name(v));
+		return cause_set(msg, "field \"%s\" must be an integer, not %s", key, type_name(v));
 	n = json_integer_value(v);
 	if (n < 0 || (uint64_t)n < min || (uint64_t)n > max)
-		return fail(msg, "field \"%s\" is %" JSON_INTEGER_FORMAT ", out of range %" PRIu64
+		return cause_set(msg, "field \"%s\" is %" JSON_INTEGER_FORMAT ", out of range %" PRIu64
 		    "..%" PRIu64, key, n, min, max);
 	*out = (uint64_t)n;
 	return 0;
@@ -185,20 +173,20 @@ proto_get_task_id(json_t *obj, const char *key, uint64_t *out, char **msg)
 	json_t *v = json_object_get(obj, key);
 
 	if (v == NULL)
-		return fail(msg, "missing field \"%s\" (a task id)", key);
+		return cause_set(msg, "missing field \"%s\" (a task id)", key);
 	if (json_is_string(v)) {
 		const char *s = json_string_value(v);
 		char *end;
 		errno = 0;
 		unsigned long long n = strtoull(s, &end, 10);
 		if (*s < '1' || *s > '9' || *end != '\0' || errno != 0)
-			return fail(msg, "field \"%s\" must be a task id (a positive integer), not \"%.64s\"",
+			return cause_set(msg, "field \"%s\" must be a task id (a positive integer), not \"%.64s\"",
 			    key, s);
 		*out = n;
 		return 0;
 	}
 	if (!json_is_integer(v) || json_integer_value(v) < 1)
-		return fail(msg, "field \"%s\" must be a task id (a positive integer)", key);
+		return cause_set(msg, "field \"%s\" must be a task id (a positive integer)", key);
 	*out = (uint64_t)json_integer_value(v);
 	return 0;
 }

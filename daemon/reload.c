@@ -22,7 +22,6 @@
 
 #include <errno.h>
 #include <grp.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,18 +43,6 @@ struct reload_auth {
 	unsigned admin_gid;
 };
 
-static int
-reload_fail(char **cause, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) == -1)
-		*cause = NULL;
-	va_end(ap);
-	return -1;
-}
-
 /* The first line of a token file, as at start-up. */
 static int
 reload_token(const char *path, const char *key, char **out, char **cause)
@@ -67,15 +54,15 @@ reload_token(const char *path, const char *key, char **out, char **cause)
 	if (path == NULL)
 		return 0;
 	if ((f = fopen(path, "r")) == NULL)
-		return reload_fail(cause, "%s %s: %s", key, path, strerror(errno));
+		return cause_set(cause, "%s %s: %s", key, path, strerror(errno));
 	if (fgets(buf, sizeof buf, f) == NULL)
 		buf[0] = '\0';
 	fclose(f);
 	buf[strcspn(buf, "\r\n")] = '\0';
 	if (buf[0] == '\0')
-		return reload_fail(cause, "%s %s: empty first line", key, path);
+		return cause_set(cause, "%s %s: empty first line", key, path);
 	if ((*out = strdup(buf)) == NULL)
-		return reload_fail(cause, "out of memory");
+		return cause_set(cause, "out of memory");
 	return 0;
 }
 
@@ -93,7 +80,7 @@ reload_auth_prepare(const struct conf *c, struct reload_auth *a, char **cause)
 		if (gr == NULL) {
 			free(a->submit_token);
 			free(a->admin_token);
-			return reload_fail(cause, "admin_group %s: no such group", c->admin_group);
+			return cause_set(cause, "admin_group %s: no such group", c->admin_group);
 		}
 		a->have_admin_gid = true;
 		a->admin_gid = gr->gr_gid;

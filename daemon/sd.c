@@ -270,18 +270,6 @@ sdn_teardown(void)
 	memset(&sdn, 0, sizeof sdn);
 }
 
-static int
-sdn_cause(char **cause, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) == -1)
-		*cause = NULL;
-	va_end(ap);
-	return -1;
-}
-
 /* What fd is: a listening Unix or TCP stream socket, or -1 with *cause set. */
 static int
 sdn_classify(int fd, const char *name, enum sdn_kind *kind, char **cause)
@@ -291,13 +279,13 @@ sdn_classify(int fd, const char *name, enum sdn_kind *kind, char **cause)
 	else if (sd_is_socket_inet(fd, 0, SOCK_STREAM, 1, 0) > 0)
 		*kind = SDN_TCP;
 	else
-		return sdn_cause(cause, "socket activation: fd %d (%s) is not a "
+		return cause_set(cause, "socket activation: fd %d (%s) is not a "
 		    "listening Unix or TCP stream socket", fd, name);
 	if (strcmp(name, "unix") == 0 && *kind != SDN_UNIX)
-		return sdn_cause(cause, "socket activation: fd %d is named unix but is "
+		return cause_set(cause, "socket activation: fd %d is named unix but is "
 		    "a TCP socket", fd);
 	if (strcmp(name, "tcp") == 0 && *kind != SDN_TCP)
-		return sdn_cause(cause, "socket activation: fd %d is named tcp but is "
+		return cause_set(cause, "socket activation: fd %d is named tcp but is "
 		    "a Unix socket", fd);
 	if (strcmp(name, "unix") != 0 && strcmp(name, "tcp") != 0)
 		log_info("socket activation: fd %d named \"%s\" is taken as %s", fd,
@@ -341,9 +329,9 @@ sdn_activation_fds(struct sdn_activated **out, char **cause)
 
 	*out = NULL;
 	if ((n = sd_listen_fds_with_names(1, &names)) < 0)
-		return sdn_cause(cause, "socket activation: %s", strerror(-n));
+		return cause_set(cause, "socket activation: %s", strerror(-n));
 	if (n > 0 && (a = calloc((size_t)n, sizeof *a)) == NULL) {
-		rv = sdn_cause(cause, "socket activation: %s", strerror(errno));
+		rv = cause_set(cause, "socket activation: %s", strerror(errno));
 		goto out;
 	}
 	for (int i = 0; i < n; i++) {
@@ -357,7 +345,7 @@ sdn_activation_fds(struct sdn_activated **out, char **cause)
 		}
 		if ((flags = fcntl(a[i].fd, F_GETFL)) == -1 ||
 		    fcntl(a[i].fd, F_SETFL, flags | O_NONBLOCK) == -1) {
-			rv = sdn_cause(cause, "socket activation: fd %d: %s", a[i].fd,
+			rv = cause_set(cause, "socket activation: fd %d: %s", a[i].fd,
 			    strerror(errno));
 			goto out;
 		}

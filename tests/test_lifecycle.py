@@ -4,7 +4,7 @@ import json
 import signal
 import socket
 
-from tpdtest import Daemon, check, eventually, run_tests
+from tpdtest import Daemon, check, eventually, read_to_eof, run_tests
 
 
 def test_disconnect_mid_task_then_wait_from_new_connection():
@@ -26,13 +26,7 @@ def test_half_closed_client_still_gets_its_dones():
         s.connect(d.sock)
         s.sendall(b'{"op":"submit","id":1,"task":{"kind":"sleep","ms":100}}\n{"op":"ping","id":2}\n')
         s.shutdown(socket.SHUT_WR)   # like `nc -U` at the end of its input
-        s.settimeout(15)
-        data = b""
-        while True:
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            data += chunk
+        data = read_to_eof(s)
         events = [json.loads(l) for l in data.splitlines()]
         check([e["event"] for e in events] == ["accepted", "pong", "done"], "%r", events)
         check(events[2]["state"] == "succeeded", "%r", events)

@@ -3,7 +3,7 @@
 import json
 import socket
 
-from tpdtest import Daemon, check, eventually, run_tests
+from tpdtest import Daemon, check, eventually, read_to_eof, run_tests
 
 
 def test_hello_ping_stats():
@@ -202,13 +202,7 @@ def test_max_connections_refuses_extra_client_with_error():
         check(b.request({"op": "ping"})["event"] == "pong", "b")
         s = socket.socket(socket.AF_UNIX)
         s.connect(d.sock)
-        s.settimeout(10)
-        data = b""
-        while True:
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            data += chunk
+        data = read_to_eof(s)
         s.close()
         ev = json.loads(data.split(b"\n")[0])
         check(ev["event"] == "error" and "max_connections" in ev["error"]["message"], "%r", ev)

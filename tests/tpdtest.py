@@ -225,6 +225,17 @@ class Client:
         raise AssertionError("no pool %s in stats" % pool)
 
 
+def read_to_eof(sock, timeout=None):
+    """Everything sock receives until the other end closes it."""
+    sock.settimeout(timeout or TIMEOUT)
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
 def eventually(pred, what, timeout=None):
     """Polls pred (a query of the daemon's state) until it is true."""
     deadline = time.monotonic() + (timeout or TIMEOUT)
