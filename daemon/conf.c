@@ -97,6 +97,17 @@ conf_pool_get(struct conf *c, const char *name)
 	return p;
 }
 
+/* The digits that start s (no sign, no space), and where they end. */
+static int
+leading_number(const char *s, unsigned long long *v, char **end)
+{
+	if (s == NULL || !isdigit((unsigned char)*s))
+		return -1;
+	errno = 0;
+	*v = strtoull(s, end, 10);
+	return errno != 0 ? -1 : 0;
+}
+
 int
 conf_parse_duration_ms(const char *s, uint64_t *out)
 {
@@ -104,11 +115,7 @@ conf_parse_duration_ms(const char *s, uint64_t *out)
 	unsigned long long v;
 	uint64_t mult = 1;
 
-	if (s == NULL || !isdigit((unsigned char)*s))
-		return -1;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno != 0)
+	if (leading_number(s, &v, &end) == -1)
 		return -1;
 	if (strcmp(end, "") == 0 || strcmp(end, "ms") == 0)
 		mult = 1;
@@ -135,11 +142,7 @@ conf_parse_size(const char *s, size_t *out)
 	unsigned long long v;
 	size_t mult = 1;
 
-	if (s == NULL || !isdigit((unsigned char)*s))
-		return -1;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno != 0)
+	if (leading_number(s, &v, &end) == -1)
 		return -1;
 	switch (*end) {
 	case '\0': break;

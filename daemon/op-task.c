@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conf.h"
 #include "daemon.h"
 #include "fmt.h"
 #include "ops.h"
@@ -116,7 +117,8 @@ op_submit(struct conn *c, struct request *req)
 		return;
 	}
 	/* The answer comes before the done: the done is handled on a later loop turn. */
-	char ev_fields[320];
+	/* Pool names are at most CONF_POOL_NAME_MAX safe characters: this fits. */
+	char ev_fields[96 + CONF_POOL_NAME_MAX];
 	struct fmt f = fmt_init(ev_fields, sizeof ev_fields - 1);
 	fmt_str(&f, "\"task\":");
 	fmt_u64(&f, t->id);
@@ -124,13 +126,8 @@ op_submit(struct conn *c, struct request *req)
 	fmt_str(&f, e->name_json);
 	fmt_str(&f, ",\"queued\":");
 	fmt_u64(&f, t->job.queued_ahead);
-	if (!f.overflow) {
-		*f.p = '\0';
-		ops_reply_fields(c, req->id, EV_ACCEPTED, ev_fields);
-	}
-	else /* a very long pool name */
-		ops_reply(c, req, EV_ACCEPTED, json_pack("{s:I, s:s, s:i}", "task",
-		    (json_int_t)t->id, "pool", e->name, "queued", (int)t->job.queued_ahead));
+	*f.p = '\0';
+	ops_reply_fields(c, req->id, EV_ACCEPTED, ev_fields);
 }
 
 /* The task a request names; NULL after answering no_such_task. */

@@ -104,26 +104,25 @@ ops_id_text(json_t *id, char *buf, size_t len)
 void
 ops_reply_fields(struct conn *c, json_t *id, const char *event, const char *fields)
 {
-	char line[512], idtext[256];
-	size_t idlen = 0, n;
+	char line[512], idbuf[256], *idtext = idbuf, *buf = line, *heap_id = NULL;
+	size_t idlen = 0, need;
 
-	if (id != NULL && ((idlen = ops_id_text(id, idtext, sizeof idtext)) == 0 ||
-	    idlen >= sizeof idtext)) {
-		/* A very long string id: the general path. */
-		json_t *extra = json_object();
-		if (fields != NULL) {
-			char *obj;
-			if (asprintf(&obj, "{%s}", fields) != -1) {
-				json_decref(extra);
-				extra = json_loads(obj, 0, NULL);
-				free(obj);
-			}
+	if (id != NULL) {
+		idlen = ops_id_text(id, idbuf, sizeof idbuf);
+		if (idlen == 0 || idlen >= sizeof idbuf) { /* a very long string id */
+			if ((idtext = heap_id = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT)) == NULL)
+				return;
+			idlen = strlen(idtext);
 		}
-		struct request req = { .id = id };
-		ops_reply(c, &req, event, extra);
+	}
+	/* {"event":"E","id":I,F} */
+	need = 16 + strlen(event) + (id != NULL ? 6 + idlen : 0) +
+	    (fields != NULL ? 1 + strlen(fields) : 0);
+	if (need > sizeof line && (buf = malloc(need)) == NULL) {
+		free(heap_id);
 		return;
 	}
-	struct fmt f = fmt_init(line, sizeof line);
+	struct fmt f = fmt_init(buf, need);
 	fmt_str(&f, "{\"event\":\"");
 	fmt_str(&f, event);
 	fmt_mem(&f, "\"", 1);
@@ -136,8 +135,10 @@ ops_reply_fields(struct conn *c, json_t *id, const char *event, const char *fiel
 		fmt_str(&f, fields);
 	}
 	fmt_mem(&f, "}", 1);
-	if ((n = fmt_len(&f, line)) > 0)
-		conn_send_line(c, line, n);
+	conn_send_line(c, buf, fmt_len(&f, buf));
+	if (buf != line)
+		free(buf);
+	free(heap_id);
 }
 
 void

@@ -65,15 +65,6 @@ pools_find(const char *name)
 	return NULL;
 }
 
-struct pools_entry *
-pools_of(const struct pool *p)
-{
-	for (size_t i = 0; i < nentries; i++)
-		if (entries[i]->pool == p)
-			return entries[i];
-	return NULL;
-}
-
 size_t
 pools_count(void)
 {

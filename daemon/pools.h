@@ -29,9 +29,6 @@ int pools_add(const struct conf_pool *cp, char **cause);
 /* The pool called name that accepts work (removed pools are not found). */
 struct pools_entry *pools_find(const char *name);
 
-/* The entry owning pool p (also removed ones). */
-struct pools_entry *pools_of(const struct pool *p);
-
 size_t pools_count(void);
 struct pools_entry *pools_at(size_t i);
 

@@ -178,6 +178,16 @@ def test_error_carries_the_request_id():
         check(ev["id"] == "q" and ev["error"]["code"] == "unknown_op", "%r", ev)
 
 
+def test_long_string_ids_come_back_verbatim():
+    with Daemon() as d:
+        c = d.client()
+        rid = "\u00e9\"quoted\"-" + "x" * 2000
+        check(c.request({"op": "ping", "id": rid}) == {"event": "pong", "id": rid}, "pong")
+        ev = c.request({"op": "submit", "id": rid, "task": {"kind": "echo"}})
+        check(ev["event"] == "accepted" and ev["id"] == rid, "%r", ev)
+        check(c.done(rid)["id"] == rid, "done")
+
+
 def test_overlong_line_without_newline_is_refused_and_connection_survives():
     with Daemon("--max-request-bytes", "64k") as d:
         c = d.client()
