@@ -1,5 +1,5 @@
 /*
- * fmt.h: text building for the hot paths (accepted, pong, a done's id),
+ * fmt.h: text building for the hot paths (accepted, pong, a done event),
  * where snprintf's format parsing cost more than the rest of the reply.
  * A struct fmt writes into a caller's buffer and remembers an overflow.
  */
@@ -61,6 +61,17 @@ fmt_i64(struct fmt *f, int64_t v)
 		fmt_u64(f, (uint64_t)0 - (uint64_t)v);
 	} else
 		fmt_u64(f, (uint64_t)v);
+}
+
+/* Microseconds as milliseconds with three decimals: what "%.3f" of us / 1000.0 prints. */
+static inline void
+fmt_ms(struct fmt *f, uint64_t us)
+{
+	char frac[4] = { '.', (char)('0' + us / 100 % 10), (char)('0' + us / 10 % 10),
+	    (char)('0' + us % 10) };
+
+	fmt_u64(f, us / 1000);
+	fmt_mem(f, frac, sizeof frac);
 }
 
 /* Bytes written so far; 0 after an overflow. */

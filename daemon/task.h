@@ -80,6 +80,7 @@ struct task {
 	atomic_bool started;        /* set by the worker when run begins */
 	bool finished;              /* done processed on the loop thread */
 	char *done_body;            /* the done event without "id", once finished */
+	size_t done_len;            /* its length */
 	const char *final_state;    /* wire name of the terminal state */
 	uint64_t finished_us;
 	struct task *older, *newer; /* retention list of finished tasks */

@@ -256,7 +256,7 @@ send_done(const struct task *t, uint64_t conn_id, json_t *id, bool owed)
 	if (owed)
 		conn_owed_done(c);
 	if (id == NULL) {
-		conn_send_raw(c, "{", 1, t->done_body, strlen(t->done_body));
+		conn_send_raw(c, "{", 1, t->done_body, t->done_len);
 		return;
 	}
 	if (json_is_integer(id)) {
@@ -265,14 +265,14 @@ send_done(const struct task *t, uint64_t conn_id, json_t *id, bool owed)
 		fmt_str(&f, "{\"id\":");
 		fmt_i64(&f, json_integer_value(id));
 		fmt_mem(&f, ",", 1);
-		conn_send_raw(c, head, fmt_len(&f, head), t->done_body, strlen(t->done_body));
+		conn_send_raw(c, head, fmt_len(&f, head), t->done_body, t->done_len);
 		return;
 	}
 	idtext = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
 	if (idtext == NULL || asprintf(&prefix, "{\"id\":%s,", idtext) == -1)
 		prefix = NULL;
 	if (prefix != NULL)
-		conn_send_raw(c, prefix, strlen(prefix), t->done_body, strlen(t->done_body));
+		conn_send_raw(c, prefix, strlen(prefix), t->done_body, t->done_len);
 	free(prefix);
 	free(idtext);
 }
@@ -352,23 +352,55 @@ static void
 build_done_body(struct task *t)
 {
 	json_t *error = done_error(t);
-	char *result = NULL, *errtext = NULL;
+	char head[256], resbuf[512], *result = NULL, *errtext = NULL;
+	size_t reslen = 0, errlen = 0, headlen;
+	struct fmt f = fmt_init(head, sizeof head);
 
 	t->final_state = pool_state_name(t->state);
-	if (t->result != NULL)
-		result = json_dumps(t->result, JSON_ENCODE_ANY | JSON_COMPACT);
+	if (t->result != NULL) {
+		/* A small result is dumped into resbuf, sparing an allocation. */
+		reslen = json_dumpb(t->result, resbuf, sizeof resbuf, JSON_ENCODE_ANY | JSON_COMPACT);
+		if (reslen > 0 && reslen <= sizeof resbuf)
+			result = resbuf;
+		else if ((result = json_dumps(t->result, JSON_ENCODE_ANY | JSON_COMPACT)) != NULL)
+			reslen = strlen(result);
+		else
+			reslen = 0;
+	}
 	if (error != NULL) {
-		errtext = json_dumps(error, JSON_COMPACT);
+		if ((errtext = json_dumps(error, JSON_COMPACT)) != NULL)
+			errlen = strlen(errtext);
 		json_decref(error);
 	}
-	if (asprintf(&t->done_body, "\"event\":\"done\",\"task\":%llu,\"pool\":%s,"
-	    "\"state\":\"%s\",\"queued_ms\":%.3f,\"run_ms\":%.3f%s%s%s%s}",
-	    (unsigned long long)t->id, t->pool_entry->name_json, t->final_state,
-	    t->queued_us / 1000.0, t->run_us / 1000.0,
-	    result ? ",\"result\":" : "", result ? result : "",
-	    errtext ? ",\"error\":" : "", errtext ? errtext : "") == -1)
+	fmt_str(&f, "\"event\":\"done\",\"task\":");
+	fmt_u64(&f, t->id);
+	fmt_str(&f, ",\"pool\":");
+	fmt_str(&f, t->pool_entry->name_json);
+	fmt_str(&f, ",\"state\":\"");
+	fmt_str(&f, t->final_state);
+	fmt_str(&f, "\",\"queued_ms\":");
+	fmt_ms(&f, t->queued_us);
+	fmt_str(&f, ",\"run_ms\":");
+	fmt_ms(&f, t->run_us);
+	if ((headlen = fmt_len(&f, head)) == 0)
+		abort(); /* pool names are at most 64 bytes: the head always fits */
+	t->done_len = headlen + (result ? sizeof ",\"result\":" - 1 + reslen : 0) +
+	    (errtext ? sizeof ",\"error\":" - 1 + errlen : 0) + 1;
+	if ((t->done_body = malloc(t->done_len + 1)) == NULL)
 		abort(); /* out of memory with a done to deliver: fail loudly */
-	free(result);
+	f = fmt_init(t->done_body, t->done_len + 1);
+	fmt_mem(&f, head, headlen);
+	if (result != NULL) {
+		fmt_str(&f, ",\"result\":");
+		fmt_mem(&f, result, reslen);
+	}
+	if (errtext != NULL) {
+		fmt_str(&f, ",\"error\":");
+		fmt_mem(&f, errtext, errlen);
+	}
+	fmt_mem(&f, "}", 2); /* with the NUL */
+	if (result != resbuf)
+		free(result);
 	free(errtext);
 }
 
