@@ -199,7 +199,7 @@ exec_stream_read(struct exec_run *r, struct exec_stream *s)
 /*
  * Writes what the pipe takes of the rest of stdin; closes it when all is
  * written or the child closed its end. SIGPIPE is blocked on this thread
- * for the run (exec_run), and one raised by a write here is taken back, so
+ * for a run with stdin (exec_run), and one raised by a write here is taken back, so
  * EPIPE is all that is seen.
  */
 static void
@@ -500,9 +500,12 @@ exec_run(struct task *t)
 		free(r.buf);
 		return POOL_FAILED;
 	}
-	sigemptyset(&pipe_set);
-	sigaddset(&pipe_set, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &pipe_set, &old_mask);
+	if (x->stdin_data != NULL) {
+		/* Writing stdin to a child that closed it must fail with EPIPE, not kill tpd. */
+		sigemptyset(&pipe_set);
+		sigaddset(&pipe_set, SIGPIPE);
+		pthread_sigmask(SIG_BLOCK, &pipe_set, &old_mask);
+	}
 
 	r.out.fd = &r.child.stdout_fd;
 	r.err.fd = &r.child.stderr_fd;
@@ -517,7 +520,8 @@ exec_run(struct task *t)
 	status = exec_finish(&r);
 	exec_wake_close(&r);
 	spawn_close(&r.child);
-	pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+	if (x->stdin_data != NULL)
+		pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
 
 	t->result = exec_result(&r, status);
 	if (t->result == NULL && r.internal == NULL)

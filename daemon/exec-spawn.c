@@ -84,14 +84,11 @@ spawn_pipe(int fds[2])
 	return 0;
 }
 
+/* Our end of a pipe just made: its only status flag is O_NONBLOCK, so no F_GETFL first. */
 static int
 spawn_nonblock(int fd)
 {
-	int flags = fcntl(fd, F_GETFL);
-
-	if (flags == -1 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) == -1)
-		return -1;
-	return 0;
+	return fcntl(fd, F_SETFL, O_NONBLOCK);
 }
 
 /*
