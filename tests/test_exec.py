@@ -129,7 +129,13 @@ def test_stdout_stderr_and_stdin():
         done = run(c, exec_task(["cat"], stdin=big))
         check(done["state"] == "succeeded" and done["result"]["stdout"] == big,
               "800 KB through cat: %s", done.get("error"))
-    print("checked: both streams, text and binary stdin, /dev/null stdin, 800 KB round trip")
+
+        # a child that never reads its stdin: the write fails with EPIPE, tpd lives on
+        done = run(c, exec_task(["true"], stdin=big))
+        check(done["state"] == "succeeded", "true with 800 KB of stdin: %r", done)
+        check(c.request(dict(op="ping"))["event"] == "pong", "tpd did not survive the EPIPE")
+    print("checked: both streams, text and binary stdin, /dev/null stdin, 800 KB round trip, "
+          "stdin refused by the child")
 
 
 def test_env_added_and_daemon_env_not_leaked():
