@@ -188,7 +188,7 @@ apply_flags(int argc, char **argv, struct conf *c, bool only_early, bool *check)
 			case 'c': replace(&c->path, optarg); break;
 			case 'n': *check = true; break;
 			case 'h': usage(stdout); exit(0);
-			case OPT_VERSION: printf("tpd %s\n", PACKAGE_VERSION); exit(0);
+			case OPT_VERSION: printf("tpd %s (malloc: %s)\n", PACKAGE_VERSION, TPD_MALLOC); exit(0);
 			case '?': usage(stderr); exit(64);
 			}
 			continue;
