@@ -402,6 +402,9 @@ build_done_body(struct task *t)
 	if (result != resbuf)
 		free(result);
 	free(errtext);
+	/* Nothing reads the result once it is text: free it here rather than on the loop. */
+	json_decref(t->result);
+	t->result = NULL;
 }
 
 static void
