@@ -14,17 +14,11 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "conf.h"
 
-static int failures;
 static char dir[] = "/tmp/conf-test.XXXXXX";
 
-#define CHECK(cond) do {                                                    \
-	if (!(cond)) {                                                      \
-		fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond); \
-		failures++;                                                 \
-	}                                                                   \
-} while (0)
 
 /* Writes text to a new file in the test directory; returns its path. */
 static char *
@@ -61,7 +55,7 @@ test_every_key(void)
 	struct conf c;
 	struct conf_pool *p;
 
-	CHECK(gr != NULL);
+	EXPECT(gr != NULL);
 	if (gr == NULL)
 		return;
 	/* the config file itself serves as a readable token file */
@@ -103,42 +97,42 @@ test_every_key(void)
 		abort();
 	path = write_file("full.conf", text);
 	conf_init(&c);
-	CHECK(conf_load(&c, path, &errors) == 0);
+	EXPECT(conf_load(&c, path, &errors) == 0);
 	if (errors != NULL)
 		fprintf(stderr, "unexpected errors:\n%s\n", errors);
-	CHECK(errors == NULL);
-	CHECK(strcmp(c.path, path) == 0);
-	CHECK(c.socket != NULL && strstr(c.socket, "/tpd.sock") != NULL);
-	CHECK(c.socket_mode == 0600);
-	CHECK(c.socket_group != NULL && strcmp(c.socket_group, gr->gr_name) == 0);
-	CHECK(c.nlisten == 3);
-	CHECK(c.nlisten == 3 && strcmp(c.listen[0], "127.0.0.1:0") == 0 &&
+	EXPECT(errors == NULL);
+	EXPECT(strcmp(c.path, path) == 0);
+	EXPECT(c.socket != NULL && strstr(c.socket, "/tpd.sock") != NULL);
+	EXPECT(c.socket_mode == 0600);
+	EXPECT(c.socket_group != NULL && strcmp(c.socket_group, gr->gr_name) == 0);
+	EXPECT(c.nlisten == 3);
+	EXPECT(c.nlisten == 3 && strcmp(c.listen[0], "127.0.0.1:0") == 0 &&
 	    strcmp(c.listen[1], "[::1]:7420") == 0 &&
 	    strcmp(c.listen[2], "localhost:7421") == 0);
-	CHECK(c.max_connections == 10);
-	CHECK(c.max_request_bytes == 65536);
-	CHECK(c.max_output_buffer == 1024 * 1024);
-	CHECK(c.result_ttl_ms == 5 * 60 * 1000);
-	CHECK(c.result_retain == 7);
-	CHECK(c.shutdown_timeout_ms == 30000);
-	CHECK(c.log_level == LOG_DEBUG);
-	CHECK(c.admin_group != NULL && strcmp(c.admin_group, gr->gr_name) == 0);
-	CHECK(c.token_file != NULL && strcmp(c.token_file, path) == 0);
-	CHECK(c.admin_token_file != NULL && strcmp(c.admin_token_file, path) == 0);
-	CHECK(c.exec_output_limit == 2 * 1024 * 1024);
-	CHECK(c.exec_output_limit_max == 4 * 1024 * 1024);
-	CHECK(c.exec_kill_grace_ms == 250);
-	CHECK(env_get(&c, "LANG") != NULL && strcmp(env_get(&c, "LANG"), "C") == 0);
-	CHECK(env_get(&c, "FOO") != NULL && strcmp(env_get(&c, "FOO"), "bar=baz") == 0);
-	CHECK(env_get(&c, "PATH") != NULL);        /* the base stays */
-	CHECK(c.stream_budget == 8192);
-	CHECK(c.npools == 3);
-	CHECK(strcmp(c.pools[0].name, "default") == 0);
-	CHECK(c.pools[0].size == 2 && c.pools[0].limit == 8 && c.pools[0].capacity == 16);
+	EXPECT(c.max_connections == 10);
+	EXPECT(c.max_request_bytes == 65536);
+	EXPECT(c.max_output_buffer == 1024 * 1024);
+	EXPECT(c.result_ttl_ms == 5 * 60 * 1000);
+	EXPECT(c.result_retain == 7);
+	EXPECT(c.shutdown_timeout_ms == 30000);
+	EXPECT(c.log_level == LOG_DEBUG);
+	EXPECT(c.admin_group != NULL && strcmp(c.admin_group, gr->gr_name) == 0);
+	EXPECT(c.token_file != NULL && strcmp(c.token_file, path) == 0);
+	EXPECT(c.admin_token_file != NULL && strcmp(c.admin_token_file, path) == 0);
+	EXPECT(c.exec_output_limit == 2 * 1024 * 1024);
+	EXPECT(c.exec_output_limit_max == 4 * 1024 * 1024);
+	EXPECT(c.exec_kill_grace_ms == 250);
+	EXPECT(env_get(&c, "LANG") != NULL && strcmp(env_get(&c, "LANG"), "C") == 0);
+	EXPECT(env_get(&c, "FOO") != NULL && strcmp(env_get(&c, "FOO"), "bar=baz") == 0);
+	EXPECT(env_get(&c, "PATH") != NULL);        /* the base stays */
+	EXPECT(c.stream_budget == 8192);
+	EXPECT(c.npools == 3);
+	EXPECT(strcmp(c.pools[0].name, "default") == 0);
+	EXPECT(c.pools[0].size == 2 && c.pools[0].limit == 8 && c.pools[0].capacity == 16);
 	p = conf_pool_find(&c, "io");
-	CHECK(p != NULL && p->size == 16 && p->limit == 32 && p->capacity == 1024);
+	EXPECT(p != NULL && p->size == 16 && p->limit == 32 && p->capacity == 1024);
 	p = conf_pool_find(&c, "empty.one");
-	CHECK(p != NULL && p->size == 4 && p->limit == 64 && p->capacity == 1024);
+	EXPECT(p != NULL && p->size == 4 && p->limit == 64 && p->capacity == 1024);
 	conf_free(&c);
 	free(path);
 	free(text);
@@ -153,14 +147,14 @@ test_defaults_kept(void)
 
 	conf_init(&c);
 	conf_init(&d);
-	CHECK(conf_load(&c, path, &errors) == 0);
+	EXPECT(conf_load(&c, path, &errors) == 0);
 	free(errors);
 	/* size was not given: it follows the smaller limit instead of failing */
-	CHECK(c.pools[0].size == 1 && c.pools[0].limit == 1);
-	CHECK(c.max_connections == d.max_connections);
-	CHECK(c.max_request_bytes == d.max_request_bytes);
-	CHECK(c.socket_mode == 0660 && c.socket == NULL && c.nlisten == 0);
-	CHECK(c.nexec_env == d.nexec_env);
+	EXPECT(c.pools[0].size == 1 && c.pools[0].limit == 1);
+	EXPECT(c.max_connections == d.max_connections);
+	EXPECT(c.max_request_bytes == d.max_request_bytes);
+	EXPECT(c.socket_mode == 0660 && c.socket == NULL && c.nlisten == 0);
+	EXPECT(c.nexec_env == d.nexec_env);
 	conf_free(&c);
 	conf_free(&d);
 	free(path);
@@ -206,8 +200,8 @@ test_errors_collected(void)
 	size_t lines = 1;
 
 	conf_init(&c);
-	CHECK(conf_load(&c, path, &errors) == -1);
-	CHECK(errors != NULL);
+	EXPECT(conf_load(&c, path, &errors) == -1);
+	EXPECT(errors != NULL);
 	if (errors == NULL)
 		return;
 	at = errors;
@@ -215,15 +209,15 @@ test_errors_collected(void)
 		const char *hit = strstr(at, want[i]);
 		if (hit == NULL)
 			fprintf(stderr, "missing or out of order: %s\n", want[i]);
-		CHECK(hit != NULL);
+		EXPECT(hit != NULL);
 		if (hit != NULL)
 			at = hit;
 	}
 	for (const char *s = errors; *s != '\0'; s++)
 		lines += *s == '\n';
-	CHECK(lines == sizeof want / sizeof want[0]);
-	CHECK(strncmp(errors, path, strlen(path)) == 0);
-	if (failures)
+	EXPECT(lines == sizeof want / sizeof want[0]);
+	EXPECT(strncmp(errors, path, strlen(path)) == 0);
+	if (test_failures)
 		fprintf(stderr, "errors were:\n%s\n", errors);
 	free(errors);
 	conf_free(&c);
@@ -238,8 +232,8 @@ test_missing_file(void)
 	struct conf c;
 
 	conf_init(&c);
-	CHECK(conf_load(&c, "/nonexistent/tpd.conf", &errors) == -1);
-	CHECK(errors != NULL && strcmp(errors,
+	EXPECT(conf_load(&c, "/nonexistent/tpd.conf", &errors) == -1);
+	EXPECT(errors != NULL && strcmp(errors,
 	    "/nonexistent/tpd.conf: cannot open: No such file or directory") == 0);
 	free(errors);
 	conf_free(&c);
@@ -253,10 +247,10 @@ test_validate(void)
 	struct conf c;
 
 	conf_init(&c);
-	CHECK(conf_validate(&c, &errors) == 0 && errors == NULL);
+	EXPECT(conf_validate(&c, &errors) == 0 && errors == NULL);
 	c.pools[0].size = 100;          /* as -w 100 would */
-	CHECK(conf_validate(&c, &errors) == -1);
-	CHECK(errors != NULL && strcmp(errors,
+	EXPECT(conf_validate(&c, &errors) == -1);
+	EXPECT(errors != NULL && strcmp(errors,
 	    "[pool default] size: 100 is above limit 64") == 0);
 	free(errors);
 	conf_free(&c);
@@ -281,15 +275,15 @@ test_hostport(void)
 	char host[64], port[8], *cause;
 
 	for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-		CHECK(conf_split_hostport(good[i].in, host, sizeof host, port, sizeof port,
+		EXPECT(conf_split_hostport(good[i].in, host, sizeof host, port, sizeof port,
 		    &cause) == 0);
-		CHECK(strcmp(host, good[i].host) == 0 && strcmp(port, good[i].port) == 0);
+		EXPECT(strcmp(host, good[i].host) == 0 && strcmp(port, good[i].port) == 0);
 	}
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		cause = NULL;
-		CHECK(conf_split_hostport(bad[i], host, sizeof host, port, sizeof port,
+		EXPECT(conf_split_hostport(bad[i], host, sizeof host, port, sizeof port,
 		    &cause) == -1);
-		CHECK(cause != NULL && strstr(cause, bad[i]) != NULL);
+		EXPECT(cause != NULL && strstr(cause, bad[i]) != NULL);
 		free(cause);
 	}
 	printf("ok: HOST:PORT and [IPV6]:PORT are split, the rest refused\n");
@@ -300,8 +294,8 @@ test_check_file(void)
 {
 	char *good = write_file("good.conf", "[pool default]\nsize = 1\n");
 
-	CHECK(conf_check_file(good) == 0);
-	CHECK(conf_check_file("/nonexistent/tpd.conf") == 1);
+	EXPECT(conf_check_file(good) == 0);
+	EXPECT(conf_check_file("/nonexistent/tpd.conf") == 1);
 	free(good);
 	printf("ok: conf_check_file returns main's exit status\n");
 }
@@ -328,8 +322,8 @@ main(void)
 	test_check_file();
 	if (nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS) == -1)
 		perror(dir);
-	if (failures) {
-		fprintf(stderr, "%d checks failed\n", failures);
+	if (test_failures) {
+		fprintf(stderr, "%d checks failed\n", test_failures);
 		return 1;
 	}
 	return 0;

@@ -33,6 +33,7 @@
 
 #include "base64.h"
 #include "capture.h"
+#include "check.h"
 #include "conf.h"
 #include "exec.h"
 #include "task.h"
@@ -42,34 +43,12 @@
 #define TEST_ALARM_S 120
 #define TEST_WAIT_S 30
 
-static const char *test_name = "?";
 static char test_dir[] = "/tmp/exec-unit.XXXXXX";
-
-static void test_fail(int line, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3), noreturn));
-
-static void
-test_fail(int line, const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "FAIL %s (line %d): ", test_name, line);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
-#define CHECK(cond, ...) do {						\
-	if (!(cond))							\
-		test_fail(__LINE__, __VA_ARGS__);			\
-} while (0)
 
 #define CHECK_STR(got, want) do {					\
 	const char *g_ = (got), *w_ = (want);				\
 	if (g_ == NULL || strcmp(g_, w_) != 0)				\
-		test_fail(__LINE__, "got \"%s\", expected \"%s\"",	\
+		test_fail(__FILE__, __LINE__, "got \"%s\", expected \"%s\"",	\
 		    g_ != NULL ? g_ : "(null)", w_);			\
 } while (0)
 
@@ -452,7 +431,7 @@ test_utf8(void)
 		{ "ok\xc3\xa9\xe2", 5, false, 1 },
 	};
 
-	test_name = "utf8";
+	test_current = "utf8";
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		CHECK(utf8_text(cases[i].s, cases[i].n) == cases[i].text,
 		    "utf8_text case %zu", i);
@@ -470,7 +449,7 @@ test_base64(void)
 	size_t len;
 	char *enc;
 
-	test_name = "base64";
+	test_current = "base64";
 	CHECK_STR(enc = base64_encode("", 0), "");
 	free(enc);
 	CHECK_STR(enc = base64_encode("f", 1), "Zg==");
@@ -509,7 +488,7 @@ test_capture(void)
 	json_t *o;
 	long n;
 
-	test_name = "capture";
+	test_current = "capture";
 	capture_init(&c, 5);
 	CHECK(capture_add(&c, "abc", 3) == 3 && !c.truncated, "under the limit");
 	CHECK(capture_add(&c, "defg", 4) == 2 && c.truncated, "at the limit");
@@ -588,7 +567,7 @@ test_parse_errors(void)
 		{ "{\"argv\": [\"ls\"], \"output_limit\": \"10\"}", "task.output_limit must be an integer from 1 to 1048576" },
 	};
 
-	test_name = "parse errors";
+	test_current = "parse errors";
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		json_t *spec = json_loads(cases[i].json, 0, NULL);
 		char *cause;
@@ -624,7 +603,7 @@ test_exit_status(void)
 {
 	struct double_task *d;
 
-	test_name = "exit status";
+	test_current = "exit status";
 	d = task_do("{\"argv\": [\"true\"]}", false, 0);
 	CHECK(d->state == POOL_SUCCEEDED, "true did not succeed: %s", d->t.error_message);
 	CHECK(result_int(d, "exit_code") == 0, "exit_code");
@@ -656,7 +635,7 @@ test_output_and_stdin(void)
 	struct double_task *d;
 	size_t big = 1000000;
 
-	test_name = "output and stdin";
+	test_current = "output and stdin";
 	d = task_do("{\"argv\": [\"sh\", \"-c\", \"echo out; echo err >&2; echo more\"]}", false, 0);
 	CHECK_STR(result_str(d, "stdout"), "out\nmore\n");
 	CHECK_STR(result_str(d, "stderr"), "err\n");
@@ -708,7 +687,7 @@ test_environment(void)
 	struct double_task *d;
 	char path[512], json[1024];
 
-	test_name = "environment";
+	test_current = "environment";
 	/* the test process's own environment must not leak */
 	setenv("TPD_LEAK_MARKER", "leaked", 1);
 	d = task_do("{\"argv\": [\"env\"], \"env\": {\"FOO\": \"bar baz\"}}", false, 0);
@@ -762,7 +741,7 @@ test_cwd_and_spawn_errors(void)
 	struct double_task *d;
 	char json[1024], file[512];
 
-	test_name = "cwd and spawn errors";
+	test_current = "cwd and spawn errors";
 	snprintf(json, sizeof json, "{\"argv\": [\"pwd\"], \"cwd\": \"%s\"}", test_dir);
 	d = task_do(json, false, 0);
 	CHECK(d->state == POOL_SUCCEEDED, "%s", d->t.error_message);
@@ -808,7 +787,7 @@ test_fds_and_signals(void)
 	int leak = open("/dev/null", O_RDONLY);     /* deliberately not O_CLOEXEC */
 	int pipes[2];
 
-	test_name = "fds and signals";
+	test_current = "fds and signals";
 	CHECK(leak > 2 && pipe(pipes) == 0, "setting up inheritable fds");
 	/* the shell's own fds, listed by its child ls: only 0, 1, 2 */
 	d = task_do("{\"argv\": [\"sh\", \"-c\", \"ls /proc/$$/fd\"]}", false, 0);
@@ -860,7 +839,7 @@ test_truncation_and_binary(void)
 	unsigned char *b;
 	size_t len;
 
-	test_name = "truncation and binary";
+	test_current = "truncation and binary";
 	/* 5 MB of NULs against a 1000-byte limit: binary, truncated, drained */
 	d = task_do("{\"argv\": [\"head\", \"-c\", \"5000000\", \"/dev/zero\"], "
 	    "\"output_limit\": 1000}", false, 0);
@@ -906,7 +885,7 @@ test_stream(void)
 		{ "stdout", NULL, 0 }, { "stderr", NULL, 0 },
 	};
 
-	test_name = "stream";
+	test_current = "stream";
 	/* 60 lines per stream, then 20000 three-byte characters in 1000-byte writes (reads split characters) */
 	d = task_sh("i=0; while [ $i -lt 60 ]; do echo line$i; echo err$i >&2; i=$((i+1)); done; "
 	    "head -c 20000 /dev/zero | tr '\\0' x | sed 's/x/\xe2\x82\xac/g' | dd bs=1000 2>/dev/null",
@@ -985,7 +964,7 @@ test_timeout_kills_group(void)
 	uint64_t t0, took;
 	long gpid;
 
-	test_name = "timeout";
+	test_current = "timeout";
 	/*
 	 * The leader waits; its child ignores SIGTERM and writes its pid. The
 	 * leader dies of SIGTERM; the grandchild must be killed anyway.
@@ -1052,7 +1031,7 @@ test_cancel(void)
 	pthread_t th;
 	uint64_t t0;
 
-	test_name = "cancel";
+	test_current = "cancel";
 	d = task_new("{\"argv\": [\"sleep\", \"1000\"]}", true, 0);
 	th = task_start(d);
 	CHECK(task_wait_for(d, pred_started), "never started");
@@ -1107,7 +1086,7 @@ test_many_and_no_zombies(void)
 	pthread_t th[4];
 	unsigned failures = 0;
 
-	test_name = "many";
+	test_current = "many";
 	for (int i = 0; i < 4; i++)
 		CHECK(pthread_create(&th[i], NULL, many_worker, &failures) == 0, "thread");
 	for (int i = 0; i < 4; i++)
@@ -1124,7 +1103,7 @@ test_reconfigure(void)
 	struct conf c;
 	struct double_task *d, *old;
 
-	test_name = "reconfigure";
+	test_current = "reconfigure";
 	old = task_new("{\"argv\": [\"env\"]}", false, 0);
 	conf_init(&c);
 	free(c.exec_env[1]);

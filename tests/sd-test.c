@@ -24,17 +24,11 @@
 
 #include <event2/event.h>
 
+#include "check.h"
 #include "log.h"
 #include "sd.h"
 
-static int failures;
 
-#define CHECK(cond) do {                                                    \
-	if (!(cond)) {                                                      \
-		fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond); \
-		failures++;                                                 \
-	}                                                                   \
-} while (0)
 
 #define MAX_MSGS 256
 
@@ -155,25 +149,25 @@ test_notify(const char *dir)
 	sdn_setup(base, &hooks);
 	sdn_status("starting");         /* before READY=1: sent, nothing else runs */
 	run_for(base, 50);
-	CHECK(t.n == 1 && strcmp(t.msgs[0].text, "STATUS=starting") == 0);
+	EXPECT(t.n == 1 && strcmp(t.msgs[0].text, "STATUS=starting") == 0);
 	t.n = 0;
 
 	sdn_ready();
 	run_for(base, 2300);
-	CHECK(t.n > 0 && strcmp(t.msgs[0].text, "READY=1") == 0);
+	EXPECT(t.n > 0 && strcmp(t.msgs[0].text, "READY=1") == 0);
 	/* the first figures wait for the second after "starting" to end */
-	CHECK(first("WATCHDOG=1") == 1);
-	CHECK(first("STATUS=") > 1 && t.msgs[first("STATUS=")].at >= 1.0);
+	EXPECT(first("WATCHDOG=1") == 1);
+	EXPECT(first("STATUS=") > 1 && t.msgs[first("STATUS=")].at >= 1.0);
 	/* STATUS= at most once a second, though the figures change on every tick */
 	for (int i = 0; i < t.n; i++) {
 		if (strncmp(t.msgs[i].text, "STATUS=", 7) != 0)
 			continue;
 		if (last_status >= 0)
-			CHECK(t.msgs[i].at - t.msgs[last_status].at >= 1.0);
+			EXPECT(t.msgs[i].at - t.msgs[last_status].at >= 1.0);
 		last_status = i;
 	}
-	CHECK(count("STATUS=", 0, t.n) >= 1 && count("STATUS=", 0, t.n) <= 3);
-	CHECK(count("WATCHDOG=1", 0, t.n) >= 10);
+	EXPECT(count("STATUS=", 0, t.n) >= 1 && count("STATUS=", 0, t.n) <= 3);
+	EXPECT(count("WATCHDOG=1", 0, t.n) >= 10);
 	printf("ok: READY=1, then STATUS= %d times in 2.3 s, WATCHDOG=1 %d times\n",
 	    count("STATUS=", 0, t.n), count("WATCHDOG=1", 0, t.n));
 
@@ -187,12 +181,12 @@ test_notify(const char *dir)
 	sdn_status("two");
 	sdn_status("three");
 	run_for(base, 10);
-	CHECK(count("STATUS=", mark, t.n) == 1);
+	EXPECT(count("STATUS=", mark, t.n) == 1);
 	sdn_ready();
 	run_for(base, 1300);
-	CHECK(count("STATUS=one", mark, t.n) == 1);
-	CHECK(count("STATUS=two", mark, t.n) == 0);
-	CHECK(count("STATUS=three", mark, t.n) == 1);
+	EXPECT(count("STATUS=one", mark, t.n) == 1);
+	EXPECT(count("STATUS=two", mark, t.n) == 0);
+	EXPECT(count("STATUS=three", mark, t.n) == 1);
 	printf("ok: statuses within a second wait; the newest is sent\n");
 
 	/* unhealthy: no pings; healthy again: pings resume */
@@ -200,11 +194,11 @@ test_notify(const char *dir)
 	run_for(base, 150);             /* a ping may have been on its way */
 	mark = t.n;
 	run_for(base, 500);
-	CHECK(count("WATCHDOG=1", mark, t.n) == 0);
+	EXPECT(count("WATCHDOG=1", mark, t.n) == 0);
 	t.healthy = 1;
 	mark = t.n;
 	run_for(base, 500);
-	CHECK(count("WATCHDOG=1", mark, t.n) >= 2);
+	EXPECT(count("WATCHDOG=1", mark, t.n) >= 2);
 	printf("ok: no WATCHDOG=1 while unhealthy, pings resume after\n");
 
 	mark = t.n;
@@ -226,8 +220,8 @@ test_notify(const char *dir)
 			else if (x < 0 && strcmp(m, "EXTEND_TIMEOUT_USEC=15000000") == 0)
 				x = i;
 		}
-		CHECK(r >= 0 && rd > r && s > rd && x > s);
-		CHECK(count("STOPPING=1", mark, t.n) == 1);
+		EXPECT(r >= 0 && rd > r && s > rd && x > s);
+		EXPECT(count("STOPPING=1", mark, t.n) == 1);
 	}
 	printf("ok: RELOADING=1, READY=1, STOPPING=1, EXTEND_TIMEOUT_USEC= in order\n");
 
@@ -239,7 +233,7 @@ test_notify(const char *dir)
 	sdn_ready();
 	mark = t.n;
 	run_for(base, 400);
-	CHECK(count("WATCHDOG=1", mark, t.n) == 0);
+	EXPECT(count("WATCHDOG=1", mark, t.n) == 0);
 	sdn_teardown();
 	printf("ok: no pings when WATCHDOG_PID names another process\n");
 
@@ -251,7 +245,7 @@ test_notify(const char *dir)
 	sdn_stopping();
 	mark = t.n;
 	run_for(base, 100);
-	CHECK(t.n == mark);
+	EXPECT(t.n == mark);
 	sdn_teardown();
 	printf("ok: nothing is sent without NOTIFY_SOCKET\n");
 
@@ -325,7 +319,7 @@ test_activation(const char *dir)
 	/* not activated */
 	unsetenv("LISTEN_FDS");
 	unsetenv("LISTEN_PID");
-	CHECK(sdn_activation_fds(&a, &cause) == 0 && a == NULL);
+	EXPECT(sdn_activation_fds(&a, &cause) == 0 && a == NULL);
 
 	/* keep the listeners well above 3 and 4, where systemd puts them */
 	snprintf(path, sizeof path, "%s/unix.sock", dir);
@@ -338,36 +332,36 @@ test_activation(const char *dir)
 
 	pass_fds(moved, 2, "unix:tcp");
 	n = sdn_activation_fds(&a, &cause);
-	CHECK(n == 2);
+	EXPECT(n == 2);
 	if (n == 2) {
-		CHECK(a[0].fd == 3 && a[0].kind == SDN_UNIX && strcmp(a[0].name, "unix") == 0);
-		CHECK(strcmp(a[0].addr, path) == 0);
-		CHECK(strncmp(a[1].addr, "127.0.0.1:", 10) == 0 && atoi(a[1].addr + 10) > 0);
-		CHECK(a[1].fd == 4 && a[1].kind == SDN_TCP && strcmp(a[1].name, "tcp") == 0);
-		CHECK((fcntl(3, F_GETFL) & O_NONBLOCK) && (fcntl(3, F_GETFD) & FD_CLOEXEC));
+		EXPECT(a[0].fd == 3 && a[0].kind == SDN_UNIX && strcmp(a[0].name, "unix") == 0);
+		EXPECT(strcmp(a[0].addr, path) == 0);
+		EXPECT(strncmp(a[1].addr, "127.0.0.1:", 10) == 0 && atoi(a[1].addr + 10) > 0);
+		EXPECT(a[1].fd == 4 && a[1].kind == SDN_TCP && strcmp(a[1].name, "tcp") == 0);
+		EXPECT((fcntl(3, F_GETFL) & O_NONBLOCK) && (fcntl(3, F_GETFD) & FD_CLOEXEC));
 	}
 	free(a);
-	CHECK(getenv("LISTEN_FDS") == NULL && getenv("LISTEN_FDNAMES") == NULL);
+	EXPECT(getenv("LISTEN_FDS") == NULL && getenv("LISTEN_FDNAMES") == NULL);
 	printf("ok: fds named unix and tcp come back with their kinds, env cleared\n");
 
 	/* names that lie are refused, naming the fd */
 	pass_fds(moved, 2, "tcp:unix");
-	CHECK(sdn_activation_fds(&a, &cause) == -1);
-	CHECK(cause != NULL && strstr(cause, "fd 3 is named tcp but is a Unix socket") != NULL);
+	EXPECT(sdn_activation_fds(&a, &cause) == -1);
+	EXPECT(cause != NULL && strstr(cause, "fd 3 is named tcp but is a Unix socket") != NULL);
 	free(cause);
 	cause = NULL;
 
 	/* names systemd-socket-activate gives by default: classified by family */
 	pass_fds(moved, 2, NULL);
 	n = sdn_activation_fds(&a, &cause);
-	CHECK(n == 2 && a[0].kind == SDN_UNIX && a[1].kind == SDN_TCP);
+	EXPECT(n == 2 && a[0].kind == SDN_UNIX && a[1].kind == SDN_TCP);
 	free(a);
 
 	/* a datagram socket is not a listener */
 	dgram = socket(AF_UNIX, SOCK_DGRAM, 0);
 	pass_fds(&dgram, 1, "unix");
-	CHECK(sdn_activation_fds(&a, &cause) == -1);
-	CHECK(cause != NULL && strstr(cause, "not a listening") != NULL);
+	EXPECT(sdn_activation_fds(&a, &cause) == -1);
+	EXPECT(cause != NULL && strstr(cause, "not a listening") != NULL);
 	free(cause);
 	printf("ok: a misnamed fd or a non-listener is refused with its fd number\n");
 	close(dgram);
@@ -389,8 +383,8 @@ main(void)
 	test_notify(dir);
 	test_activation(dir);
 	rmdir(dir);
-	if (failures) {
-		fprintf(stderr, "%d checks failed\n", failures);
+	if (test_failures) {
+		fprintf(stderr, "%d checks failed\n", test_failures);
 		return 1;
 	}
 	return 0;

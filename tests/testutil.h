@@ -21,43 +21,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
+
 /* How long any single wait may take before the test is declared hung. */
 #define TEST_WAIT_LIMIT_S 30
 
 /* A test that hangs where no latch guards it (a join, say) is killed after this. */
 #define TEST_ALARM_S (2 * TEST_WAIT_LIMIT_S)
-
-static const char *test_current = "?";
-
-static void test_fail(const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4), noreturn));
-
-static void
-test_fail(const char *file, int line, const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "FAIL %s (%s:%d): ", test_current, file, line);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
-#define CHECK(cond, ...) do {						\
-	if (!(cond))							\
-		test_fail(__FILE__, __LINE__, __VA_ARGS__);		\
-} while (0)
-
-/* Compares two unsigned integers, printing both on failure. */
-#define CHECK_EQ(got, want, what) do {					\
-	unsigned long long got_ = (unsigned long long)(got);		\
-	unsigned long long want_ = (unsigned long long)(want);		\
-	if (got_ != want_)						\
-		test_fail(__FILE__, __LINE__, "%s is %llu, expected %llu",	\
-		    (what), got_, want_);				\
-} while (0)
 
 static void
 test_deadline(struct timespec *ts)
