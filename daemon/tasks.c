@@ -343,35 +343,63 @@ done_error(const struct task *t)
 	return json_pack("{s:s, s:s}", "code", code, "message", message ? message : code);
 }
 
+/* The done event's text while it is built: jansson writes into it as it goes. */
+struct body {
+	char *p;
+	size_t len, cap;
+	bool failed;
+};
+
+static void
+body_add(struct body *b, const char *s, size_t n)
+{
+	if (b->failed)
+		return;
+	if (b->cap - b->len < n + 1) {
+		size_t cap = b->cap * 2 > b->len + n + 1 ? b->cap * 2 : b->len + n + 1;
+		char *p = realloc(b->p, cap);
+
+		if (p == NULL) {
+			b->failed = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+}
+
+static void
+body_str(struct body *b, const char *s)
+{
+	body_add(b, s, strlen(s));
+}
+
+static int
+body_dump_cb(const char *s, size_t n, void *arg)
+{
+	struct body *b = arg;
+
+	body_add(b, s, n);
+	return b->failed ? -1 : 0;
+}
+
 /*
- * Builds the done event once, as the text after "{" and an optional "id".
- * Runs on the thread that ended the task, which owns the outcome until the
- * mail reaches the loop; the pool's name_json is immutable.
+ * Builds the done event once, as the text after "{" and an optional "id",
+ * in one pass: the result is dumped straight after the head. Runs on the
+ * thread that ended the task, which owns the outcome until the mail reaches
+ * the loop; the pool's name_json is immutable.
  */
 static void
 build_done_body(struct task *t)
 {
 	json_t *error = done_error(t);
-	char head[256], resbuf[512], *result = NULL, *errtext = NULL;
-	size_t reslen = 0, errlen = 0, headlen;
+	char head[256];
 	struct fmt f = fmt_init(head, sizeof head);
+	struct body b = { NULL, 0, 0, false };
 
 	t->final_state = pool_state_name(t->state);
-	if (t->result != NULL) {
-		/* A small result is dumped into resbuf, sparing an allocation. */
-		reslen = json_dumpb(t->result, resbuf, sizeof resbuf, JSON_ENCODE_ANY | JSON_COMPACT);
-		if (reslen > 0 && reslen <= sizeof resbuf)
-			result = resbuf;
-		else if ((result = json_dumps(t->result, JSON_ENCODE_ANY | JSON_COMPACT)) != NULL)
-			reslen = strlen(result);
-		else
-			reslen = 0;
-	}
-	if (error != NULL) {
-		if ((errtext = json_dumps(error, JSON_COMPACT)) != NULL)
-			errlen = strlen(errtext);
-		json_decref(error);
-	}
 	fmt_str(&f, "\"event\":\"done\",\"task\":");
 	fmt_u64(&f, t->id);
 	fmt_str(&f, ",\"pool\":");
@@ -382,26 +410,32 @@ build_done_body(struct task *t)
 	fmt_ms(&f, t->queued_us);
 	fmt_str(&f, ",\"run_ms\":");
 	fmt_ms(&f, t->run_us);
-	if ((headlen = fmt_len(&f, head)) == 0)
+	if (fmt_len(&f, head) == 0)
 		abort(); /* pool names are at most 64 bytes: the head always fits */
-	t->done_len = headlen + (result ? sizeof ",\"result\":" - 1 + reslen : 0) +
-	    (errtext ? sizeof ",\"error\":" - 1 + errlen : 0) + 1;
-	if ((t->done_body = malloc(t->done_len + 1)) == NULL)
+	if ((b.p = malloc(b.cap = 512)) == NULL)
 		abort(); /* out of memory with a done to deliver: fail loudly */
-	f = fmt_init(t->done_body, t->done_len + 1);
-	fmt_mem(&f, head, headlen);
-	if (result != NULL) {
-		fmt_str(&f, ",\"result\":");
-		fmt_mem(&f, result, reslen);
+	body_add(&b, head, fmt_len(&f, head));
+	if (t->result != NULL) {
+		body_str(&b, ",\"result\":");
+		json_dump_callback(t->result, body_dump_cb, &b, JSON_ENCODE_ANY | JSON_COMPACT);
 	}
-	if (errtext != NULL) {
-		fmt_str(&f, ",\"error\":");
-		fmt_mem(&f, errtext, errlen);
+	if (error != NULL) {
+		body_str(&b, ",\"error\":");
+		json_dump_callback(error, body_dump_cb, &b, JSON_COMPACT);
+		json_decref(error);
 	}
-	fmt_mem(&f, "}", 2); /* with the NUL */
-	if (result != resbuf)
-		free(result);
-	free(errtext);
+	body_add(&b, "}", 1);
+	if (b.failed)
+		abort();
+	b.p[b.len] = '\0'; /* body_add always leaves room for it */
+	if (b.cap - b.len > 4096) {
+		/* A large result: the retained text should not keep the doubling's slack. */
+		char *fit = realloc(b.p, b.len + 1);
+		if (fit != NULL)
+			b.p = fit;
+	}
+	t->done_body = b.p;
+	t->done_len = b.len;
 	/* Nothing reads the result once it is text: free it here rather than on the loop. */
 	json_decref(t->result);
 	t->result = NULL;
