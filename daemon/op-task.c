@@ -70,6 +70,9 @@ op_submit(struct conn *c, struct request *req)
 {
 	static const char *const fields[] = { "op", "id", "task", "pool", "detach", "stream",
 	    "queue_timeout_ms", NULL };
+	/* bits of present, in the order of fields: only the fields there are looked up */
+	enum { HAS_POOL = 1 << 3, HAS_DETACH = 1 << 4, HAS_STREAM = 1 << 5, HAS_QUEUE_TIMEOUT = 1 << 6 };
+	uint32_t present = 0;
 	const char *pool_name = WIRE_DEFAULT_POOL;
 	bool detach = false, stream = false;
 	uint64_t queue_timeout_ms = 0;
@@ -78,12 +81,14 @@ op_submit(struct conn *c, struct request *req)
 	struct task *t;
 	char *msg = NULL;
 
-	if (proto_check_fields(req->root, fields, "a submit request", &msg) == -1 ||
-	    proto_get_string(req->root, "pool", false, &pool_name, &msg) == -1 ||
-	    proto_get_bool(req->root, "detach", &detach, &msg) == -1 ||
-	    proto_get_bool(req->root, "stream", &stream, &msg) == -1 ||
+	if (proto_scan_fields(req->root, fields, "a submit request", &present, &msg) == -1 ||
+	    ((present & HAS_POOL) &&
+	    proto_get_string(req->root, "pool", false, &pool_name, &msg) == -1) ||
+	    ((present & HAS_DETACH) && proto_get_bool(req->root, "detach", &detach, &msg) == -1) ||
+	    ((present & HAS_STREAM) && proto_get_bool(req->root, "stream", &stream, &msg) == -1) ||
+	    ((present & HAS_QUEUE_TIMEOUT) &&
 	    proto_get_uint(req->root, "queue_timeout_ms", false, 1, MAX_TIMEOUT_MS,
-	    &queue_timeout_ms, &msg) == -1) {
+	    &queue_timeout_ms, &msg) == -1)) {
 		ops_bad_request(c, req, msg);
 		return;
 	}

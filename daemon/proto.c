@@ -106,20 +106,32 @@ proto_request_free(struct request *req)
 }
 
 int
-proto_check_fields(json_t *obj, const char *const *allowed, const char *where, char **msg)
+proto_scan_fields(json_t *obj, const char *const *allowed, const char *where,
+    uint32_t *present, char **msg)
 {
 	const char *key;
 	json_t *value;
+	uint32_t seen = 0;
 
 	json_object_foreach(obj, key, value) {
-		const char *const *a;
-		for (a = allowed; *a != NULL; a++)
-			if (strcmp(*a, key) == 0)
+		unsigned i;
+		for (i = 0; allowed[i] != NULL; i++)
+			if (strcmp(allowed[i], key) == 0)
 				break;
-		if (*a == NULL)
+		if (allowed[i] == NULL)
 			return cause_set(msg, "unknown field \"%s\" in %s", key, where);
+		if (i < 32)
+			seen |= UINT32_C(1) << i;
 	}
+	if (present != NULL)
+		*present = seen;
 	return 0;
+}
+
+int
+proto_check_fields(json_t *obj, const char *const *allowed, const char *where, char **msg)
+{
+	return proto_scan_fields(obj, allowed, where, NULL, msg);
 }
 
 int

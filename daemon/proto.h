@@ -29,6 +29,9 @@ void proto_request_free(struct request *req);
 
 /* Fails naming the first key of obj not in allowed (NULL-terminated). */
 int proto_check_fields(json_t *obj, const char *const *allowed, const char *where, char **msg);
+/* proto_check_fields, also setting bit i of *present when allowed[i] is there (i < 32). */
+int proto_scan_fields(json_t *obj, const char *const *allowed, const char *where,
+    uint32_t *present, char **msg);
 
 /* Each getter: absent and not required leaves *out unchanged and returns 0. */
 int proto_get_string(json_t *obj, const char *key, bool required, const char **out, char **msg);
