@@ -141,6 +141,8 @@ BAD_LINES = [
     (b'{"op":"submit","task":{"kind":"echo","colour":"red"}}', "bad_request"),
     (b'{"op":"submit","task":{"kind":"echo"},"detach":"yes"}', "bad_request"),
     (b'{"op":"submit","task":{"kind":"echo"},"queue_timeout_ms":0}', "bad_request"),
+    (b'{"op":"submit","task":{"kind":"echo"},"stream":1}', "bad_request"),
+    (b'{"op":"submit","task":{"kind":"echo"},"pool":7}', "bad_request"),
     (b'{"op":"submit","task":{"kind":"echo","timeout_ms":1e3}}', "bad_request"),
     (b'{"op":"wait"}', "bad_request"),
     (b'{"op":"wait","task":"abc"}', "bad_request"),
