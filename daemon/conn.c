@@ -55,6 +55,7 @@
 #define CONN_OUT_MIN 2048         /* first allocation of an output buffer */
 #define CONN_IN_MIN 256           /* first allocation of a held partial line */
 #define CONN_SEND_GUESS 256       /* room asked for before encoding an event */
+#define CONN_LINES_PER_WRITE 32   /* a long run of lines is answered in parts this long */
 
 /* The start of a request line whose newline has not come yet. */
 struct conn_in {
@@ -560,12 +561,29 @@ in_add(struct conn *c, const char *p, size_t n)
 	return 0;
 }
 
+/*
+ * In a long run of lines from one read, sends what is answered so far every
+ * CONN_LINES_PER_WRITE lines, with the dones already back: the client can
+ * send its next requests while the loop works through the rest, instead of
+ * both waiting in turn.
+ */
+static void
+conn_write_early(struct conn *c)
+{
+	if (c->dead || c->out == NULL || (c->events & EV_WRITE))
+		return;
+	mailbox_poll();
+	if (!c->dead && c->out != NULL && !(c->events & EV_WRITE))
+		conn_write(c);
+}
+
 /* Handles n bytes just read: every complete line, keeping the start of the last. */
 static void
 conn_take_input(struct conn *c, const char *p, size_t n)
 {
 	const char *end = p + n, *nl;
 	size_t max = daemon_state->conf.max_request_bytes;
+	unsigned lines = 0;
 
 	if (c->discarding || c->in != NULL) {
 		/* the rest of a line begun before: memchr sees each byte once */
@@ -608,6 +626,8 @@ conn_take_input(struct conn *c, const char *p, size_t n)
 		else
 			ops_dispatch(c, p, (size_t)(nl - p));
 		p = nl + 1;
+		if (++lines % CONN_LINES_PER_WRITE == 0 && p < end)
+			conn_write_early(c);
 	}
 }
 

@@ -54,6 +54,32 @@ def test_pipelined_submits_finish_out_of_order_with_their_ids():
         check(order == ["r3", "r2", "r1", "r0"], "finish order %r", order)
 
 
+def test_long_pipelined_run_answers_every_request_once():
+    # 200 lines in one write: the loop answers a long run in parts as it goes
+    # (conn.c, CONN_LINES_PER_WRITE); each request still gets one accepted, then one done.
+    n = 200
+    with Daemon(workers=2, queue=256) as d:
+        c = d.client()
+        lines = [json.dumps({"op": "submit", "id": i, "task": {"kind": "echo", "value": "v%d" % i}})
+                 for i in range(n)]
+        c.send_raw(("\n".join(lines) + "\n").encode())
+        accepted, done = set(), set()
+        while len(done) < n:
+            ev = c.recv()
+            i = ev["id"]
+            if ev["event"] == "accepted":
+                check(i not in accepted, "two accepted for request %r", i)
+                accepted.add(i)
+            else:
+                check(ev["event"] == "done", "unexpected %r", ev)
+                check(i in accepted, "done before accepted for request %r", i)
+                check(i not in done, "two dones for request %r", i)
+                check(ev["result"]["value"] == "v%d" % i, "request %r got %r", i, ev["result"])
+                done.add(i)
+        check(accepted == set(range(n)), "accepted for %d of %d", len(accepted), n)
+    print("checked: %d pipelined submits, one accepted then one done each, values matched" % n)
+
+
 def test_wait_status_cancel_ops():
     with Daemon(workers=1) as d:
         c = d.client()
