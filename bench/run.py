@@ -424,7 +424,8 @@ class Bench:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", required=True, help="the build directory")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="rounds of every run, alternated; the table gives medians (default 5)")
     ap.add_argument("--duration", type=float, default=2.0, help="seconds measured per run")
     ap.add_argument("--warmup", type=float, default=0.5, help="seconds before measuring")
     ap.add_argument("--idle", type=int, default=10000, help="idle connections to hold")
