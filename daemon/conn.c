@@ -18,6 +18,9 @@
  * dirty list; one event, activated once per batch, runs after the callbacks
  * of the current loop iteration and writes each dirty connection with one
  * send(). So the answers of one iteration leave in one write per connection.
+ * The exception is a long run of lines from one read (a pipelining client):
+ * it is answered every CONN_LINES_PER_WRITE lines, so the client can send
+ * more while the loop works through the rest.
  * Only when the socket does not take everything is the event armed for
  * writing. A client whose unsent output passes max_output_buffer is
  * disconnected; its tasks go on.
