@@ -464,6 +464,15 @@ main(int argc, char **argv)
 	if (d->base == NULL)
 		fatalx("cannot create the event loop");
 	d->started_us = clock_now_us();
+	/*
+	 * Signals are caught before the socket exists: a SIGTERM sent as soon
+	 * as the socket appears is handled (a clean shutdown once the loop
+	 * runs), not the default action that kills tpd mid-start.
+	 */
+	for (int i = 0; i < 3; i++) {
+		sigs[i] = evsignal_new(d->base, signals[i], signal_cb, NULL);
+		evsignal_add(sigs[i], NULL);
+	}
 	if (mailbox_init(d->base, tasks_handle_mail, &cause) == -1)
 		fatalx("%s", cause);
 	tasks_set_stream_budget(d->conf.stream_budget);
@@ -472,10 +481,6 @@ main(int argc, char **argv)
 		fatalx("%s", cause);
 	start_listeners(d);
 
-	for (int i = 0; i < 3; i++) {
-		sigs[i] = evsignal_new(d->base, signals[i], signal_cb, NULL);
-		evsignal_add(sigs[i], NULL);
-	}
 	d->shutdown_timer = evtimer_new(d->base, shutdown_timeout_cb, NULL);
 	d->exit_timer = evtimer_new(d->base, exit_timeout_cb, NULL);
 	prune = event_new(d->base, -1, EV_PERSIST, prune_cb, NULL);

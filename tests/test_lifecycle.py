@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Connections come and go, the daemon shuts down: nothing accepted is lost."""
 import json
+import os
 import signal
 import socket
+import subprocess
+import time
 
-from tpdtest import Daemon, check, eventually, read_to_eof, run_tests
+from tpdtest import TIMEOUT, TPD, Daemon, check, eventually, read_to_eof, run_tests
 
 
 def test_disconnect_mid_task_then_wait_from_new_connection():
@@ -49,6 +52,28 @@ def test_sigterm_drains_tasks_in_flight():
             check(c.done(r)["state"] == "succeeded", "drained, not cancelled")
         check(waiter.done(w)["state"] == "succeeded", "every subscriber gets its done")
         check(d.wait_exit() == 0, "exit 0 after a drain")
+
+
+def test_sigterm_as_soon_as_the_socket_appears_is_a_clean_shutdown():
+    # The socket file appears before the loop runs; a SIGTERM sent right then
+    # must be caught (a clean exit 0), not kill tpd by the default action.
+    for attempt in range(10):
+        d = Daemon(start=False)
+        try:
+            d.log = open(d.log_path, "wb")
+            d.proc = subprocess.Popen([TPD] + d.args, stdin=subprocess.DEVNULL,
+                                      stdout=d.log, stderr=subprocess.STDOUT, env=d.env)
+            deadline = time.monotonic() + TIMEOUT
+            while not os.path.exists(d.sock):   # spin: the point is to hit the start
+                check(d.proc.poll() is None, "tpd exited at start:\n%s", d.read_log())
+                check(time.monotonic() < deadline, "no socket:\n%s", d.read_log())
+            d.signal(signal.SIGTERM)
+            rc = d.wait_exit()
+            check(rc == 0, "attempt %d: exit status %d after an early SIGTERM:\n%s",
+                  attempt, rc, d.read_log())
+        finally:
+            d.close()
+    print("checked: 10 SIGTERMs sent as the socket appeared, 10 clean exits")
 
 
 def test_second_sigterm_turns_drain_into_now():
