@@ -493,6 +493,13 @@ conn_output_failed(struct conn *c, int err)
 }
 
 /* Writes what is pending with one send(); arms the event for writing if some is left. */
+/* c has output to send now: alive, and not waiting for the socket to take more. */
+static bool
+conn_can_write(const struct conn *c)
+{
+	return !c->dead && c->out != NULL && !(c->events & EV_WRITE);
+}
+
 static void
 conn_write(struct conn *c)
 {
@@ -573,10 +580,10 @@ in_add(struct conn *c, const char *p, size_t n)
 static void
 conn_write_early(struct conn *c)
 {
-	if (c->dead || c->out == NULL || (c->events & EV_WRITE))
+	if (!conn_can_write(c))
 		return;
 	mailbox_poll();
-	if (!c->dead && c->out != NULL && !(c->events & EV_WRITE))
+	if (conn_can_write(c)) /* the mail may have closed it */
 		conn_write(c);
 }
 
@@ -683,7 +690,7 @@ conn_flush_cb(evutil_socket_t fd, short what, void *arg)
 		dirty_head = c->next_dirty;
 		c->next_dirty = NULL;
 		c->dirty = false;
-		if (!c->dead && c->out != NULL && !(c->events & EV_WRITE))
+		if (conn_can_write(c))
 			conn_write(c);
 	}
 }

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,20 +14,10 @@
 #include <unistd.h>
 
 #include "exec-spawn.h"
+#include "log.h"
 
 /* PATH when the child's environment has none (what execvp uses). */
 #define SPAWN_DEFAULT_PATH "/usr/bin:/bin"
-
-static void
-spawn_cause(char **cause, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) == -1)
-		*cause = NULL;
-	va_end(ap);
-}
 
 void
 spawn_close_fd(int *fd)
@@ -107,7 +96,7 @@ spawn_open_cwd(const char *cwd, char **cause)
 	if (fd != -1)
 		fd = spawn_fd_above2(fd);
 	if (fd == -1 || faccessat(AT_FDCWD, cwd, X_OK, AT_EACCESS) == -1) {
-		spawn_cause(cause, "cannot chdir to %s: %s", cwd, strerror(errno));
+		cause_set(cause, "cannot chdir to %s: %s", cwd, strerror(errno));
 		if (fd != -1)
 			close(fd);
 		return -1;
@@ -139,7 +128,7 @@ spawn_resolve(const char *prog, char *const *envp, int dirfd, char **cause)
 
 	if (strchr(prog, '/') != NULL) {
 		if ((candidate = strdup(prog)) == NULL)
-			spawn_cause(cause, "cannot start %s: %s", prog, strerror(errno));
+			cause_set(cause, "cannot start %s: %s", prog, strerror(errno));
 		return candidate;
 	}
 	path = spawn_env_path(envp);
@@ -154,7 +143,7 @@ spawn_resolve(const char *prog, char *const *envp, int dirfd, char **cause)
 		else
 			n = asprintf(&candidate, "%.*s/%s", (int)(end - p), p, prog);
 		if (n == -1) {
-			spawn_cause(cause, "cannot start %s: %s", prog, strerror(errno));
+			cause_set(cause, "cannot start %s: %s", prog, strerror(errno));
 			return NULL;
 		}
 		if (fstatat(dirfd, candidate, &sb, 0) == 0 && S_ISREG(sb.st_mode)) {
@@ -167,9 +156,9 @@ spawn_resolve(const char *prog, char *const *envp, int dirfd, char **cause)
 			break;
 	}
 	if (denied)
-		spawn_cause(cause, "cannot execute %s: %s", prog, strerror(EACCES));
+		cause_set(cause, "cannot execute %s: %s", prog, strerror(EACCES));
 	else
-		spawn_cause(cause, "no such program: %s", prog);
+		cause_set(cause, "no such program: %s", prog);
 	return NULL;
 }
 
@@ -247,17 +236,17 @@ spawn_start(const struct spawn_request *req, struct spawn_child *child,
 		goto fail_dir;
 	if ((req->pipe_stdin && spawn_pipe(in) == -1) || spawn_pipe(out) == -1 ||
 	    spawn_pipe(err) == -1) {
-		spawn_cause(cause, "cannot start %s: pipe: %s", req->argv[0],
+		cause_set(cause, "cannot start %s: pipe: %s", req->argv[0],
 		    strerror(errno));
 		goto fail_pipes;
 	}
 	if ((error = spawn_attr_init(&attr)) != 0) {
-		spawn_cause(cause, "cannot start %s: posix_spawnattr: %s",
+		cause_set(cause, "cannot start %s: posix_spawnattr: %s",
 		    req->argv[0], strerror(error));
 		goto fail_pipes;
 	}
 	if ((error = spawn_actions_init(&fa, in[0], out[1], err[1], dirfd)) != 0) {
-		spawn_cause(cause, "cannot start %s: posix_spawn_file_actions: %s",
+		cause_set(cause, "cannot start %s: posix_spawn_file_actions: %s",
 		    req->argv[0], strerror(error));
 		posix_spawnattr_destroy(&attr);
 		goto fail_pipes;
@@ -268,9 +257,9 @@ spawn_start(const struct spawn_request *req, struct spawn_child *child,
 	if (error != 0) {
 		/* the working directory was checked, so this is about the program */
 		if (error == ENOENT || error == ENOTDIR)
-			spawn_cause(cause, "no such program: %s", path);
+			cause_set(cause, "no such program: %s", path);
 		else
-			spawn_cause(cause, "cannot execute %s: %s", path,
+			cause_set(cause, "cannot execute %s: %s", path,
 			    strerror(error));
 		goto fail_pipes;
 	}
@@ -282,7 +271,7 @@ spawn_start(const struct spawn_request *req, struct spawn_child *child,
 	 */
 	child->pid = pid;
 	if ((child->pidfd = pidfd_open(pid, 0)) == -1) {
-		spawn_cause(cause, "cannot watch %s: pidfd_open: %s", path,
+		cause_set(cause, "cannot watch %s: pidfd_open: %s", path,
 		    strerror(errno));
 		kill(-pid, SIGKILL);
 		kill(pid, SIGKILL);
@@ -301,7 +290,7 @@ spawn_start(const struct spawn_request *req, struct spawn_child *child,
 	    spawn_nonblock(child->stdout_fd) == -1 ||
 	    spawn_nonblock(child->stderr_fd) == -1) {
 		/* F_SETFL on our own pipe cannot fail short of a bug; say so anyway */
-		spawn_cause(cause, "cannot start %s: fcntl: %s", path,
+		cause_set(cause, "cannot start %s: fcntl: %s", path,
 		    strerror(errno));
 		kill(-pid, SIGKILL);
 		while (waitpid(pid, NULL, 0) == -1 && errno == EINTR)

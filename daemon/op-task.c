@@ -68,10 +68,11 @@ parse_task(struct conn *c, struct request *req, json_t *spec)
 void
 op_submit(struct conn *c, struct request *req)
 {
-	static const char *const fields[] = { "op", "id", "task", "pool", "detach", "stream",
-	    "queue_timeout_ms", NULL };
-	/* bits of present, in the order of fields: only the fields there are looked up */
-	enum { HAS_POOL = 1 << 3, HAS_DETACH = 1 << 4, HAS_STREAM = 1 << 5, HAS_QUEUE_TIMEOUT = 1 << 6 };
+	/* Only the fields a request has are looked up: bit F_x of present says x is there. */
+	enum { F_OP, F_ID, F_TASK, F_POOL, F_DETACH, F_STREAM, F_QUEUE_TIMEOUT, F_COUNT };
+	static const char *const fields[F_COUNT + 1] = { [F_OP] = "op", [F_ID] = "id",
+	    [F_TASK] = "task", [F_POOL] = "pool", [F_DETACH] = "detach", [F_STREAM] = "stream",
+	    [F_QUEUE_TIMEOUT] = "queue_timeout_ms", [F_COUNT] = NULL };
 	uint32_t present = 0;
 	const char *pool_name = WIRE_DEFAULT_POOL;
 	bool detach = false, stream = false;
@@ -82,11 +83,11 @@ op_submit(struct conn *c, struct request *req)
 	char *msg = NULL;
 
 	if (proto_scan_fields(req->root, fields, "a submit request", &present, &msg) == -1 ||
-	    ((present & HAS_POOL) &&
+	    ((present & 1u << F_POOL) &&
 	    proto_get_string(req->root, "pool", false, &pool_name, &msg) == -1) ||
-	    ((present & HAS_DETACH) && proto_get_bool(req->root, "detach", &detach, &msg) == -1) ||
-	    ((present & HAS_STREAM) && proto_get_bool(req->root, "stream", &stream, &msg) == -1) ||
-	    ((present & HAS_QUEUE_TIMEOUT) &&
+	    ((present & 1u << F_DETACH) && proto_get_bool(req->root, "detach", &detach, &msg) == -1) ||
+	    ((present & 1u << F_STREAM) && proto_get_bool(req->root, "stream", &stream, &msg) == -1) ||
+	    ((present & 1u << F_QUEUE_TIMEOUT) &&
 	    proto_get_uint(req->root, "queue_timeout_ms", false, 1, MAX_TIMEOUT_MS,
 	    &queue_timeout_ms, &msg) == -1)) {
 		ops_bad_request(c, req, msg);

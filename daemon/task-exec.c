@@ -20,7 +20,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,18 +115,6 @@ exec_settings_get(void)
 	return s;
 }
 
-static int
-exec_cause(char **cause, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) == -1)
-		*cause = NULL;
-	va_end(ap);
-	return -1;
-}
-
 /* A copy of a JSON string without NUL bytes, or NULL (not a string, has NUL, no memory). */
 static char *
 exec_cstring(json_t *v)
@@ -145,19 +132,19 @@ exec_parse_argv(struct exec_task *x, json_t *v, char **cause)
 	size_t n = json_array_size(v);
 
 	if (!json_is_array(v) || n == 0)
-		return exec_cause(cause, "task.argv must be a non-empty array of strings");
+		return cause_set(cause, "task.argv must be a non-empty array of strings");
 	if ((x->argv = calloc(n + 1, sizeof *x->argv)) == NULL)
-		return exec_cause(cause, "out of memory");
+		return cause_set(cause, "out of memory");
 	for (size_t i = 0; i < n; i++) {
 		json_t *a = json_array_get(v, i);
 
 		if (!json_is_string(a))
-			return exec_cause(cause, "task.argv[%zu] must be a string", i);
+			return cause_set(cause, "task.argv[%zu] must be a string", i);
 		if ((x->argv[i] = exec_cstring(a)) == NULL)
-			return exec_cause(cause, "task.argv[%zu] must not contain NUL", i);
+			return cause_set(cause, "task.argv[%zu] must not contain NUL", i);
 	}
 	if (x->argv[0][0] == '\0')
-		return exec_cause(cause, "task.argv[0] must not be empty");
+		return cause_set(cause, "task.argv[0] must not be empty");
 	return 0;
 }
 
@@ -181,15 +168,15 @@ exec_parse_env(struct exec_task *x, json_t *v, char **cause)
 	json_t *value;
 
 	if (v != NULL && !json_is_object(v))
-		return exec_cause(cause, "task.env must be an object of strings");
+		return cause_set(cause, "task.env must be an object of strings");
 	while (base[nbase] != NULL)
 		nbase++;
 	max = nbase + (v != NULL ? json_object_size(v) : 0);
 	if ((x->env = calloc(max + 1, sizeof *x->env)) == NULL)
-		return exec_cause(cause, "out of memory");
+		return cause_set(cause, "out of memory");
 	for (; n < nbase; n++)
 		if ((x->env[n] = strdup(base[n])) == NULL)
-			return exec_cause(cause, "out of memory");
+			return cause_set(cause, "out of memory");
 	if (v == NULL)
 		return 0;
 	json_object_foreach(v, name, value) {
@@ -198,7 +185,7 @@ exec_parse_env(struct exec_task *x, json_t *v, char **cause)
 		char *entry;
 
 		if (len == 0 || strchr(name, '=') != NULL)
-			return exec_cause(cause, "task.env: \"%s\" is not a variable name", name);
+			return cause_set(cause, "task.env: \"%s\" is not a variable name", name);
 		if (json_is_null(value)) {
 			if (at >= 0) {
 				free(x->env[at]);
@@ -209,11 +196,11 @@ exec_parse_env(struct exec_task *x, json_t *v, char **cause)
 			continue;
 		}
 		if (!json_is_string(value))
-			return exec_cause(cause, "task.env.%s must be a string (or null to remove it)", name);
+			return cause_set(cause, "task.env.%s must be a string (or null to remove it)", name);
 		if (strlen(json_string_value(value)) != json_string_length(value))
-			return exec_cause(cause, "task.env.%s must not contain NUL", name);
+			return cause_set(cause, "task.env.%s must not contain NUL", name);
 		if (asprintf(&entry, "%s=%s", name, json_string_value(value)) == -1)
-			return exec_cause(cause, "out of memory");
+			return cause_set(cause, "out of memory");
 		if (at >= 0) {
 			free(x->env[at]);
 			x->env[at] = entry;
@@ -228,21 +215,21 @@ static int
 exec_parse_stdin(struct exec_task *x, json_t *text, json_t *b64, char **cause)
 {
 	if (text != NULL && b64 != NULL)
-		return exec_cause(cause, "task.stdin and task.stdin_base64 exclude each other");
+		return cause_set(cause, "task.stdin and task.stdin_base64 exclude each other");
 	if (text != NULL) {
 		if (!json_is_string(text))
-			return exec_cause(cause, "task.stdin must be a string");
+			return cause_set(cause, "task.stdin must be a string");
 		x->stdin_len = json_string_length(text);
 		if ((x->stdin_data = malloc(x->stdin_len + 1)) == NULL)
-			return exec_cause(cause, "out of memory");
+			return cause_set(cause, "out of memory");
 		memcpy(x->stdin_data, json_string_value(text), x->stdin_len + 1);
 	} else if (b64 != NULL) {
 		if (!json_is_string(b64))
-			return exec_cause(cause, "task.stdin_base64 must be a string");
+			return cause_set(cause, "task.stdin_base64 must be a string");
 		x->stdin_data = base64_decode(json_string_value(b64),
 		    json_string_length(b64), &x->stdin_len);
 		if (x->stdin_data == NULL)
-			return exec_cause(cause, errno == ENOMEM ? "out of memory" :
+			return cause_set(cause, errno == ENOMEM ? "out of memory" :
 			    "task.stdin_base64 is not valid base64");
 	}
 	return 0;
@@ -275,18 +262,18 @@ exec_parse(struct task *t, json_t *spec, char **cause)
 		else if (strcmp(key, "output_limit") == 0)
 			limit = value;
 		else
-			return exec_cause(cause, "task.%s is not a field of an exec task", key);
+			return cause_set(cause, "task.%s is not a field of an exec task", key);
 	}
 	if (argv == NULL)
-		return exec_cause(cause, "task.argv is required for an exec task");
+		return cause_set(cause, "task.argv is required for an exec task");
 
 	if ((x = calloc(1, sizeof *x)) == NULL)
-		return exec_cause(cause, "out of memory");
+		return cause_set(cause, "out of memory");
 	pthread_mutex_init(&x->wake_lock, NULL);
 	x->wake_fd = -1;
 	t->kind_data = x;
 	if ((x->settings = exec_settings_get()) == NULL) {
-		exec_cause(cause, "out of memory");
+		cause_set(cause, "out of memory");
 		goto fail;
 	}
 	if (exec_parse_argv(x, argv, cause) == -1 ||
@@ -295,11 +282,11 @@ exec_parse(struct task *t, json_t *spec, char **cause)
 		goto fail;
 	if (cwd != NULL) {
 		if (!json_is_string(cwd) || json_string_length(cwd) == 0) {
-			exec_cause(cause, "task.cwd must be a non-empty string");
+			cause_set(cause, "task.cwd must be a non-empty string");
 			goto fail;
 		}
 		if ((x->cwd = exec_cstring(cwd)) == NULL) {
-			exec_cause(cause, "task.cwd must not contain NUL");
+			cause_set(cause, "task.cwd must not contain NUL");
 			goto fail;
 		}
 	}
@@ -309,7 +296,7 @@ exec_parse(struct task *t, json_t *spec, char **cause)
 
 		if (!json_is_integer(limit) || n < 1 ||
 		    (uint64_t)n > x->settings->output_limit_max) {
-			exec_cause(cause, "task.output_limit must be an integer from 1 to %zu",
+			cause_set(cause, "task.output_limit must be an integer from 1 to %zu",
 			    x->settings->output_limit_max);
 			goto fail;
 		}

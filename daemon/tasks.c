@@ -393,7 +393,7 @@ key_is_plain(const char *k)
 		if (!(*k >= 'a' && *k <= 'z') && !(*k >= 'A' && *k <= 'Z') &&
 		    !(*k >= '0' && *k <= '9') && *k != '_')
 			return false;
-	return *k == '\0';
+	return true;
 }
 
 /*
