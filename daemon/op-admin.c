@@ -10,6 +10,7 @@
 #include "ops.h"
 #include "pools.h"
 #include "tasks.h"
+#include "utf8.h"
 #include "wire.h"
 
 static json_t *
@@ -72,7 +73,9 @@ op_resize(struct conn *c, struct request *req)
 		return;
 	}
 	if ((e = pools_find(pool_name)) == NULL) {
-		conn_send_error(c, req->id, ERR_NO_SUCH_POOL, "no pool named \"%.64s\"", pool_name);
+		char q[UTF8_QUOTE_SIZE];
+		conn_send_error(c, req->id, ERR_NO_SUCH_POOL, "no pool named \"%s\"",
+		    utf8_quote(q, pool_name));
 		return;
 	}
 	pool_snapshot(e->pool, &s);
@@ -111,8 +114,9 @@ op_shutdown(struct conn *c, struct request *req)
 		return;
 	}
 	if (strcmp(mode, "drain") != 0 && strcmp(mode, "now") != 0) {
+		char q[UTF8_QUOTE_SIZE];
 		conn_send_error(c, req->id, ERR_BAD_REQUEST,
-		    "field \"mode\" must be \"drain\" or \"now\", not \"%.32s\"", mode);
+		    "field \"mode\" must be \"drain\" or \"now\", not \"%s\"", utf8_quote(q, mode));
 		return;
 	}
 	log_notice("shutdown (%s) asked by connection %llu (%s)", mode,

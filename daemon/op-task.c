@@ -12,6 +12,7 @@
 #include "ops.h"
 #include "pools.h"
 #include "tasks.h"
+#include "utf8.h"
 #include "wire.h"
 
 #define MAX_TIMEOUT_MS (30ull * 24 * 3600 * 1000) /* a month */
@@ -26,7 +27,7 @@ send_rejected(struct conn *c, struct request *req, const char *code, const char 
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	utf8_vformat(msg, sizeof msg, fmt, ap); /* never cut inside a character */
 	va_end(ap);
 	ops_reply(c, req, EV_REJECTED, json_pack("{s:{s:s, s:s}}", "error", "code", code,
 	    "message", msg));
@@ -48,8 +49,9 @@ parse_task(struct conn *c, struct request *req, json_t *spec)
 		return NULL;
 	}
 	if ((kind = task_kind_find(kind_name)) == NULL) {
-		conn_send_error(c, req->id, ERR_BAD_REQUEST, "unknown task kind \"%.64s\" "
-		    "(kinds: exec, echo, sleep, spin, fail)", kind_name);
+		char q[UTF8_QUOTE_SIZE];
+		conn_send_error(c, req->id, ERR_BAD_REQUEST, "unknown task kind \"%s\" "
+		    "(kinds: exec, echo, sleep, spin, fail)", utf8_quote(q, kind_name));
 		return NULL;
 	}
 	if ((t = tasks_new(kind)) == NULL) {
@@ -103,7 +105,8 @@ op_submit(struct conn *c, struct request *req)
 		return;
 	if ((e = pools_find(pool_name)) == NULL) {
 		tasks_discard(t);
-		send_rejected(c, req, ERR_NO_SUCH_POOL, "no pool named \"%.64s\"", pool_name);
+		char q[UTF8_QUOTE_SIZE];
+		send_rejected(c, req, ERR_NO_SUCH_POOL, "no pool named \"%s\"", utf8_quote(q, pool_name));
 		return;
 	}
 	t->stream = stream;

@@ -20,6 +20,7 @@
 #include "fmt.h"
 #include "log.h"
 #include "ops.h"
+#include "utf8.h"
 #include "wire.h"
 
 struct op {
@@ -77,15 +78,20 @@ ops_initial_role(const struct conn *c)
 void
 ops_reply(struct conn *c, struct request *req, const char *event, json_t *extra)
 {
-	json_t *ev = json_object();
+	json_t *ev = NULL;
 
-	json_object_set_new(ev, "event", json_string(event));
-	if (req->id != NULL)
-		json_object_set(ev, "id", req->id);
-	if (extra != NULL) {
-		json_object_update(ev, extra);
+	/* extra is a json_pack result: NULL when it could not be built */
+	if (extra == NULL || (ev = json_object()) == NULL ||
+	    json_object_set_new(ev, "event", json_string(event)) == -1 ||
+	    (req->id != NULL && json_object_set(ev, "id", req->id) == -1) ||
+	    json_object_update(ev, extra) == -1) {
+		json_decref(ev);
 		json_decref(extra);
+		conn_send_error(c, req->id, ERR_INTERNAL, "the %s event could not be built "
+		    "(out of memory)", event);
+		return;
 	}
+	json_decref(extra);
 	conn_send(c, ev);
 	json_decref(ev);
 }
@@ -269,7 +275,8 @@ ops_dispatch(struct conn *c, const char *line, size_t len)
 			proto_request_free(&req);
 			return;
 		}
-	conn_send_error(c, req.id, ERR_UNKNOWN_OP, "unknown op \"%.64s\" (ops: hello, ping, "
-	    "submit, wait, status, cancel, stats, resize, shutdown)", req.op);
+	char q[UTF8_QUOTE_SIZE];
+	conn_send_error(c, req.id, ERR_UNKNOWN_OP, "unknown op \"%s\" (ops: hello, ping, "
+	    "submit, wait, status, cancel, stats, resize, shutdown)", utf8_quote(q, req.op));
 	proto_request_free(&req);
 }

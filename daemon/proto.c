@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "proto.h"
+#include "utf8.h"
 #include "wire.h"
 
 size_t
@@ -118,8 +119,10 @@ proto_scan_fields(json_t *obj, const char *const *allowed, const char *where,
 		for (i = 0; allowed[i] != NULL; i++)
 			if (strcmp(allowed[i], key) == 0)
 				break;
-		if (allowed[i] == NULL)
-			return cause_set(msg, "unknown field \"%s\" in %s", key, where);
+		if (allowed[i] == NULL) {
+			char q[UTF8_QUOTE_SIZE];
+			return cause_set(msg, "unknown field \"%s\" in %s", utf8_quote(q, key), where);
+		}
 		if (i < 32)
 			seen |= UINT32_C(1) << i;
 	}
@@ -191,9 +194,11 @@ proto_get_task_id(json_t *obj, const char *key, uint64_t *out, char **msg)
 		char *end;
 		errno = 0;
 		unsigned long long n = strtoull(s, &end, 10);
-		if (*s < '1' || *s > '9' || *end != '\0' || errno != 0)
-			return cause_set(msg, "field \"%s\" must be a task id (a positive integer), not \"%.64s\"",
-			    key, s);
+		if (*s < '1' || *s > '9' || *end != '\0' || errno != 0) {
+			char q[UTF8_QUOTE_SIZE];
+			return cause_set(msg, "field \"%s\" must be a task id (a positive integer), "
+			    "not \"%s\"", key, utf8_quote(q, s));
+		}
 		*out = n;
 		return 0;
 	}
