@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every request is answered: messages that quote a client's strings."""
+"""Every request is answered: messages that quote a client's strings, deep nesting's id."""
 import json
 
 from tpdtest import Daemon, check, run_tests
@@ -129,6 +129,47 @@ def test_bad_json_quoting_the_line_is_sent():
                   ev, line)
             check(ev["error"]["message"], "no message: %r", ev)
             check(c.recv()["id"] == sync, "one answer for %r", line)
+
+
+def deep(levels):
+    return "[" * levels + "]" * levels
+
+
+def test_deep_nesting_keeps_the_id():
+    cases = [
+        ('{"op":"ping","id":7,"x":%s}' % deep(70), 7),
+        ('{"op":"ping","id":"deep-1","x":%s}' % deep(70), "deep-1"),
+        ('{"op":"ping","x":%s,"id":8}' % deep(70), 8),
+        ('{"x":%s,"op":"ping","id":"after"}' % deep(200), "after"),
+        ('{"op":"ping","x":{"a":%s},"y":[1,"]",{"z":"["}],"id":9}' % deep(100), 9),
+        ('{"op":"ping","x":"[[[[","id":"s\\"t]","y":%s}' % deep(65), 's"t]'),
+        ('{"op":"ping","id":"\\u00e9","x":%s}' % deep(64 * 3), "\u00e9"),
+        # no usable id: null, as before
+        ('{"op":"ping","x":%s}' % deep(70), None),
+        ('{"op":"ping","id":[1],"x":%s}' % deep(70), None),
+        ('{"op":"ping","id":1.5,"x":%s}' % deep(70), None),
+        ('[{"id":3},%s]' % deep(70), None),
+        ('{"op":"ping","x":{"id":4,"y":%s}}' % deep(70), None),
+        # not JSON apart from its depth: no id is trusted
+        ('{"op":"ping","id":5,"x":%s' % deep(70), None),
+        ('{"op":"ping","id":6,"x":%s]}' % deep(70), None),
+        ('{"op":"ping","id":6,"id":7,"x":%s}' % deep(70), None),
+    ]
+    with Daemon() as d:
+        c = d.client()
+        for line, want in cases:
+            c.send_raw(line.encode() + b"\n")
+            sync = c.send({"op": "ping"})
+            ev = c.recv()
+            check(ev["event"] == "error" and ev["error"]["code"] == "bad_request", "%r for %s",
+                  ev, line[:60])
+            check("deeper than 64" in ev["error"]["message"], "%r", ev)
+            check("id" in ev and ev["id"] == want, "id %r, expected %r, for %s", ev.get("id"),
+                  want, line[:60])
+            check(c.recv()["id"] == sync, "one answer for %s", line[:60])
+        # 64 levels is still fine
+        ev = c.request({"op": "submit", "task": {"kind": "echo", "value": json.loads(deep(62))}})
+        check(ev["event"] == "accepted", "%r", ev)
 
 
 run_tests(globals())
