@@ -26,6 +26,7 @@
 #include "pools.h"
 #include "sd.h"
 #include "tasks.h"
+#include "tokens.h"
 #include "wire.h"
 
 #define EXIT_FLUSH_MS 5000 /* at exit, how long clients get to read their last events */
@@ -260,33 +261,18 @@ daemon_apply_flags(struct conf *c)
 	apply_flags(saved_argc, saved_argv, c, false, &check);
 }
 
-/* Reads the first line of a token file; exits naming the file on failure. */
-static char *
-read_token(const char *path, const char *key)
-{
-	char buf[512];
-	FILE *f = fopen(path, "r");
-
-	if (f == NULL)
-		fatal("%s %s", key, path);
-	if (fgets(buf, sizeof buf, f) == NULL) {
-		fclose(f);
-		fatalx("%s %s: empty", key, path);
-	}
-	fclose(f);
-	buf[strcspn(buf, "\r\n")] = '\0';
-	if (buf[0] == '\0')
-		fatalx("%s %s: empty first line", key, path);
-	return strdup(buf);
-}
-
+/* The token files and the admin group; exits naming FILE:LINE and what is wrong. */
 static void
 load_auth(struct daemon *d)
 {
-	if (d->conf.token_file != NULL)
-		d->submit_token = read_token(d->conf.token_file, "token_file");
-	if (d->conf.admin_token_file != NULL)
-		d->admin_token = read_token(d->conf.admin_token_file, "admin_token_file");
+	char *cause = NULL;
+
+	if (tokens_load_files(d->conf.token_file, d->conf.admin_token_file, &d->tokens,
+	    &cause) == -1)
+		fatalx("%s", cause ? cause : "out of memory reading the token files");
+	if (d->tokens != NULL)
+		log_info("TCP tokens: %zu with the submit role, %zu with the admin role",
+		    tokens_count(d->tokens, TOKENS_SUBMIT), tokens_count(d->tokens, TOKENS_ADMIN));
 	if (d->conf.admin_group != NULL) {
 		struct group *gr = getgrnam(d->conf.admin_group);
 		if (gr == NULL)
@@ -443,6 +429,13 @@ main(int argc, char **argv)
 		exit(1);
 	}
 	if (check) {
+		struct tokens *tokens;
+		if (tokens_load_files(d->conf.token_file, d->conf.admin_token_file, &tokens,
+		    &cause) == -1) {
+			fprintf(stderr, "%s\n", cause ? cause : "out of memory");
+			exit(1);
+		}
+		tokens_free(tokens);
 		printf("configuration OK\n");
 		exit(0);
 	}
@@ -504,8 +497,7 @@ main(int argc, char **argv)
 	event_free(d->shutdown_timer);
 	event_free(d->exit_timer);
 	event_base_free(d->base);
-	free(d->submit_token);
-	free(d->admin_token);
+	tokens_free(d->tokens);
 	conf_free(&d->conf);
 	log_notice("tpd stopped");
 	return 0;
