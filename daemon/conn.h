@@ -101,7 +101,10 @@ bool conn_all_flushed(void);
 /* Closes every connection (at exit). */
 void conn_close_all(void);
 
-/* Refuses a connection over the limit: one error line, then close. */
+/*
+ * Refuses a connection over the limit: one error line (id null; code and
+ * message are plain ASCII without quotes or backslashes), then close.
+ */
 void conn_refuse(int fd, const char *code, const char *message);
 
 #endif
