@@ -35,6 +35,7 @@ struct conn {
 	pid_t pid;
 	enum conn_role role;
 	unsigned awaiting;     /* dones still owed to this connection (submits and waits) */
+	unsigned subscriptions; /* waits pending on unfinished tasks (max_subscriptions) */
 	bool is_unix;
 	bool have_creds;       /* Unix peers: uid/gid/pid are known */
 	bool dead;             /* closed; freed from a deferred callback */

@@ -153,9 +153,18 @@ find_task(struct conn *c, struct request *req, const char *what)
 		ops_bad_request(c, req, msg);
 		return NULL;
 	}
-	if ((t = tasks_find(id)) == NULL)
-		conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "no task %llu: never submitted, "
-		    "or finished longer ago than result_ttl/result_retain keep", (unsigned long long)id);
+	if ((t = tasks_find(id)) == NULL) {
+		const struct conf *cf = &daemon_state->conf;
+		if (tasks_was_accepted(id))
+			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "task %llu finished and was "
+			    "forgotten, to stay under the limits on finished tasks: result_ttl "
+			    "(%llu ms), result_retain (%u tasks), result_retain_bytes (%zu bytes)",
+			    (unsigned long long)id, (unsigned long long)cf->result_ttl_ms,
+			    cf->result_retain, cf->result_retain_bytes);
+		else
+			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "no task %llu: never "
+			    "submitted", (unsigned long long)id);
+	}
 	return t;
 }
 

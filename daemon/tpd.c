@@ -54,7 +54,8 @@ usage(FILE *f)
 	    "      --pool SPEC          another pool, NAME:SIZE[:CAPACITY[:LIMIT]]\n"
 	    "      --log-level LEVEL    error, warning, notice, info or debug\n"
 	    "      --max-connections N, --max-request-bytes SIZE, --max-output-buffer SIZE,\n"
-	    "      --result-ttl DUR, --result-retain N, --shutdown-timeout DUR,\n"
+	    "      --result-ttl DUR, --result-retain N, --result-retain-bytes SIZE,\n"
+	    "      --max-subscriptions N, --shutdown-timeout DUR,\n"
 	    "      --socket-mode MODE, --socket-group GROUP, --admin-group GROUP,\n"
 	    "      --token-file FILE, --admin-token-file FILE\n"
 	    "                           as the [daemon] keys of tpd.conf(5)\n"
@@ -68,6 +69,7 @@ enum {
 	OPT_LOG_LEVEL = 256, OPT_VERSION, OPT_POOL, OPT_LIMIT, OPT_MAX_CONNECTIONS,
 	OPT_MAX_REQUEST, OPT_MAX_OUTPUT, OPT_RESULT_TTL, OPT_RESULT_RETAIN, OPT_SHUTDOWN_TIMEOUT,
 	OPT_SOCKET_MODE, OPT_SOCKET_GROUP, OPT_ADMIN_GROUP, OPT_TOKEN_FILE, OPT_ADMIN_TOKEN_FILE,
+	OPT_RESULT_RETAIN_BYTES, OPT_MAX_SUBSCRIPTIONS,
 };
 
 static const struct option long_options[] = {
@@ -86,6 +88,8 @@ static const struct option long_options[] = {
 	{ "max-output-buffer", required_argument, NULL, OPT_MAX_OUTPUT },
 	{ "result-ttl", required_argument, NULL, OPT_RESULT_TTL },
 	{ "result-retain", required_argument, NULL, OPT_RESULT_RETAIN },
+	{ "result-retain-bytes", required_argument, NULL, OPT_RESULT_RETAIN_BYTES },
+	{ "max-subscriptions", required_argument, NULL, OPT_MAX_SUBSCRIPTIONS },
 	{ "shutdown-timeout", required_argument, NULL, OPT_SHUTDOWN_TIMEOUT },
 	{ "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
 	{ "socket-group", required_argument, NULL, OPT_SOCKET_GROUP },
@@ -223,6 +227,18 @@ apply_flags(int argc, char **argv, struct conf *c, bool only_early, bool *check)
 		case OPT_MAX_OUTPUT: c->max_output_buffer = parse_size_flag("--max-output-buffer", optarg); break;
 		case OPT_RESULT_TTL: c->result_ttl_ms = parse_duration_flag("--result-ttl", optarg); break;
 		case OPT_RESULT_RETAIN: c->result_retain = parse_count("--result-retain", optarg, 0, 1u << 24); break;
+		case OPT_RESULT_RETAIN_BYTES:
+			/* 0 is allowed: keep no result past its done */
+			if (conf_parse_size(optarg, &c->result_retain_bytes) == -1 ||
+			    c->result_retain_bytes > (size_t)1 << 40) {
+				fprintf(stderr, "tpd: --result-retain-bytes %s: expected a size "
+				    "from 0 to 1024G, such as 256M\n", optarg);
+				exit(64);
+			}
+			break;
+		case OPT_MAX_SUBSCRIPTIONS:
+			c->max_subscriptions = parse_count("--max-subscriptions", optarg, 1, 10000000);
+			break;
 		case OPT_SHUTDOWN_TIMEOUT:
 			c->shutdown_timeout_ms = parse_duration_flag("--shutdown-timeout", optarg);
 			break;
