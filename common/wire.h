@@ -48,6 +48,7 @@
 #define STATE_TIMED_OUT "timed_out"
 #define STATE_CANCELLED "cancelled"
 #define STATE_EXPIRED   "expired"
+#define STATE_LOST      "lost"      /* running when the daemon died (journal replay) */
 
 /* error codes */
 #define ERR_BAD_JSON          "bad_json"
@@ -68,6 +69,10 @@
 #define ERR_CANCELLED         "cancelled"
 #define ERR_EXPIRED           "expired"
 #define ERR_INTERNAL          "internal"
+#define ERR_OOM               "oom"                  /* an exec task passed its memory limit */
+#define ERR_LOST              "lost"                 /* the state lost */
+#define ERR_STORAGE           "storage"              /* the journal cannot be written */
+#define ERR_TOO_MANY_CONNECTIONS "too_many_connections" /* a client past max_connections */
 
 /* roles in hello */
 #define ROLE_ADMIN  "admin"

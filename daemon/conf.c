@@ -41,6 +41,8 @@ conf_init(struct conf *c)
 	c->max_output_buffer = 8 * 1024 * 1024;
 	c->result_ttl_ms = 10 * 60 * 1000;
 	c->result_retain = 10000;
+	c->result_retain_bytes = 256 * 1024 * 1024;
+	c->max_subscriptions = 10000;
 	c->shutdown_timeout_ms = 0;
 	c->log_level = LOG_INFO;
 	c->exec_output_limit = 1024 * 1024;
@@ -290,6 +292,8 @@ static const struct conf_key conf_keys[] = {
 	{ SECT_DAEMON, "max_output_buffer", KIND_SIZE, D(max_output_buffer), 64 * KIB, GIB },
 	{ SECT_DAEMON, "result_ttl", KIND_DURATION, D(result_ttl_ms), 0, 30 * DAY },
 	{ SECT_DAEMON, "result_retain", KIND_COUNT, D(result_retain), 0, 10000000 },
+	{ SECT_DAEMON, "result_retain_bytes", KIND_SIZE, D(result_retain_bytes), 0, 1024 * GIB },
+	{ SECT_DAEMON, "max_subscriptions", KIND_COUNT, D(max_subscriptions), 1, 10000000 },
 	{ SECT_DAEMON, "shutdown_timeout", KIND_DURATION, D(shutdown_timeout_ms), 0, 7 * DAY },
 	{ SECT_DAEMON, "log_level", KIND_LOGLEVEL, D(log_level), 0, 0 },
 	{ SECT_DAEMON, "admin_group", KIND_GROUP, D(admin_group), 0, 0 },

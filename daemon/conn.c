@@ -52,6 +52,7 @@
 #include "log.h"
 #include "mailbox.h"
 #include "ops.h"
+#include "utf8.h"
 #include "wire.h"
 
 #define CONN_SCRATCH (64 * 1024)  /* bytes taken from a socket per read */
@@ -59,6 +60,7 @@
 #define CONN_IN_MIN 256           /* first allocation of a held partial line */
 #define CONN_SEND_GUESS 256       /* room asked for before encoding an event */
 #define CONN_LINES_PER_WRITE 32   /* a long run of lines is answered in parts this long */
+#define CONN_ERROR_MAX 512        /* bytes of an error message, cut at a character boundary */
 
 /* The start of a request line whose newline has not come yet. */
 struct conn_in {
@@ -85,6 +87,7 @@ static char scratch[CONN_SCRATCH];
 static void conn_io_cb(evutil_socket_t, short, void *);
 static void conn_flush_cb(evutil_socket_t, short, void *);
 static void conn_reap_cb(evutil_socket_t, short, void *);
+static void conn_send_error_line(struct conn *, json_t *, const char *, const char *);
 
 static struct event *
 conn_event(struct conn *c)
@@ -463,15 +466,21 @@ conn_send_raw(struct conn *c, const char *a, size_t alen, const char *b, size_t 
 void
 conn_send_error(struct conn *c, json_t *id, const char *code, const char *fmt, ...)
 {
-	char msg[512];
+	char msg[CONN_ERROR_MAX];
 	va_list ap;
 	json_t *ev;
 
+	/* cut at a character boundary, never inside one: the event must encode */
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	utf8_vformat(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	ev = json_pack("{s:s, s:O?, s:{s:s, s:s}}", "event", EV_ERROR, "id", id,
 	    "error", "code", code, "message", msg);
+	if (ev == NULL) {
+		/* out of memory: the request is still answered, with a line that needs none */
+		conn_send_error_line(c, id, ERR_INTERNAL, "out of memory building an error");
+		return;
+	}
 	conn_send(c, ev);
 	json_decref(ev);
 }
@@ -759,15 +768,57 @@ conn_close_all(void)
 	conns = NULL;
 }
 
+/*
+ * The error line of conn_refuse and of conn_send_error's last resort, built
+ * without jansson: code and message are ours (ASCII without quotes or
+ * backslashes), the id the client's, encoded when it is a string.
+ */
+static size_t
+error_line(char *buf, size_t size, json_t *id, const char *code, const char *message)
+{
+	char idbuf[256] = "null";
+	size_t idlen;
+	int n;
+
+	if (id != NULL) {
+		idlen = ops_id_text(id, idbuf, sizeof idbuf);
+		if (idlen == 0 || idlen >= sizeof idbuf)
+			strcpy(idbuf, "null");  /* too long to echo here */
+		else
+			idbuf[idlen] = '\0';
+	}
+	n = snprintf(buf, size,
+	    "{\"event\":\"error\",\"id\":%s,\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}",
+	    idbuf, code, message);
+	return n > 0 && (size_t)n < size ? (size_t)n : 0;
+}
+
+/* conn_send_error's last resort: an error line that needs no allocation to build. */
+static void
+conn_send_error_line(struct conn *c, json_t *id, const char *code, const char *message)
+{
+	char line[CONN_ERROR_MAX + 512];
+	size_t n = error_line(line, sizeof line, id, code, message);
+
+	if (n > 0)
+		conn_send_line(c, line, n);
+}
+
 void
 conn_refuse(int fd, const char *code, const char *message)
 {
-	char line[512];
-	int n = snprintf(line, sizeof line,
-	    "{\"event\":\"error\",\"id\":null,\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}\n",
-	    code, message);
+	char line[CONN_ERROR_MAX + 512];
+	size_t n = error_line(line, sizeof line, NULL, code, message);
 
-	if (n > 0)
-		(void)send(fd, line, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (n > 0) {
+		line[n++] = '\n';
+		(void)send(fd, line, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+	}
+	/*
+	 * What the client sent already is read, so that closing with unread
+	 * input does not reset the connection before it reads the error.
+	 */
+	for (int i = 0; i < 16 && recv(fd, scratch, sizeof scratch, MSG_DONTWAIT) > 0; i++)
+		;
 	close(fd);
 }

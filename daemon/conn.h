@@ -35,6 +35,7 @@ struct conn {
 	pid_t pid;
 	enum conn_role role;
 	unsigned awaiting;     /* dones still owed to this connection (submits and waits) */
+	unsigned subscriptions; /* waits pending on unfinished tasks (max_subscriptions) */
 	bool is_unix;
 	bool have_creds;       /* Unix peers: uid/gid/pid are known */
 	bool dead;             /* closed; freed from a deferred callback */
@@ -101,7 +102,10 @@ bool conn_all_flushed(void);
 /* Closes every connection (at exit). */
 void conn_close_all(void);
 
-/* Refuses a connection over the limit: one error line, then close. */
+/*
+ * Refuses a connection over the limit: one error line (id null; code and
+ * message are plain ASCII without quotes or backslashes), then close.
+ */
 void conn_refuse(int fd, const char *code, const char *message);
 
 #endif

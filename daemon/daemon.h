@@ -13,6 +13,7 @@
 #include "conf.h"
 
 struct pool;
+struct tokens;
 
 enum daemon_phase {
 	DAEMON_RUNNING,
@@ -29,8 +30,7 @@ struct daemon {
 	uint64_t outstanding;      /* accepted tasks whose done is not yet processed */
 	struct event *shutdown_timer;
 	struct event *exit_timer;
-	char *admin_token;         /* NULL = admin ops over TCP refused */
-	char *submit_token;        /* NULL = TCP needs no token */
+	struct tokens *tokens;     /* NULL = TCP needs no token (tokens.h) */
 	bool have_admin_gid;
 	unsigned admin_gid;
 };

@@ -48,10 +48,14 @@ accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa, i
 {
 	struct listener *l = arg;
 
-	if (conn_count() >= daemon_state->conf.max_connections) {
-		log_warnx("%s: max_connections (%u) reached: refusing a client", l->name,
-		    daemon_state->conf.max_connections);
-		conn_refuse(fd, ERR_BAD_REQUEST, "too many connections: max_connections reached");
+	unsigned max = daemon_state->conf.max_connections;
+
+	if (conn_count() >= max) {
+		char msg[128];
+		log_warnx("%s: max_connections (%u) reached: refusing a client", l->name, max);
+		snprintf(msg, sizeof msg, "too many connections: tpd serves at most %u at once "
+		    "(max_connections); try again once one closes", max);
+		conn_refuse(fd, ERR_TOO_MANY_CONNECTIONS, msg);
 		return;
 	}
 	conn_new(fd, l->is_unix, sa);

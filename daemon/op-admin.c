@@ -10,6 +10,7 @@
 #include "ops.h"
 #include "pools.h"
 #include "tasks.h"
+#include "utf8.h"
 #include "wire.h"
 
 static json_t *
@@ -45,11 +46,13 @@ op_stats(struct conn *c, struct request *req)
 	}
 	for (size_t i = 0; i < pools_count(); i++)
 		json_array_append_new(pools, pool_json(pools_at(i)));
-	ops_reply(c, req, EV_STATS, json_pack("{s:o, s:I, s:I, s:I, s:I, s:s, s:s}",
+	ops_reply(c, req, EV_STATS, json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s}",
 	    "pools", pools, "connections", (json_int_t)conn_count(),
 	    "uptime_ms", (json_int_t)((clock_now_us() - d->started_us) / 1000),
 	    "tasks_outstanding", (json_int_t)d->outstanding,
 	    "tasks_retained", (json_int_t)tasks_retained(),
+	    "tasks_retained_bytes", (json_int_t)tasks_retained_bytes(),
+	    "results_forgotten", (json_int_t)tasks_results_forgotten(),
 	    "version", PACKAGE_VERSION,
 	    "phase", d->phase == DAEMON_RUNNING ? "running" :
 	    d->phase == DAEMON_DRAINING ? "draining" : "stopping"));
@@ -72,7 +75,9 @@ op_resize(struct conn *c, struct request *req)
 		return;
 	}
 	if ((e = pools_find(pool_name)) == NULL) {
-		conn_send_error(c, req->id, ERR_NO_SUCH_POOL, "no pool named \"%.64s\"", pool_name);
+		char q[UTF8_QUOTE_SIZE];
+		conn_send_error(c, req->id, ERR_NO_SUCH_POOL, "no pool named \"%s\"",
+		    utf8_quote(q, pool_name));
 		return;
 	}
 	pool_snapshot(e->pool, &s);
@@ -111,8 +116,9 @@ op_shutdown(struct conn *c, struct request *req)
 		return;
 	}
 	if (strcmp(mode, "drain") != 0 && strcmp(mode, "now") != 0) {
+		char q[UTF8_QUOTE_SIZE];
 		conn_send_error(c, req->id, ERR_BAD_REQUEST,
-		    "field \"mode\" must be \"drain\" or \"now\", not \"%.32s\"", mode);
+		    "field \"mode\" must be \"drain\" or \"now\", not \"%s\"", utf8_quote(q, mode));
 		return;
 	}
 	log_notice("shutdown (%s) asked by connection %llu (%s)", mode,

@@ -12,6 +12,7 @@
 #include "ops.h"
 #include "pools.h"
 #include "tasks.h"
+#include "utf8.h"
 #include "wire.h"
 
 #define MAX_TIMEOUT_MS (30ull * 24 * 3600 * 1000) /* a month */
@@ -26,7 +27,7 @@ send_rejected(struct conn *c, struct request *req, const char *code, const char 
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	utf8_vformat(msg, sizeof msg, fmt, ap); /* never cut inside a character */
 	va_end(ap);
 	ops_reply(c, req, EV_REJECTED, json_pack("{s:{s:s, s:s}}", "error", "code", code,
 	    "message", msg));
@@ -48,8 +49,9 @@ parse_task(struct conn *c, struct request *req, json_t *spec)
 		return NULL;
 	}
 	if ((kind = task_kind_find(kind_name)) == NULL) {
-		conn_send_error(c, req->id, ERR_BAD_REQUEST, "unknown task kind \"%.64s\" "
-		    "(kinds: exec, echo, sleep, spin, fail)", kind_name);
+		char q[UTF8_QUOTE_SIZE];
+		conn_send_error(c, req->id, ERR_BAD_REQUEST, "unknown task kind \"%s\" "
+		    "(kinds: exec, echo, sleep, spin, fail)", utf8_quote(q, kind_name));
 		return NULL;
 	}
 	if ((t = tasks_new(kind)) == NULL) {
@@ -103,7 +105,8 @@ op_submit(struct conn *c, struct request *req)
 		return;
 	if ((e = pools_find(pool_name)) == NULL) {
 		tasks_discard(t);
-		send_rejected(c, req, ERR_NO_SUCH_POOL, "no pool named \"%.64s\"", pool_name);
+		char q[UTF8_QUOTE_SIZE];
+		send_rejected(c, req, ERR_NO_SUCH_POOL, "no pool named \"%s\"", utf8_quote(q, pool_name));
 		return;
 	}
 	t->stream = stream;
@@ -150,9 +153,18 @@ find_task(struct conn *c, struct request *req, const char *what)
 		ops_bad_request(c, req, msg);
 		return NULL;
 	}
-	if ((t = tasks_find(id)) == NULL)
-		conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "no task %llu: never submitted, "
-		    "or finished longer ago than result_ttl/result_retain keep", (unsigned long long)id);
+	if ((t = tasks_find(id)) == NULL) {
+		const struct conf *cf = &daemon_state->conf;
+		if (tasks_was_accepted(id))
+			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "task %llu finished and was "
+			    "forgotten, to stay under the limits on finished tasks: result_ttl "
+			    "(%llu ms), result_retain (%u tasks), result_retain_bytes (%zu bytes)",
+			    (unsigned long long)id, (unsigned long long)cf->result_ttl_ms,
+			    cf->result_retain, cf->result_retain_bytes);
+		else
+			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "no task %llu: never "
+			    "submitted", (unsigned long long)id);
+	}
 	return t;
 }
 

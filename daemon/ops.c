@@ -20,6 +20,8 @@
 #include "fmt.h"
 #include "log.h"
 #include "ops.h"
+#include "tokens.h"
+#include "utf8.h"
 #include "wire.h"
 
 struct op {
@@ -67,7 +69,7 @@ ops_initial_role(const struct conn *c)
 	struct daemon *d = daemon_state;
 
 	if (!c->is_unix)
-		return d->submit_token != NULL || d->admin_token != NULL ? CONN_ROLE_NONE : CONN_ROLE_SUBMIT;
+		return d->tokens != NULL ? CONN_ROLE_NONE : CONN_ROLE_SUBMIT;
 	if (c->have_creds && (c->uid == 0 || c->uid == geteuid()))
 		return CONN_ROLE_ADMIN;
 	/* Group membership (SO_PEERGROUPS) is looked up only when an admin op comes. */
@@ -77,15 +79,20 @@ ops_initial_role(const struct conn *c)
 void
 ops_reply(struct conn *c, struct request *req, const char *event, json_t *extra)
 {
-	json_t *ev = json_object();
+	json_t *ev = NULL;
 
-	json_object_set_new(ev, "event", json_string(event));
-	if (req->id != NULL)
-		json_object_set(ev, "id", req->id);
-	if (extra != NULL) {
-		json_object_update(ev, extra);
+	/* extra is a json_pack result: NULL when it could not be built */
+	if (extra == NULL || (ev = json_object()) == NULL ||
+	    json_object_set_new(ev, "event", json_string(event)) == -1 ||
+	    (req->id != NULL && json_object_set(ev, "id", req->id) == -1) ||
+	    json_object_update(ev, extra) == -1) {
+		json_decref(ev);
 		json_decref(extra);
+		conn_send_error(c, req->id, ERR_INTERNAL, "the %s event could not be built "
+		    "(out of memory)", event);
+		return;
 	}
+	json_decref(extra);
 	conn_send(c, ev);
 	json_decref(ev);
 }
@@ -148,24 +155,13 @@ ops_bad_request(struct conn *c, struct request *req, char *msg)
 	free(msg);
 }
 
-/* Constant-time comparison, so a token cannot be guessed byte by byte. */
-static bool
-token_equal(const char *given, const char *want)
-{
-	size_t glen = strlen(given), wlen = strlen(want);
-	unsigned char diff = glen != wlen;
-
-	for (size_t i = 0; i < wlen; i++)
-		diff |= (unsigned char)want[i] ^ (unsigned char)(i < glen ? given[i] : 0);
-	return diff == 0;
-}
-
 void
 op_hello(struct conn *c, struct request *req)
 {
 	static const char *const fields[] = { "op", "id", "token", "client", NULL };
 	struct daemon *d = daemon_state;
-	const char *token = NULL, *client = NULL;
+	const char *token = NULL, *client = NULL, *token_name = NULL;
+	enum tokens_role token_role;
 	char *msg = NULL;
 
 	if (proto_check_fields(req->root, fields, "a hello request", &msg) == -1 ||
@@ -175,16 +171,14 @@ op_hello(struct conn *c, struct request *req)
 		return;
 	}
 	if (token != NULL && !c->is_unix) {
-		if (d->admin_token != NULL && token_equal(token, d->admin_token))
-			c->role = CONN_ROLE_ADMIN;
-		else if (d->submit_token != NULL && token_equal(token, d->submit_token))
-			c->role = CONN_ROLE_SUBMIT;
-		else {
+		/* compared with every token in constant time (tokens_match) */
+		if (!tokens_match(d->tokens, token, strlen(token), &token_name, &token_role)) {
 			log_warnx("connection %llu (%s): hello with a token that is not accepted",
 			    (unsigned long long)c->id, conn_peer(c));
 			conn_send_error(c, req->id, ERR_UNAUTHENTICATED, "token not accepted");
 			return;
 		}
+		c->role = token_role == TOKENS_ADMIN ? CONN_ROLE_ADMIN : CONN_ROLE_SUBMIT;
 	}
 	if (c->role == CONN_ROLE_NONE) {
 		conn_send_error(c, req->id, ERR_UNAUTHENTICATED,
@@ -193,7 +187,14 @@ op_hello(struct conn *c, struct request *req)
 	}
 	if (c->role == CONN_ROLE_SUBMIT && c->is_unix && peer_in_admin_group(c))
 		c->role = CONN_ROLE_ADMIN;
-	if (client != NULL)
+	if (token_name != NULL) {
+		char q[UTF8_QUOTE_SIZE];
+		/* the token's name, never the token */
+		log_info("connection %llu (%s): hello with token %s, role %s%s%s",
+		    (unsigned long long)c->id, conn_peer(c), token_name,
+		    c->role == CONN_ROLE_ADMIN ? ROLE_ADMIN : ROLE_SUBMIT,
+		    client != NULL ? ", client " : "", client != NULL ? utf8_quote(q, client) : "");
+	} else if (client != NULL)
 		log_debug("connection %llu (%s) is %s", (unsigned long long)c->id, conn_peer(c),
 		    client);
 	ops_reply(c, req, EV_HELLO, json_pack("{s:s, s:s, s:i, s:s}",
@@ -240,7 +241,8 @@ allowed(struct conn *c, struct request *req, const struct op *op)
 	else
 		conn_send_error(c, req->id, ERR_FORBIDDEN,
 		    "op \"%s\" over TCP needs the admin token%s", op->name,
-		    d->admin_token ? " in hello" : ", and none is configured");
+		    tokens_count(d->tokens, TOKENS_ADMIN) > 0 ? " in hello" :
+		    ", and none is configured");
 	return false;
 }
 
@@ -269,7 +271,8 @@ ops_dispatch(struct conn *c, const char *line, size_t len)
 			proto_request_free(&req);
 			return;
 		}
-	conn_send_error(c, req.id, ERR_UNKNOWN_OP, "unknown op \"%.64s\" (ops: hello, ping, "
-	    "submit, wait, status, cancel, stats, resize, shutdown)", req.op);
+	char q[UTF8_QUOTE_SIZE];
+	conn_send_error(c, req.id, ERR_UNKNOWN_OP, "unknown op \"%s\" (ops: hello, ping, "
+	    "submit, wait, status, cancel, stats, resize, shutdown)", utf8_quote(q, req.op));
 	proto_request_free(&req);
 }

@@ -20,7 +20,11 @@ void ops_dispatch(struct conn *c, const char *line, size_t len);
 /* Sends an error for a request whose fields were wrong (msg is freed). */
 void ops_bad_request(struct conn *c, struct request *req, char *msg);
 
-/* Sends {"event":name,"id":...} plus the fields of extra (stolen, may be NULL). */
+/*
+ * Sends {"event":name,"id":...} plus the fields of extra (stolen): a
+ * json_pack result, so NULL means it could not be built, and the request
+ * is answered with an internal error instead.
+ */
 void ops_reply(struct conn *c, struct request *req, const char *event, json_t *extra);
 
 /*

@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "proto.h"
+#include "utf8.h"
 #include "wire.h"
 
 size_t
@@ -41,6 +42,100 @@ proto_json_depth(const char *s, size_t len)
 	return deepest;
 }
 
+/*
+ * A copy of the JSON text s[0..len) in which every array or object that
+ * opens deeper than max levels is replaced by 0, so that jansson can parse
+ * the rest without building the deep tree. NULL when the brackets do not
+ * match, at any depth (the text is not JSON then), or memory ran out. The
+ * copy is never longer than s.
+ */
+static char *
+json_flatten(const char *s, size_t len, size_t max, size_t *outlen)
+{
+	/* bit d of braces: the container open at depth d is an object */
+	unsigned char *braces = calloc(len / 8 + 1, 1);
+	char *out = malloc(len + 1), *o = out;
+	size_t depth = 0;
+	bool in_string = false;
+
+	if (out == NULL || braces == NULL)
+		goto bad;
+	for (size_t i = 0; i < len; i++) {
+		char ch = s[i];
+		bool keep = depth <= max;       /* outside the values cut away */
+
+		if (in_string) {
+			if (ch == '\\' && i + 1 < len) {
+				if (keep)
+					*o++ = ch;
+				ch = s[++i];
+			} else if (ch == '"')
+				in_string = false;
+		} else if (ch == '"')
+			in_string = true;
+		else if (ch == '[' || ch == '{') {
+			if (ch == '{')
+				braces[depth / 8] |= (unsigned char)(1u << (depth % 8));
+			else
+				braces[depth / 8] &= (unsigned char)~(1u << (depth % 8));
+			if (++depth == max + 1) {
+				*o++ = '0';     /* the value that goes too deep */
+				continue;
+			}
+		} else if (ch == ']' || ch == '}') {
+			bool brace;
+			if (depth == 0)
+				goto bad;
+			depth--;
+			brace = (braces[depth / 8] >> (depth % 8)) & 1;
+			if (brace != (ch == '}'))
+				goto bad;
+			if (depth == max)
+				continue;       /* the end of a value cut away */
+		}
+		if (keep)
+			*o++ = ch;
+	}
+	if (in_string || depth != 0)
+		goto bad;
+	free(braces);
+	*outlen = (size_t)(o - out);
+	return out;
+bad:
+	free(braces);
+	free(out);
+	return NULL;
+}
+
+/*
+ * For a request nested too deep: its id, when the line is JSON apart from
+ * its depth and is an object with a string or integer "id" at its top.
+ * The deep values are cut away first (json_flatten), so only a tree of at
+ * most WIRE_MAX_DEPTH levels is built. Sets req->root and req->id, or leaves
+ * them NULL.
+ */
+static void
+deep_request_id(const char *line, size_t len, struct request *req)
+{
+	size_t flen;
+	char *flat = json_flatten(line, len, WIRE_MAX_DEPTH, &flen);
+	json_t *root, *id;
+
+	if (flat == NULL)
+		return;
+	root = json_loadb(flat, flen, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, NULL);
+	free(flat);
+	if (root == NULL)
+		return;
+	id = json_object_get(root, "id");
+	if (id == NULL || (!json_is_string(id) && !json_is_integer(id))) {
+		json_decref(root);
+		return;
+	}
+	req->root = root;
+	req->id = id;
+}
+
 static const char *
 type_name(const json_t *v)
 {
@@ -67,6 +162,7 @@ proto_parse_request(const char *line, size_t len, struct request *req,
 	/* Each level takes two bytes at least: a short line cannot nest too deep. */
 	if (len > 2 * WIRE_MAX_DEPTH && proto_json_depth(line, len) > WIRE_MAX_DEPTH) {
 		*code = ERR_BAD_REQUEST;
+		deep_request_id(line, len, req); /* the error still carries the id */
 		return cause_set(msg, "request nests deeper than %d levels", WIRE_MAX_DEPTH);
 	}
 	req->root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
@@ -118,8 +214,10 @@ proto_scan_fields(json_t *obj, const char *const *allowed, const char *where,
 		for (i = 0; allowed[i] != NULL; i++)
 			if (strcmp(allowed[i], key) == 0)
 				break;
-		if (allowed[i] == NULL)
-			return cause_set(msg, "unknown field \"%s\" in %s", key, where);
+		if (allowed[i] == NULL) {
+			char q[UTF8_QUOTE_SIZE];
+			return cause_set(msg, "unknown field \"%s\" in %s", utf8_quote(q, key), where);
+		}
 		if (i < 32)
 			seen |= UINT32_C(1) << i;
 	}
@@ -191,9 +289,11 @@ proto_get_task_id(json_t *obj, const char *key, uint64_t *out, char **msg)
 		char *end;
 		errno = 0;
 		unsigned long long n = strtoull(s, &end, 10);
-		if (*s < '1' || *s > '9' || *end != '\0' || errno != 0)
-			return cause_set(msg, "field \"%s\" must be a task id (a positive integer), not \"%.64s\"",
-			    key, s);
+		if (*s < '1' || *s > '9' || *end != '\0' || errno != 0) {
+			char q[UTF8_QUOTE_SIZE];
+			return cause_set(msg, "field \"%s\" must be a task id (a positive integer), "
+			    "not \"%s\"", key, utf8_quote(q, s));
+		}
 		*out = n;
 		return 0;
 	}

@@ -20,7 +20,8 @@ struct request {
 /*
  * Parses one line. Returns 0, or -1 with *code (ERR_BAD_JSON or
  * ERR_BAD_REQUEST) and *msg (caller frees) set; req->id is set whenever the
- * line was an object with a usable id, so the error can carry it.
+ * line was an object with a usable id, so the error can carry it (a line
+ * nested deeper than WIRE_MAX_DEPTH too, when it is JSON apart from that).
  */
 int proto_parse_request(const char *line, size_t len, struct request *req,
     const char **code, char **msg);

@@ -8,7 +8,8 @@
  *    friends), new pools start, pools gone from the file stop accepting and
  *    drain, then go away ("default" always exists);
  *  - log_level, limits read at use (max_connections, max_request_bytes,
- *    max_output_buffer, result_ttl, result_retain, shutdown_timeout), [exec]
+ *    max_output_buffer, result_ttl, result_retain, result_retain_bytes,
+ *    max_subscriptions, shutdown_timeout), [exec]
  *    (exec_configure), stream_budget, tokens and admin_group take effect for
  *    what comes next;
  *  - the listeners stay as they are: socket, socket_mode, socket_group and
@@ -20,7 +21,6 @@
  */
 #include "config.h"
 
-#include <errno.h>
 #include <grp.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -34,52 +34,27 @@
 #include "pools.h"
 #include "sd.h"
 #include "tasks.h"
+#include "tokens.h"
 
 /* What the new configuration needs beyond struct conf, prepared before anything changes. */
 struct reload_auth {
-	char *submit_token;
-	char *admin_token;
+	struct tokens *tokens;
 	bool have_admin_gid;
 	unsigned admin_gid;
 };
 
-/* The first line of a token file, as at start-up. */
-static int
-reload_token(const char *path, const char *key, char **out, char **cause)
-{
-	char buf[512];
-	FILE *f;
-
-	*out = NULL;
-	if (path == NULL)
-		return 0;
-	if ((f = fopen(path, "r")) == NULL)
-		return cause_set(cause, "%s %s: %s", key, path, strerror(errno));
-	if (fgets(buf, sizeof buf, f) == NULL)
-		buf[0] = '\0';
-	fclose(f);
-	buf[strcspn(buf, "\r\n")] = '\0';
-	if (buf[0] == '\0')
-		return cause_set(cause, "%s %s: empty first line", key, path);
-	if ((*out = strdup(buf)) == NULL)
-		return cause_set(cause, "out of memory");
-	return 0;
-}
-
+/* The token files (tokens.c, as at start-up) and the admin group. */
 static int
 reload_auth_prepare(const struct conf *c, struct reload_auth *a, char **cause)
 {
 	memset(a, 0, sizeof *a);
-	if (reload_token(c->token_file, "token_file", &a->submit_token, cause) == -1 ||
-	    reload_token(c->admin_token_file, "admin_token_file", &a->admin_token, cause) == -1) {
-		free(a->submit_token);
+	if (tokens_load_files(c->token_file, c->admin_token_file, &a->tokens, cause) == -1)
 		return -1;
-	}
 	if (c->admin_group != NULL) {
 		struct group *gr = getgrnam(c->admin_group);
 		if (gr == NULL) {
-			free(a->submit_token);
-			free(a->admin_token);
+			tokens_free(a->tokens);
+			a->tokens = NULL;
 			return cause_set(cause, "admin_group %s: no such group", c->admin_group);
 		}
 		a->have_admin_gid = true;
@@ -220,10 +195,8 @@ daemon_reload(void)
 	reload_pools(&nc);
 	log_set_level(nc.log_level);
 	tasks_set_stream_budget(nc.stream_budget);
-	free(d->submit_token);
-	free(d->admin_token);
-	d->submit_token = auth.submit_token;
-	d->admin_token = auth.admin_token;
+	tokens_free(d->tokens);
+	d->tokens = auth.tokens;
 	d->have_admin_gid = auth.have_admin_gid;
 	d->admin_gid = auth.admin_gid;
 	old = d->conf;

@@ -28,6 +28,7 @@
 #include "base64.h"
 #include "exec.h"
 #include "log.h"
+#include "utf8.h"
 #include "wire.h"
 
 /* The settings new tasks take; exec_settings_lock guards the pointer. */
@@ -182,10 +183,11 @@ exec_parse_env(struct exec_task *x, json_t *v, char **cause)
 	json_object_foreach(v, name, value) {
 		size_t len = strlen(name);
 		ssize_t at = exec_env_find(x->env, n, name, len);
-		char *entry;
+		char *entry, q[UTF8_QUOTE_SIZE];
 
 		if (len == 0 || strchr(name, '=') != NULL)
-			return cause_set(cause, "task.env: \"%s\" is not a variable name", name);
+			return cause_set(cause, "task.env: \"%s\" is not a variable name",
+			    utf8_quote(q, name));
 		if (json_is_null(value)) {
 			if (at >= 0) {
 				free(x->env[at]);
@@ -196,9 +198,10 @@ exec_parse_env(struct exec_task *x, json_t *v, char **cause)
 			continue;
 		}
 		if (!json_is_string(value))
-			return cause_set(cause, "task.env.%s must be a string (or null to remove it)", name);
+			return cause_set(cause, "task.env.%s must be a string (or null to remove it)",
+			    utf8_quote(q, name));
 		if (strlen(json_string_value(value)) != json_string_length(value))
-			return cause_set(cause, "task.env.%s must not contain NUL", name);
+			return cause_set(cause, "task.env.%s must not contain NUL", utf8_quote(q, name));
 		if (asprintf(&entry, "%s=%s", name, json_string_value(value)) == -1)
 			return cause_set(cause, "out of memory");
 		if (at >= 0) {
@@ -261,8 +264,11 @@ exec_parse(struct task *t, json_t *spec, char **cause)
 			in64 = value;
 		else if (strcmp(key, "output_limit") == 0)
 			limit = value;
-		else
-			return cause_set(cause, "task.%s is not a field of an exec task", key);
+		else {
+			char q[UTF8_QUOTE_SIZE];
+			return cause_set(cause, "task.%s is not a field of an exec task",
+			    utf8_quote(q, key));
+		}
 	}
 	if (argv == NULL)
 		return cause_set(cause, "task.argv is required for an exec task");

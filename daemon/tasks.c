@@ -7,7 +7,7 @@
  * thread, tasks_handle_mail builds the done event once, as a string without
  * "id", and sends it to the submitter and every waiter with their own id in
  * front. The task then stays, finished and light, for wait and status until
- * result_ttl or result_retain drops it.
+ * result_ttl, result_retain or result_retain_bytes drops it, oldest first.
  */
 #include "config.h"
 
@@ -35,6 +35,8 @@ static struct idmap *tasks;
 static uint64_t next_task_id = 1;
 static struct task *oldest_retained, *newest_retained;
 static size_t nretained;
+static size_t retained_bytes;       /* what the retained cost (retained_cost) */
+static uint64_t results_forgotten;  /* forgotten before result_ttl for result_retain_bytes */
 static atomic_size_t stream_budget = 256 * 1024;
 
 static const struct task_kind *const kinds[] = {
@@ -159,13 +161,17 @@ tasks_new(const struct task_kind *kind)
 	return t;
 }
 
+/* The waits end (the done was sent, or the task is dropped): their connections may wait again. */
 static void
 free_subscribers(struct task *t)
 {
 	struct subscriber *s, *next;
+	struct conn *c;
 
 	for (s = t->subscribers; s != NULL; s = next) {
 		next = s->next;
+		if ((c = conn_find(s->conn_id)) != NULL && c->subscriptions > 0)
+			c->subscriptions--;
 		json_decref(s->request_id);
 		free(s);
 	}
@@ -282,8 +288,16 @@ tasks_subscribe(struct task *t, struct conn *c, json_t *req_id)
 {
 	struct subscriber *s;
 
+	unsigned max = daemon_state->conf.max_subscriptions;
+
 	if (t->finished) {
 		send_done(t, c->id, req_id, false);
+		return;
+	}
+	if (c->subscriptions >= max) {
+		conn_send_error(c, req_id, ERR_BAD_REQUEST, "too many waits pending on this "
+		    "connection: max_subscriptions is %u; wait until some of their tasks finish "
+		    "(or use another connection)", max);
 		return;
 	}
 	if ((s = calloc(1, sizeof *s)) == NULL) {
@@ -295,6 +309,7 @@ tasks_subscribe(struct task *t, struct conn *c, json_t *req_id)
 	s->next = t->subscribers;
 	t->subscribers = s;
 	c->awaiting++;
+	c->subscriptions++;
 }
 
 void
@@ -485,6 +500,19 @@ build_done_body(struct task *t)
 	t->result = NULL;
 }
 
+/*
+ * What a retained task is counted for against result_retain_bytes: its
+ * done text, the task itself (with the mail it came back in) and its pool's
+ * name. Only what does not change once it is retained, so that the same
+ * figure comes off when it goes.
+ */
+static size_t
+retained_cost(const struct task *t)
+{
+	return t->done_len + sizeof (struct task) + sizeof (struct mail) +
+	    (t->pool_name != NULL ? strlen(t->pool_name) + 1 : 0);
+}
+
 static void
 retain(struct task *t)
 {
@@ -496,6 +524,7 @@ retain(struct task *t)
 		oldest_retained = t;
 	newest_retained = t;
 	nretained++;
+	retained_bytes += retained_cost(t);
 }
 
 static void
@@ -552,6 +581,11 @@ tasks_handle_mail(struct mail *m)
 	free(m);
 }
 
+/*
+ * The oldest finished tasks go first: past result_ttl, beyond result_retain,
+ * or while what they cost is above result_retain_bytes (counted in
+ * results_forgotten when that is the only reason).
+ */
 void
 tasks_prune(void)
 {
@@ -559,15 +593,21 @@ tasks_prune(void)
 	uint64_t now = clock_now_us();
 	struct task *t;
 
-	while ((t = oldest_retained) != NULL &&
-	    (nretained > d->conf.result_retain ||
-	    now - t->finished_us > d->conf.result_ttl_ms * 1000)) {
+	while ((t = oldest_retained) != NULL) {
+		bool aged = now - t->finished_us > d->conf.result_ttl_ms * 1000;
+		bool counted = nretained > d->conf.result_retain;
+
+		if (!aged && !counted && retained_bytes <= d->conf.result_retain_bytes)
+			break;
+		if (!aged && !counted)
+			results_forgotten++;
 		oldest_retained = t->newer;
 		if (oldest_retained != NULL)
 			oldest_retained->older = NULL;
 		else
 			newest_retained = NULL;
 		nretained--;
+		retained_bytes -= retained_cost(t);
 		idmap_remove(tasks, t->id);
 		tasks_discard(t);
 	}
@@ -577,6 +617,24 @@ size_t
 tasks_retained(void)
 {
 	return nretained;
+}
+
+size_t
+tasks_retained_bytes(void)
+{
+	return retained_bytes;
+}
+
+uint64_t
+tasks_results_forgotten(void)
+{
+	return results_forgotten;
+}
+
+bool
+tasks_was_accepted(uint64_t id)
+{
+	return id >= 1 && id < next_task_id;
 }
 
 static void
@@ -595,4 +653,5 @@ tasks_free_all(void)
 	tasks = NULL;
 	oldest_retained = newest_retained = NULL;
 	nretained = 0;
+	retained_bytes = 0;
 }

@@ -37,7 +37,11 @@ struct task *tasks_find(uint64_t id);
 /* The wire name of t's state now: queued, running, or its terminal state. */
 const char *tasks_state(const struct task *t);
 
-/* Sends t's done to c now (t finished) or when it finishes. */
+/*
+ * Sends t's done to c now (t finished) or when it finishes. A wait on an
+ * unfinished task counts in c->subscriptions until the done is sent or the
+ * task dropped; past max_subscriptions it is answered bad_request.
+ */
 void tasks_subscribe(struct task *t, struct conn *c, json_t *req_id);
 
 /* Asks t to stop (queued: cancelled at once; running: cancel flag). */
@@ -46,10 +50,21 @@ void tasks_cancel(struct task *t);
 /* The mailbox handler: stream events and dones from the workers. */
 void tasks_handle_mail(struct mail *m);
 
-/* Drops finished tasks past result_ttl or beyond result_retain. */
+/*
+ * Drops finished tasks, oldest first: past result_ttl, beyond
+ * result_retain, and while the retained cost more than result_retain_bytes.
+ */
 void tasks_prune(void);
 
+/* How many finished tasks are retained, and what they are counted for in bytes. */
 size_t tasks_retained(void);
+size_t tasks_retained_bytes(void);
+
+/* Finished tasks forgotten before result_ttl to stay within result_retain_bytes. */
+uint64_t tasks_results_forgotten(void);
+
+/* True when id was given to an accepted task (which may have been forgotten since). */
+bool tasks_was_accepted(uint64_t id);
 
 /* Sets the stream budget workers read (any thread may read it). */
 void tasks_set_stream_budget(size_t bytes);

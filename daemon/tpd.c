@@ -26,6 +26,7 @@
 #include "pools.h"
 #include "sd.h"
 #include "tasks.h"
+#include "tokens.h"
 #include "wire.h"
 
 #define EXIT_FLUSH_MS 5000 /* at exit, how long clients get to read their last events */
@@ -53,7 +54,8 @@ usage(FILE *f)
 	    "      --pool SPEC          another pool, NAME:SIZE[:CAPACITY[:LIMIT]]\n"
 	    "      --log-level LEVEL    error, warning, notice, info or debug\n"
 	    "      --max-connections N, --max-request-bytes SIZE, --max-output-buffer SIZE,\n"
-	    "      --result-ttl DUR, --result-retain N, --shutdown-timeout DUR,\n"
+	    "      --result-ttl DUR, --result-retain N, --result-retain-bytes SIZE,\n"
+	    "      --max-subscriptions N, --shutdown-timeout DUR,\n"
 	    "      --socket-mode MODE, --socket-group GROUP, --admin-group GROUP,\n"
 	    "      --token-file FILE, --admin-token-file FILE\n"
 	    "                           as the [daemon] keys of tpd.conf(5)\n"
@@ -67,6 +69,7 @@ enum {
 	OPT_LOG_LEVEL = 256, OPT_VERSION, OPT_POOL, OPT_LIMIT, OPT_MAX_CONNECTIONS,
 	OPT_MAX_REQUEST, OPT_MAX_OUTPUT, OPT_RESULT_TTL, OPT_RESULT_RETAIN, OPT_SHUTDOWN_TIMEOUT,
 	OPT_SOCKET_MODE, OPT_SOCKET_GROUP, OPT_ADMIN_GROUP, OPT_TOKEN_FILE, OPT_ADMIN_TOKEN_FILE,
+	OPT_RESULT_RETAIN_BYTES, OPT_MAX_SUBSCRIPTIONS,
 };
 
 static const struct option long_options[] = {
@@ -85,6 +88,8 @@ static const struct option long_options[] = {
 	{ "max-output-buffer", required_argument, NULL, OPT_MAX_OUTPUT },
 	{ "result-ttl", required_argument, NULL, OPT_RESULT_TTL },
 	{ "result-retain", required_argument, NULL, OPT_RESULT_RETAIN },
+	{ "result-retain-bytes", required_argument, NULL, OPT_RESULT_RETAIN_BYTES },
+	{ "max-subscriptions", required_argument, NULL, OPT_MAX_SUBSCRIPTIONS },
 	{ "shutdown-timeout", required_argument, NULL, OPT_SHUTDOWN_TIMEOUT },
 	{ "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
 	{ "socket-group", required_argument, NULL, OPT_SOCKET_GROUP },
@@ -222,6 +227,18 @@ apply_flags(int argc, char **argv, struct conf *c, bool only_early, bool *check)
 		case OPT_MAX_OUTPUT: c->max_output_buffer = parse_size_flag("--max-output-buffer", optarg); break;
 		case OPT_RESULT_TTL: c->result_ttl_ms = parse_duration_flag("--result-ttl", optarg); break;
 		case OPT_RESULT_RETAIN: c->result_retain = parse_count("--result-retain", optarg, 0, 1u << 24); break;
+		case OPT_RESULT_RETAIN_BYTES:
+			/* 0 is allowed: keep no result past its done */
+			if (conf_parse_size(optarg, &c->result_retain_bytes) == -1 ||
+			    c->result_retain_bytes > (size_t)1 << 40) {
+				fprintf(stderr, "tpd: --result-retain-bytes %s: expected a size "
+				    "from 0 to 1024G, such as 256M\n", optarg);
+				exit(64);
+			}
+			break;
+		case OPT_MAX_SUBSCRIPTIONS:
+			c->max_subscriptions = parse_count("--max-subscriptions", optarg, 1, 10000000);
+			break;
 		case OPT_SHUTDOWN_TIMEOUT:
 			c->shutdown_timeout_ms = parse_duration_flag("--shutdown-timeout", optarg);
 			break;
@@ -260,33 +277,18 @@ daemon_apply_flags(struct conf *c)
 	apply_flags(saved_argc, saved_argv, c, false, &check);
 }
 
-/* Reads the first line of a token file; exits naming the file on failure. */
-static char *
-read_token(const char *path, const char *key)
-{
-	char buf[512];
-	FILE *f = fopen(path, "r");
-
-	if (f == NULL)
-		fatal("%s %s", key, path);
-	if (fgets(buf, sizeof buf, f) == NULL) {
-		fclose(f);
-		fatalx("%s %s: empty", key, path);
-	}
-	fclose(f);
-	buf[strcspn(buf, "\r\n")] = '\0';
-	if (buf[0] == '\0')
-		fatalx("%s %s: empty first line", key, path);
-	return strdup(buf);
-}
-
+/* The token files and the admin group; exits naming FILE:LINE and what is wrong. */
 static void
 load_auth(struct daemon *d)
 {
-	if (d->conf.token_file != NULL)
-		d->submit_token = read_token(d->conf.token_file, "token_file");
-	if (d->conf.admin_token_file != NULL)
-		d->admin_token = read_token(d->conf.admin_token_file, "admin_token_file");
+	char *cause = NULL;
+
+	if (tokens_load_files(d->conf.token_file, d->conf.admin_token_file, &d->tokens,
+	    &cause) == -1)
+		fatalx("%s", cause ? cause : "out of memory reading the token files");
+	if (d->tokens != NULL)
+		log_info("TCP tokens: %zu with the submit role, %zu with the admin role",
+		    tokens_count(d->tokens, TOKENS_SUBMIT), tokens_count(d->tokens, TOKENS_ADMIN));
 	if (d->conf.admin_group != NULL) {
 		struct group *gr = getgrnam(d->conf.admin_group);
 		if (gr == NULL)
@@ -443,6 +445,13 @@ main(int argc, char **argv)
 		exit(1);
 	}
 	if (check) {
+		struct tokens *tokens;
+		if (tokens_load_files(d->conf.token_file, d->conf.admin_token_file, &tokens,
+		    &cause) == -1) {
+			fprintf(stderr, "%s\n", cause ? cause : "out of memory");
+			exit(1);
+		}
+		tokens_free(tokens);
 		printf("configuration OK\n");
 		exit(0);
 	}
@@ -504,8 +513,7 @@ main(int argc, char **argv)
 	event_free(d->shutdown_timer);
 	event_free(d->exit_timer);
 	event_base_free(d->base);
-	free(d->submit_token);
-	free(d->admin_token);
+	tokens_free(d->tokens);
 	conf_free(&d->conf);
 	log_notice("tpd stopped");
 	return 0;

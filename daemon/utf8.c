@@ -1,5 +1,11 @@
-/* utf8.c: strict UTF-8 checks for captured output (see utf8.h for what counts as text). */
+/*
+ * utf8.c: strict UTF-8 checks for captured output, and cuts of messages at
+ * character boundaries (see utf8.h for what counts as text, and why).
+ */
 #include "config.h"
+
+#include <stdio.h>
+#include <string.h>
 
 #include "utf8.h"
 
@@ -82,4 +88,96 @@ utf8_partial_tail(const void *s, size_t n)
 		return k;
 	}
 	return 0;
+}
+
+void
+utf8_scrub(char *s, size_t n)
+{
+	unsigned char *p = (unsigned char *)s;
+	size_t i = 0;
+
+	while (i < n) {
+		unsigned char c = p[i], lo, hi;
+		int need;
+		bool ok;
+
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		need = utf8_lead(c, &lo, &hi);
+		ok = need > 0 && n - i > (size_t)need && p[i + 1] >= lo && p[i + 1] <= hi;
+		for (int k = 2; ok && k <= need; k++)
+			ok = (p[i + k] & 0xC0) == 0x80;
+		if (!ok) {
+			p[i++] = '?';   /* one byte at a time: what follows may start a character */
+			continue;
+		}
+		i += (size_t)need + 1;
+	}
+}
+
+/* The length of s[0..n) cut to at most max bytes, never inside a character. */
+static size_t
+utf8_cut(const char *s, size_t n, size_t max)
+{
+	if (n <= max)
+		return n;
+	return max - utf8_partial_tail(s, max);
+}
+
+#define ELLIPSIS "\xE2\x80\xA6"      /* U+2026 */
+#define ELLIPSIS_LEN 3
+
+const char *
+utf8_quote(char *buf, const char *s)
+{
+	size_t n = strlen(s), keep = utf8_cut(s, n, UTF8_QUOTE_MAX);
+
+	memcpy(buf, s, keep);
+	utf8_scrub(buf, keep);
+	if (keep < n) {
+		memcpy(buf + keep, ELLIPSIS, ELLIPSIS_LEN);
+		keep += ELLIPSIS_LEN;
+	}
+	buf[keep] = '\0';
+	return buf;
+}
+
+size_t
+utf8_vformat(char *buf, size_t size, const char *fmt, va_list ap)
+{
+	int r = vsnprintf(buf, size, fmt, ap);
+	size_t len;
+
+	if (r < 0) {
+		buf[0] = '\0';
+		return 0;
+	}
+	len = (size_t)r;
+	if (len >= size) {
+		/* cut: vsnprintf kept size - 1 bytes; make room for the ellipsis */
+		bool mark = size > ELLIPSIS_LEN + 1;
+		len = size - 1 - (mark ? ELLIPSIS_LEN : 0);
+		len -= utf8_partial_tail(buf, len);
+		if (mark) {
+			memcpy(buf + len, ELLIPSIS, ELLIPSIS_LEN);
+			len += ELLIPSIS_LEN;
+		}
+		buf[len] = '\0';
+	}
+	utf8_scrub(buf, len);
+	return len;
+}
+
+size_t
+utf8_format(char *buf, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+	size_t len;
+
+	va_start(ap, fmt);
+	len = utf8_vformat(buf, size, fmt, ap);
+	va_end(ap);
+	return len;
 }

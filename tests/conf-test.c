@@ -72,6 +72,8 @@ test_every_key(void)
 	    "max_output_buffer = 1M\n"
 	    "result_ttl = 5min\n"
 	    "result_retain = 7\n"
+	    "result_retain_bytes = 3M\n"
+	    "max_subscriptions = 9\n"
 	    "shutdown_timeout = 30s\n"
 	    "log_level = debug\n"
 	    "admin_group = %s\n"
@@ -114,6 +116,8 @@ test_every_key(void)
 	EXPECT(c.max_output_buffer == 1024 * 1024);
 	EXPECT(c.result_ttl_ms == 5 * 60 * 1000);
 	EXPECT(c.result_retain == 7);
+	EXPECT(c.result_retain_bytes == 3 * 1024 * 1024);
+	EXPECT(c.max_subscriptions == 9);
 	EXPECT(c.shutdown_timeout_ms == 30000);
 	EXPECT(c.log_level == LOG_DEBUG);
 	EXPECT(c.admin_group != NULL && strcmp(c.admin_group, gr->gr_name) == 0);
@@ -153,6 +157,7 @@ test_defaults_kept(void)
 	EXPECT(c.pools[0].size == 1 && c.pools[0].limit == 1);
 	EXPECT(c.max_connections == d.max_connections);
 	EXPECT(c.max_request_bytes == d.max_request_bytes);
+	EXPECT(c.result_retain_bytes == 256 * 1024 * 1024 && c.max_subscriptions == 10000);
 	EXPECT(c.socket_mode == 0660 && c.socket == NULL && c.nlisten == 0);
 	EXPECT(c.nexec_env == d.nexec_env);
 	conf_free(&c);

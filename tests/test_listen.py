@@ -6,7 +6,9 @@ import socket
 import stat
 import subprocess
 
-from tpdtest import TPD, Client, Daemon, Skip, check, eventually, run_tests
+import json
+
+from tpdtest import TPD, Client, Daemon, Skip, check, eventually, read_to_eof, run_tests
 
 
 def test_socket_file_mode_and_directory_created():
@@ -86,6 +88,31 @@ def test_accept_pauses_when_out_of_descriptors_and_recovers():
         c = Client(d.sock)
         check(c.request({"op": "ping"})["event"] == "pong", "serves again once fds are free")
         c.close()
+
+
+def test_client_past_max_connections_gets_too_many_connections():
+    with Daemon("--max-connections", "2", tcp=True) as d:
+        a = d.client()
+        eventually(lambda: a.request({"op": "stats"})["connections"] == 1,
+                   "the start-up probe connection is gone")
+        b = d.client(tcp=True)
+        check(b.request({"op": "ping"})["event"] == "pong", "the second client is served")
+        for address in (d.sock, ("127.0.0.1", d.port)):
+            s = socket.socket(socket.AF_UNIX if isinstance(address, str) else socket.AF_INET)
+            s.connect(address)
+            data = read_to_eof(s)
+            s.close()
+            lines = data.decode().splitlines()
+            check(len(lines) == 1, "one line, then close: %r", data)
+            ev = json.loads(lines[0])
+            check(ev["event"] == "error" and ev["id"] is None, "%r", ev)
+            check(ev["error"]["code"] == "too_many_connections", "%r", ev)
+            msg = ev["error"]["message"]
+            check("max_connections" in msg and " 2 " in msg, "names the limit: %r", msg)
+        check(d.read_log().count("max_connections (2) reached") == 2, "logged")
+        b.close()
+        eventually(lambda: a.request({"op": "stats"})["connections"] == 1, "b is gone")
+        check(d.client().request({"op": "ping"})["event"] == "pong", "room again")
 
 
 def test_finished_tasks_are_retained_by_count():
