@@ -1,6 +1,19 @@
 /*
  * conf.c: tpd's settings: built-in defaults, the value parsers shared with
- * the command line, and the configuration file (read with libinih).
+ * the command line, and the configuration file.
+ *
+ * The file is read by the small tokenizer below (file_read), not libinih.
+ * tpd needs every error with its exact line, all of them in one run, and
+ * an indented line to be a line like any other; Debian's build of inih
+ * gives its handler no line numbers, returns only the line of its first
+ * error, and reads an indented line as the continuation of the value above.
+ * The reader function that made up for that had come to do all of the
+ * reading (lines, comments, trimming, section headers, the lines inih would
+ * refuse), leaving inih only the split at '=' and a call order to rely on.
+ * The format is small: '[section]' headers, "key = value" lines, and '#' or
+ * ';' comments at the start of a line or after white space. inih's limit of
+ * 198 characters a line is kept (tpd.conf(5) documents it; listen and env
+ * repeat instead of growing a line).
  */
 #include "config.h"
 
@@ -11,7 +24,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <grp.h>
-#include <ini.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -237,18 +249,6 @@ conf_split_hostport(const char *s, char *host, size_t hostlen,
 
 /* ---------------------------------------------------------------- the file */
 
-/*
- * The file is read with libinih. Debian builds it without line numbers in
- * the handler and inih reports only its first error, so a reader function
- * feeds inih one line at a time: it counts lines, cuts comments ('#' or ';'
- * at the start of a line or after white space), trims, notes section headers
- * (so an empty [pool NAME] still makes a pool, and errors can name a
- * header's line) and reports the lines inih would reject. inih then splits
- * the line into key and value and calls the handler before asking for the
- * next line, so the reader's line number is the handler's. Errors are
- * collected, never fatal: one run names them all.
- */
-
 enum conf_sect { SECT_NONE, SECT_DAEMON, SECT_EXEC, SECT_POOL, SECT_BAD };
 
 enum conf_kind {
@@ -306,6 +306,7 @@ static const struct conf_key conf_keys[] = {
 };
 
 #define CONF_MAX_ERRORS 200
+#define CONF_MAX_LINE 198       /* characters of a line once its comment is cut */
 
 struct conf_error {
 	int line;               /* 0: about the file, or no line */
@@ -729,45 +730,42 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 	}
 }
 
-static int
-conf_ini_handler(void *arg, const char *section, const char *name, const char *value)
+/* A "key = value" line of the file, in the current section. */
+static void
+file_entry(struct conf_load *l, const char *name, const char *value)
 {
-	struct conf_load *l = arg;
 	const struct conf_key *k = NULL;
 	int first;
 
-	/* The reader's own record of the section is used: it knows the header's line. */
-	(void)section;
 	if (l->sect == SECT_BAD)
-		return 1;       /* the header was reported; its keys mean nothing */
+		return;         /* the header was reported; its keys mean nothing */
 	if (*name == '\0') {
 		load_error(l, l->line, "a value without a key");
-		return 1;
+		return;
 	}
 	if (l->sect == SECT_NONE) {
 		load_error(l, l->line, "%s: key outside any section (keys go under "
 		    "[daemon], [exec] or [pool NAME])", name);
-		return 1;
+		return;
 	}
 	for (size_t i = 0; i < sizeof conf_keys / sizeof conf_keys[0]; i++)
 		if (conf_keys[i].sect == l->sect && strcmp(conf_keys[i].name, name) == 0)
 			k = &conf_keys[i];
 	if (k == NULL) {
 		key_unknown(l, name);
-		return 1;
+		return;
 	}
 	if (k->kind != KIND_LISTEN && k->kind != KIND_ENV &&
 	    (first = seen_note(l, l->sect_name, k->name)) != 0) {
 		key_error(l, k->name, "already set at line %d", first);
-		return 1;
+		return;
 	}
 	if (*value == '\0' && k->kind != KIND_SOCKET && k->kind != KIND_GROUP &&
 	    k->kind != KIND_FILE && k->kind != KIND_LISTEN) {
 		key_error(l, k->name, "empty value%s", "");
-		return 1;
+		return;
 	}
 	key_set(l, k, k->sect == SECT_POOL ? (char *)l->pool : (char *)l->c, value);
-	return 1;
 }
 
 /* Cuts a comment ('#' or ';' at the start or after white space) and trims. */
@@ -845,41 +843,41 @@ section_open(struct conf_load *l, char *s)
 		    l->sect_name, first);
 }
 
-/* inih's fgets-style reader: the next line, cleaned, or "\n" for a bad one. */
-static char *
-conf_ini_reader(char *str, int num, void *arg)
+/* Every line of the file, each error noted with its line number. */
+static void
+file_read(struct conf_load *l)
 {
-	struct conf_load *l = arg;
-	char *s, *sep;
-	size_t n;
+	char *s, *sep, *key, *value;
 
-	if (getline(&l->raw, &l->rawcap, l->fp) == -1)
-		return NULL;
-	l->line++;
-	s = l->raw;
-	if (l->line == 1 && strncmp(s, "\xEF\xBB\xBF", 3) == 0)
-		s += 3;         /* a UTF-8 byte order mark */
-	s = line_clean(s);
-	n = strlen(s);
-	snprintf(str, (size_t)num, "\n");
-	if (*s == '[') {
-		section_open(l, s);
-		return str;     /* inih's idea of the section is not used */
+	while (getline(&l->raw, &l->rawcap, l->fp) != -1) {
+		l->line++;
+		s = l->raw;
+		if (l->line == 1 && strncmp(s, "\xEF\xBB\xBF", 3) == 0)
+			s += 3;         /* a UTF-8 byte order mark */
+		s = line_clean(s);
+		if (*s == '\0')
+			continue;
+		if (*s == '[') {
+			section_open(l, s);
+			continue;
+		}
+		sep = strpbrk(s, "=:");
+		if (sep == NULL || *sep != '=') {
+			load_error(l, l->line, "expected \"key = value\", a [section] or a comment");
+			continue;
+		}
+		if (strlen(s) > CONF_MAX_LINE) {
+			load_error(l, l->line, "line too long (at most %d characters without "
+			    "comments)", CONF_MAX_LINE);
+			continue;
+		}
+		*sep = '\0';
+		key = line_clean(s);
+		value = line_clean(sep + 1);
+		file_entry(l, key, value);
 	}
-	if (*s == '\0')
-		return str;
-	sep = strpbrk(s, "=:");
-	if (sep == NULL || *sep != '=') {
-		load_error(l, l->line, "expected \"key = value\", a [section] or a comment");
-		return str;
-	}
-	if (n + 2 > (size_t)num) {
-		load_error(l, l->line, "line too long (at most %d characters without "
-		    "comments)", num - 2);
-		return str;
-	}
-	snprintf(str, (size_t)num, "%s\n", s);
-	return str;
+	if (ferror(l->fp))
+		load_error(l, l->line + 1, "read error: %s", strerror(errno));
 }
 
 /* A pool whose size the file left alone follows a smaller limit instead of failing. */
@@ -989,7 +987,6 @@ int
 conf_load(struct conf *c, const char *path, char **errors)
 {
 	struct conf_load l = { .path = path, .c = c, .sect = SECT_NONE };
-	int r;
 
 	*errors = NULL;
 	free(c->path);
@@ -998,13 +995,7 @@ conf_load(struct conf *c, const char *path, char **errors)
 		load_error(&l, 0, "cannot open: %s", strerror(errno));
 		return load_finish(&l, errors);
 	}
-	r = ini_parse_stream(conf_ini_reader, &l, conf_ini_handler, &l);
-	if (ferror(l.fp))
-		load_error(&l, l.line + 1, "read error: %s", strerror(errno));
-	else if (r < 0)
-		load_error(&l, 0, "out of memory while reading");
-	else if (r > 0 && l.nerrs == 0)
-		load_error(&l, r, "not understood");    /* the reader should have said why */
+	file_read(&l);
 	fclose(l.fp);
 	conf_clamp_sizes(&l, c);
 	conf_cross_check(&l, c);

@@ -72,8 +72,8 @@ void conf_free(struct conf *c);
  * frees) and c left fit only for conf_free. Cross-checks (size <= limit,
  * output_limit <= output_limit_max) are made on the result.
  *
- * Meant for the loop thread at start-up and on SIGHUP: it uses no global
- * state of its own, but libinih's settings are process-wide and untouched.
+ * Meant for the loop thread at start-up and on SIGHUP; it uses no global
+ * state.
  */
 int conf_load(struct conf *c, const char *path, char **errors);
 
