@@ -69,9 +69,9 @@ usage(FILE *f)
 	    "/tmp/tpd-$UID/tpd.sock.\n");
 }
 
-static void usage_error(const char *, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void usage_error(const char *, ...) __attribute__((format(printf, 1, 2)));
 
-/* One line naming what was wrong on the command line, and exit 64. */
+/* One line naming what was wrong on the command line (the caller exits 64). */
 static void
 usage_error(const char *fmt, ...)
 {
@@ -82,7 +82,6 @@ usage_error(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputs(" (see tpd --help)\n", stderr);
-	exit(64);
 }
 
 /* getopt_long refused arg: says whether it is unknown, ambiguous, lacks or has a value. */
@@ -96,7 +95,9 @@ flag_refused(const struct option *opts, const char *arg, int ch)
 	if (strncmp(arg, "--", 2) != 0) {
 		if (ch == ':')
 			usage_error("-%c needs a value", optopt);
-		usage_error("unknown flag -%c", optopt);
+		else
+			usage_error("unknown flag -%c", optopt);
+		return;
 	}
 	n = strcspn(arg + 2, "=");
 	for (const struct option *o = opts; o->name != NULL; o++) {
@@ -109,12 +110,13 @@ flag_refused(const struct option *opts, const char *arg, int ch)
 	}
 	if (ch == ':')
 		usage_error("%.*s needs a value", (int)(n + 2), arg);
-	if (nmatch == 1 || exact)
+	else if (nmatch == 1 || exact)
 		usage_error("%.*s takes no value", (int)(n + 2), arg);
-	if (nmatch > 1)
+	else if (nmatch > 1)
 		usage_error("%.*s is ambiguous: %s%s", (int)(n + 2), arg, matches,
 		    nmatch > 4 ? ", ..." : "");
-	usage_error("unknown flag %.*s", (int)(n + 2), arg);
+	else
+		usage_error("unknown flag %.*s", (int)(n + 2), arg);
 }
 
 /*
@@ -153,25 +155,35 @@ flags_parse(int argc, char **argv, char **path, bool *check)
 			continue;
 		case 'h':
 			usage(stdout);
+			conf_flags_free(f);
 			exit(0);
 		case OPT_VERSION:
 			printf("tpd %s (malloc: %s)\n", PACKAGE_VERSION, TPD_MALLOC);
+			conf_flags_free(f);
 			exit(0);
 		case ':':
 		case '?':
 			flag_refused(opts, argv[optind - 1], ch);
+			goto usage;
 		}
 		switch (conf_flags_add(f, ch, li, optarg, &cause)) {
 		case -1:
-			fprintf(stderr, "tpd: %s (see tpd --help)\n", cause ? cause : "out of memory");
-			exit(64);
+			usage_error("%s", cause ? cause : "out of memory");
+			free(cause);
+			goto usage;
 		case 1:
 			fatalx("flag %d has no handler", ch);      /* a bug: every flag is one of the two */
 		}
 	}
-	if (optind < argc)
+	if (optind < argc) {
 		usage_error("unexpected argument %s", argv[optind]);
+		goto usage;
+	}
 	return f;
+usage:
+	conf_flags_free(f);
+	free(*path);
+	exit(64);
 }
 
 /* Reads the first line of a token file; exits naming the file on failure. */
