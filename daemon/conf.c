@@ -493,16 +493,18 @@ conf_flags_usage(FILE *out)
 		[KIND_ENV] = "NAME=VALUE",
 	};
 	char text[CONF_NKEYS][CONF_FLAG_MAX + 24], name[CONF_FLAG_MAX], lo[32], hi[32];
+	const char *m;
 	int width = 0, n;
 
 	for (size_t i = 0; i < CONF_NKEYS; i++) {
 		const struct conf_key *k = &conf_keys[i];
 		key_flag_name(k, name, sizeof name);
+		m = (size_t)k->kind < sizeof meta / sizeof meta[0] && meta[k->kind] != NULL ?
+		    meta[k->kind] : "VALUE";
 		if (k->letter != 0)
-			n = snprintf(text[i], sizeof text[i], "-%c, --%s %s", k->letter, name,
-			    meta[k->kind]);
+			n = snprintf(text[i], sizeof text[i], "-%c, --%s %s", k->letter, name, m);
 		else
-			n = snprintf(text[i], sizeof text[i], "    --%s %s", name, meta[k->kind]);
+			n = snprintf(text[i], sizeof text[i], "    --%s %s", name, m);
 		if (n > width)
 			width = n;
 	}
@@ -567,7 +569,7 @@ struct conf_load {
 
 	struct conf_seen *seen;
 	size_t nseen, seencap;
-	bool listen_given;      /* the first listen (the file's, then the flags') replaced c's list */
+	bool listen_given;      /* the first listen (the file's, then a flag's) replaced c's */
 };
 
 /* Keeps text (a malloc'd error) in l; NULL text counts as dropped. */
@@ -1205,7 +1207,7 @@ flags_apply(struct conf_load *l, const struct conf_flags *f)
 	l->flag = NULL;
 }
 
-/* A pool whose size neither the file nor a flag gave follows a smaller limit instead of failing. */
+/* A pool whose size neither file nor flag gave follows a smaller limit instead of failing. */
 static void
 conf_clamp_sizes(const struct conf_load *l, struct conf *c)
 {

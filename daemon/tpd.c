@@ -84,31 +84,43 @@ usage_error(const char *fmt, ...)
 	fputs(" (see tpd --help)\n", stderr);
 }
 
-/* getopt_long refused arg: says whether it is unknown, ambiguous, lacks or has a value. */
+/*
+ * getopt_long refused the flag at arg (the word it stopped in): says whether
+ * it is unknown, ambiguous, lacks a value or has one it does not take.
+ */
 static void
 flag_refused(const struct option *opts, const char *arg, int ch)
 {
+	const struct option *hit = NULL;
 	char matches[512] = "";
-	size_t n, nmatch = 0;
-	bool exact = false;
+	size_t n = 0, nmatch = 0;
+	bool exact = false, is_long = strncmp(arg, "--", 2) == 0;
 
-	if (strncmp(arg, "--", 2) != 0) {
-		if (ch == ':')
-			usage_error("-%c needs a value", optopt);
-		else
-			usage_error("unknown flag -%c", optopt);
-		return;
+	if (is_long) {
+		n = strcspn(arg + 2, "=");
+		for (const struct option *o = opts; o->name != NULL; o++) {
+			if (strncmp(o->name, arg + 2, n) != 0)
+				continue;
+			if (o->name[n] == '\0')
+				exact = true;
+			if (o->name[n] == '\0' || hit == NULL)
+				hit = o;
+			if (nmatch++ < 4)
+				snprintf(matches + strlen(matches), sizeof matches -
+				    strlen(matches), "%s--%s", nmatch > 1 ? ", " : "", o->name);
+		}
+		/*
+		 * For a long flag, optopt is its value (or 0). Otherwise arg is
+		 * the word before a cluster of short flags, still being read.
+		 */
+		if (optopt != 0 && (hit == NULL || hit->val != optopt || (nmatch > 1 && !exact)))
+			is_long = false;
 	}
-	n = strcspn(arg + 2, "=");
-	for (const struct option *o = opts; o->name != NULL; o++) {
-		if (strncmp(o->name, arg + 2, n) != 0)
-			continue;
-		exact = exact || o->name[n] == '\0';
-		if (nmatch++ < 4)
-			snprintf(matches + strlen(matches), sizeof matches - strlen(matches),
-			    "%s--%s", nmatch > 1 ? ", " : "", o->name);
-	}
-	if (ch == ':')
+	if (!is_long && ch == ':')
+		usage_error("-%c needs a value", optopt);
+	else if (!is_long)
+		usage_error("unknown flag -%c", optopt);
+	else if (ch == ':')
 		usage_error("%.*s needs a value", (int)(n + 2), arg);
 	else if (nmatch == 1 || exact)
 		usage_error("%.*s takes no value", (int)(n + 2), arg);
@@ -172,7 +184,8 @@ flags_parse(int argc, char **argv, char **path, bool *check)
 			free(cause);
 			goto usage;
 		case 1:
-			fatalx("flag %d has no handler", ch);      /* a bug: every flag is one of the two */
+			/* a bug: every option is tpd's own or a setting's */
+			fatalx("flag %d has no handler", ch);
 		}
 	}
 	if (optind < argc) {
