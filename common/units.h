@@ -29,7 +29,7 @@ int units_parse_duration(const char *s, uint64_t *ms, char **cause);
 /* Parses a size into *bytes; returns and explains as units_parse_duration. */
 int units_parse_size(const char *s, uint64_t *bytes, char **cause);
 
-/* A size as the grammar writes it, in the largest unit that keeps it whole: "1G", "64k", "300". */
+/* A size as the grammar writes it, in the largest unit keeping it whole: "1G", "64k", "300". */
 const char *units_format_size(uint64_t bytes, char *buf, size_t len);
 
 /* A duration likewise: "7d", "1h", "10min", "5s", "250ms". */
