@@ -1,6 +1,7 @@
 /*
  * format.c: what tpctl shows people and reads from them: durations
- * ("500ms", "2.1s", "3m"), sizes, integers, and aligned tables.
+ * ("500ms", "2.1s", "3m"), sizes, integers, and aligned tables. Durations
+ * and sizes are read with common/units.c, the grammar tpd reads too.
  */
 #include "config.h"
 
@@ -10,48 +11,13 @@
 #include <string.h>
 
 #include "tpctl.h"
+#include "units.h"
 
+/* The grammar of common/units.h, as tpd's flags and tpd.conf read it. */
 int
 format_parse_duration(const char *s, uint64_t *ms)
 {
-	static const struct {
-		const char *unit;
-		uint64_t ms;
-	} units[] = {
-		{ "ms", 1 }, { "s", 1000 }, { "m", 60000 }, { "min", 60000 },
-		{ "h", 3600000 }, { "d", 86400000 },
-	};
-	uint64_t whole = 0, frac = 0, scale = 1, mult = 0;
-	const char *p = s;
-	size_t i;
-
-	if (!isdigit((unsigned char)*p))
-		return -1;
-	for (; isdigit((unsigned char)*p); p++) {
-		if (whole > (UINT64_MAX - 9) / 10)
-			return -1;
-		whole = whole * 10 + (uint64_t)(*p - '0');
-	}
-	if (*p == '.') {
-		p++;
-		if (!isdigit((unsigned char)*p))
-			return -1;
-		for (; isdigit((unsigned char)*p); p++) {
-			if (scale < 1000000000) {   /* nine digits are plenty */
-				frac = frac * 10 + (uint64_t)(*p - '0');
-				scale *= 10;
-			}
-		}
-	}
-	if (*p == '\0')
-		return whole == 0 && frac == 0 ? (*ms = 0, 0) : -1;
-	for (i = 0; i < sizeof units / sizeof units[0]; i++)
-		if (strcmp(p, units[i].unit) == 0)
-			mult = units[i].ms;
-	if (mult == 0 || whole > UINT64_MAX / mult)
-		return -1;
-	*ms = whole * mult + frac * mult / scale;
-	return 0;
+	return units_parse_duration(s, ms, NULL) == 0 ? 0 : -1;
 }
 
 char *
@@ -96,41 +62,7 @@ format_duration(double ms, char *buf, size_t len)
 int
 format_parse_size(const char *s, uint64_t *out)
 {
-	unsigned long long v;
-	uint64_t mult = 1;
-	char *end;
-
-	if (!isdigit((unsigned char)*s))
-		return -1;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno != 0)
-		return -1;
-	switch (tolower((unsigned char)*end)) {
-	case '\0':
-		break;
-	case 'k':
-		mult = 1024;
-		end++;
-		break;
-	case 'm':
-		mult = 1024 * 1024;
-		end++;
-		break;
-	case 'g':
-		mult = 1024 * 1024 * 1024;
-		end++;
-		break;
-	default:
-		return -1;
-	}
-	if (strcmp(end, "") != 0 && strcasecmp(end, "b") != 0 &&
-	    strcasecmp(end, "ib") != 0)
-		return -1;
-	if (v > UINT64_MAX / mult)
-		return -1;
-	*out = v * mult;
-	return 0;
+	return units_parse_size(s, out, NULL) == 0 ? 0 : -1;
 }
 
 int

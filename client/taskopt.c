@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "tpctl.h"
+#include "units.h"
 #include "wire.h"
 
 /* The most of tpctl's stdin that --stdin sends. */
@@ -71,6 +72,7 @@ int
 taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 {
 	json_error_t jerr;
+	char *cause;
 
 	switch (ch) {
 	case 'p':
@@ -93,9 +95,9 @@ taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 		to->cwd = arg;
 		return 1;
 	case OPT_OUTPUT_LIMIT:
-		if (format_parse_size(arg, &to->output_limit) == -1) {
-			cmd_usage_error(c, "--output-limit: '%s' is not a size "
-			    "(use 4096, 64k or 1M)", arg);
+		if (units_parse_size(arg, &to->output_limit, &cause) != 0) {
+			cmd_usage_error(c, "--output-limit: %s", cause != NULL ? cause : arg);
+			free(cause);
 			return -1;
 		}
 		to->output_limit_set = true;

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "tpctl.h"
+#include "units.h"
 #include "wire.h"
 
 const char *tpctl_prog = "tpctl";
@@ -142,10 +143,12 @@ int
 cmd_duration_arg(const struct cmd *c, const char *option, const char *arg,
     uint64_t *ms)
 {
-	if (format_parse_duration(arg, ms) == 0)
+	char *cause;
+
+	if (units_parse_duration(arg, ms, &cause) == 0)
 		return 0;
-	cmd_usage_error(c, "%s: '%s' is not a duration (use 500ms, 5s, 1.5s, 2m or 1h)",
-	    option, arg);
+	cmd_usage_error(c, "%s: %s", option, cause != NULL ? cause : arg);
+	free(cause);
 	return -1;
 }
 
@@ -209,6 +212,7 @@ main(int argc, char **argv)
 	struct tpctl opt;
 	const struct cmd *c;
 	bool socket_set = false, host_set = false;
+	char *cause;
 	int ch, r;
 
 	memset(&opt, 0, sizeof opt);
@@ -234,9 +238,11 @@ main(int argc, char **argv)
 			opt.json = true;
 			break;
 		case 'C':
-			if (format_parse_duration(optarg, &opt.connect_timeout_ms) == -1) {
-				fprintf(stderr, "%s: --connect-timeout: '%s' is not a "
-				    "duration (use 500ms, 5s or 2m)\n", tpctl_prog, optarg);
+			if (units_parse_duration(optarg, &opt.connect_timeout_ms,
+			    &cause) != 0) {
+				fprintf(stderr, "%s: --connect-timeout: %s\n", tpctl_prog,
+				    cause != NULL ? cause : optarg);
+				free(cause);
 				return EX_USAGE;
 			}
 			break;

@@ -1,6 +1,23 @@
 /*
- * conf.c: tpd's settings: built-in defaults, the value parsers shared with
- * the command line, and the configuration file (read with libinih).
+ * conf.c: tpd's settings: built-in defaults, the table of keys, and the two
+ * ways a key is given: a line of the configuration file, or a flag on the
+ * command line (every key is both). Both go through one function
+ * (key_assign) that checks and stores a value, so a value means the same
+ * and is refused with the same message wherever it was written; the checks
+ * between keys (a pool's size within its limit) run once, on the result.
+ *
+ * The file is read by the small tokenizer below (file_read), not libinih.
+ * tpd needs every error with its exact line, all of them in one run, and
+ * an indented line to be a line like any other; Debian's build of inih
+ * gives its handler no line numbers, returns only the line of its first
+ * error, and reads an indented line as the continuation of the value above.
+ * The reader function that made up for that had come to do all of the
+ * reading (lines, comments, trimming, section headers, the lines inih would
+ * refuse), leaving inih only the split at '=' and a call order to rely on.
+ * The format is small: '[section]' headers, "key = value" lines, and '#' or
+ * ';' comments at the start of a line or after white space. inih's limit of
+ * 198 characters a line is kept (tpd.conf(5) documents it; listen and env
+ * repeat instead of growing a line).
  */
 #include "config.h"
 
@@ -10,8 +27,8 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
 #include <grp.h>
-#include <ini.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -22,6 +39,7 @@
 
 #include "conf.h"
 #include "log.h"
+#include "units.h"
 
 /* A safe base environment for exec tasks; the daemon's own never leaks. */
 static const char *const default_exec_env[] = {
@@ -97,68 +115,6 @@ conf_pool_get(struct conf *c, const char *name)
 	p->limit = 64;
 	p->capacity = 1024;
 	return p;
-}
-
-/* The digits that start s (no sign, no space), and where they end. */
-static int
-leading_number(const char *s, unsigned long long *v, char **end)
-{
-	if (s == NULL || !isdigit((unsigned char)*s))
-		return -1;
-	errno = 0;
-	*v = strtoull(s, end, 10);
-	return errno != 0 ? -1 : 0;
-}
-
-int
-conf_parse_duration_ms(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-	uint64_t mult = 1;
-
-	if (leading_number(s, &v, &end) == -1)
-		return -1;
-	if (strcmp(end, "") == 0 || strcmp(end, "ms") == 0)
-		mult = 1;
-	else if (strcmp(end, "s") == 0)
-		mult = 1000;
-	else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
-		mult = 60 * 1000;
-	else if (strcmp(end, "h") == 0)
-		mult = 3600 * 1000;
-	else if (strcmp(end, "d") == 0)
-		mult = 24 * 3600 * 1000;
-	else
-		return -1;
-	if (v > UINT64_MAX / mult)
-		return -1;
-	*out = v * mult;
-	return 0;
-}
-
-int
-conf_parse_size(const char *s, size_t *out)
-{
-	char *end;
-	unsigned long long v;
-	size_t mult = 1;
-
-	if (leading_number(s, &v, &end) == -1)
-		return -1;
-	switch (*end) {
-	case '\0': break;
-	case 'k': case 'K': mult = 1024; end++; break;
-	case 'm': case 'M': mult = 1024 * 1024; end++; break;
-	case 'g': case 'G': mult = 1024 * 1024 * 1024; end++; break;
-	default: return -1;
-	}
-	if (*end == 'i' || *end == 'B')
-		end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-	if (*end != '\0' || v > SIZE_MAX / mult)
-		return -1;
-	*out = (size_t)v * mult;
-	return 0;
 }
 
 int
@@ -237,26 +193,15 @@ conf_split_hostport(const char *s, char *host, size_t hostlen,
 	return 0;
 }
 
-/* ---------------------------------------------------------------- the file */
 
-/*
- * The file is read with libinih. Debian builds it without line numbers in
- * the handler and inih reports only its first error, so a reader function
- * feeds inih one line at a time: it counts lines, cuts comments ('#' or ';'
- * at the start of a line or after white space), trims, notes section headers
- * (so an empty [pool NAME] still makes a pool, and errors can name a
- * header's line) and reports the lines inih would reject. inih then splits
- * the line into key and value and calls the handler before asking for the
- * next line, so the reader's line number is the handler's. Errors are
- * collected, never fatal: one run names them all.
- */
+/* ---------------------------------------------------------------- the keys */
 
 enum conf_sect { SECT_NONE, SECT_DAEMON, SECT_EXEC, SECT_POOL, SECT_BAD };
 
 enum conf_kind {
 	KIND_COUNT,     /* unsigned, decimal digits */
-	KIND_SIZE,      /* size_t, with an optional k/M/G */
-	KIND_DURATION,  /* uint64_t milliseconds, with an optional unit */
+	KIND_SIZE,      /* size_t, units.h's size */
+	KIND_DURATION,  /* uint64_t milliseconds, units.h's duration */
 	KIND_SOCKET,    /* char *, a Unix socket path; empty = the default rule */
 	KIND_MODE,      /* mode_t, octal */
 	KIND_GROUP,     /* char *, an existing group's name; empty = none */
@@ -266,12 +211,20 @@ enum conf_kind {
 	KIND_ENV,       /* repeatable NAME=value */
 };
 
+/*
+ * A key of the file, and its flag: --NAME with '_' written '-', or
+ * --FLAG when flag is set; letter, when not 0, is its short flag. The flag
+ * of a [pool NAME] key sets it for the pool "default" (--pool sets any
+ * pool's). One line here makes a key, its flag and its checks.
+ */
 struct conf_key {
 	enum conf_sect sect;
 	const char *name;
 	enum conf_kind kind;
 	size_t off;             /* in struct conf, or in struct conf_pool for SECT_POOL */
 	uint64_t min, max;
+	char letter;
+	const char *flag;
 };
 
 #define KIB 1024ULL
@@ -283,76 +236,352 @@ struct conf_key {
 #define P(f) offsetof(struct conf_pool, f)
 
 static const struct conf_key conf_keys[] = {
-	{ SECT_DAEMON, "socket", KIND_SOCKET, D(socket), 0, 0 },
-	{ SECT_DAEMON, "socket_mode", KIND_MODE, D(socket_mode), 0, 0777 },
-	{ SECT_DAEMON, "socket_group", KIND_GROUP, D(socket_group), 0, 0 },
-	{ SECT_DAEMON, "listen", KIND_LISTEN, D(listen), 0, 0 },
-	{ SECT_DAEMON, "max_connections", KIND_COUNT, D(max_connections), 1, 1048576 },
-	{ SECT_DAEMON, "max_request_bytes", KIND_SIZE, D(max_request_bytes), 256, GIB },
-	{ SECT_DAEMON, "max_output_buffer", KIND_SIZE, D(max_output_buffer), 64 * KIB, GIB },
-	{ SECT_DAEMON, "result_ttl", KIND_DURATION, D(result_ttl_ms), 0, 30 * DAY },
-	{ SECT_DAEMON, "result_retain", KIND_COUNT, D(result_retain), 0, 10000000 },
-	{ SECT_DAEMON, "result_retain_bytes", KIND_SIZE, D(result_retain_bytes), 0, 1024 * GIB },
-	{ SECT_DAEMON, "max_subscriptions", KIND_COUNT, D(max_subscriptions), 1, 10000000 },
-	{ SECT_DAEMON, "shutdown_timeout", KIND_DURATION, D(shutdown_timeout_ms), 0, 7 * DAY },
-	{ SECT_DAEMON, "log_level", KIND_LOGLEVEL, D(log_level), 0, 0 },
-	{ SECT_DAEMON, "admin_group", KIND_GROUP, D(admin_group), 0, 0 },
-	{ SECT_DAEMON, "token_file", KIND_FILE, D(token_file), 0, 0 },
-	{ SECT_DAEMON, "admin_token_file", KIND_FILE, D(admin_token_file), 0, 0 },
-	{ SECT_EXEC, "output_limit", KIND_SIZE, D(exec_output_limit), 0, GIB },
-	{ SECT_EXEC, "output_limit_max", KIND_SIZE, D(exec_output_limit_max), 0, GIB },
-	{ SECT_EXEC, "kill_grace", KIND_DURATION, D(exec_kill_grace_ms), 0, 3600 * SEC },
-	{ SECT_EXEC, "env", KIND_ENV, D(exec_env), 0, 0 },
-	{ SECT_EXEC, "stream_budget", KIND_SIZE, D(stream_budget), 4 * KIB, GIB },
-	{ SECT_POOL, "size", KIND_COUNT, P(size), 1, CONF_POOL_MAX_LIMIT },
-	{ SECT_POOL, "limit", KIND_COUNT, P(limit), 1, CONF_POOL_MAX_LIMIT },
-	{ SECT_POOL, "capacity", KIND_COUNT, P(capacity), 1, CONF_POOL_MAX_CAPACITY },
+	{ SECT_DAEMON, "socket", KIND_SOCKET, D(socket), 0, 0, 's', NULL },
+	{ SECT_DAEMON, "socket_mode", KIND_MODE, D(socket_mode), 0, 0777, 0, NULL },
+	{ SECT_DAEMON, "socket_group", KIND_GROUP, D(socket_group), 0, 0, 0, NULL },
+	{ SECT_DAEMON, "listen", KIND_LISTEN, D(listen), 0, 0, 'l', NULL },
+	{ SECT_DAEMON, "max_connections", KIND_COUNT, D(max_connections), 1, 1048576, 0, NULL },
+	{ SECT_DAEMON, "max_request_bytes", KIND_SIZE, D(max_request_bytes), 256, GIB, 0, NULL },
+	{ SECT_DAEMON, "max_output_buffer", KIND_SIZE, D(max_output_buffer), 64 * KIB, GIB, 0, NULL },
+	{ SECT_DAEMON, "result_ttl", KIND_DURATION, D(result_ttl_ms), 0, 30 * DAY, 0, NULL },
+	{ SECT_DAEMON, "result_retain", KIND_COUNT, D(result_retain), 0, 10000000, 0, NULL },
+	{ SECT_DAEMON, "result_retain_bytes", KIND_SIZE, D(result_retain_bytes), 0, 1024 * GIB, 0, NULL },
+	{ SECT_DAEMON, "max_subscriptions", KIND_COUNT, D(max_subscriptions), 1, 10000000, 0, NULL },
+	{ SECT_DAEMON, "shutdown_timeout", KIND_DURATION, D(shutdown_timeout_ms), 0, 7 * DAY, 0, NULL },
+	{ SECT_DAEMON, "log_level", KIND_LOGLEVEL, D(log_level), 0, 0, 0, NULL },
+	{ SECT_DAEMON, "admin_group", KIND_GROUP, D(admin_group), 0, 0, 0, NULL },
+	{ SECT_DAEMON, "token_file", KIND_FILE, D(token_file), 0, 0, 0, NULL },
+	{ SECT_DAEMON, "admin_token_file", KIND_FILE, D(admin_token_file), 0, 0, 0, NULL },
+	{ SECT_EXEC, "output_limit", KIND_SIZE, D(exec_output_limit), 0, GIB, 0, NULL },
+	{ SECT_EXEC, "output_limit_max", KIND_SIZE, D(exec_output_limit_max), 0, GIB, 0, NULL },
+	{ SECT_EXEC, "kill_grace", KIND_DURATION, D(exec_kill_grace_ms), 0, 3600 * SEC, 0, NULL },
+	{ SECT_EXEC, "env", KIND_ENV, D(exec_env), 0, 0, 0, NULL },
+	{ SECT_EXEC, "stream_budget", KIND_SIZE, D(stream_budget), 4 * KIB, GIB, 0, NULL },
+	{ SECT_POOL, "size", KIND_COUNT, P(size), 1, CONF_POOL_MAX_LIMIT, 'w', "workers" },
+	{ SECT_POOL, "limit", KIND_COUNT, P(limit), 1, CONF_POOL_MAX_LIMIT, 0, NULL },
+	{ SECT_POOL, "capacity", KIND_COUNT, P(capacity), 1, CONF_POOL_MAX_CAPACITY, 'q', "queue" },
 };
 
+#define CONF_NKEYS (sizeof conf_keys / sizeof conf_keys[0])
+
+static const struct conf_key *
+key_find(enum conf_sect sect, const char *name)
+{
+	for (size_t i = 0; i < CONF_NKEYS; i++)
+		if (conf_keys[i].sect == sect && strcmp(conf_keys[i].name, name) == 0)
+			return &conf_keys[i];
+	return NULL;
+}
+
+static const char *
+sect_label(enum conf_sect sect)
+{
+	switch (sect) {
+	case SECT_DAEMON: return "[daemon]";
+	case SECT_EXEC: return "[exec]";
+	case SECT_POOL: return "[pool NAME]";
+	default: return "no section";
+	}
+}
+
+/* ---------------------------------------------------------------- the flags */
+
+#define CONF_FLAG_MAX 48        /* a long flag's name, with its NUL */
+#define FLAG_POOL 0x0fff        /* getopt_long's value for --pool */
+#define FLAG_KEY 0x1000         /* and for conf_keys[i]'s flag: FLAG_KEY + i */
+
+/* One flag of the command line, as conf_read applies it. */
+struct conf_override {
+	const struct conf_key *key;
+	char *pool;             /* a [pool NAME] key's pool */
+	char *value;
+	char *label;            /* the flag and its value as written: "-w 4", "--pool io:4: size" */
+	char *pool_label;       /* --pool's: "--pool io:4", for errors about the pool */
+	bool pool_first;        /* the first key of its --pool: the one that reports them */
+};
+
+struct conf_flags {
+	struct conf_override *v;
+	size_t n, cap;
+	struct option *longopts;
+	char *names;            /* the keys' long names, CONF_FLAG_MAX bytes each */
+	char *shortopts;
+};
+
+/* "max-request-bytes" for max_request_bytes, or the key's own flag name. */
+static void
+key_flag_name(const struct conf_key *k, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s", k->flag != NULL ? k->flag : k->name);
+	for (char *s = buf; *s != '\0'; s++)
+		if (*s == '_')
+			*s = '-';
+}
+
+struct conf_flags *
+conf_flags_new(const struct option *own, const char *own_short)
+{
+	struct conf_flags *f;
+	size_t nown = 0, j;
+	char *s;
+
+	while (own[nown].name != NULL)
+		nown++;
+	if ((f = calloc(1, sizeof *f)) == NULL)
+		return NULL;
+	f->longopts = calloc(nown + CONF_NKEYS + 2, sizeof *f->longopts);
+	f->names = calloc(CONF_NKEYS, CONF_FLAG_MAX);
+	f->shortopts = malloc(strlen(own_short) + 2 * CONF_NKEYS + 2);
+	if (f->longopts == NULL || f->names == NULL || f->shortopts == NULL) {
+		conf_flags_free(f);
+		return NULL;
+	}
+	memcpy(f->longopts, own, nown * sizeof *own);
+	j = nown;
+	s = f->shortopts;
+	*s++ = ':';
+	s = stpcpy(s, own_short);
+	for (size_t i = 0; i < CONF_NKEYS; i++) {
+		char *name = f->names + i * CONF_FLAG_MAX;
+		key_flag_name(&conf_keys[i], name, CONF_FLAG_MAX);
+		f->longopts[j++] = (struct option){ name, required_argument, NULL,
+		    FLAG_KEY + (int)i };
+		if (conf_keys[i].letter != 0) {
+			*s++ = conf_keys[i].letter;
+			*s++ = ':';
+		}
+	}
+	*s = '\0';
+	f->longopts[j] = (struct option){ "pool", required_argument, NULL, FLAG_POOL };
+	return f;
+}
+
+void
+conf_flags_free(struct conf_flags *f)
+{
+	if (f == NULL)
+		return;
+	for (size_t i = 0; i < f->n; i++) {
+		free(f->v[i].pool);
+		free(f->v[i].value);
+		free(f->v[i].label);
+		free(f->v[i].pool_label);
+	}
+	free(f->v);
+	free(f->longopts);
+	free(f->names);
+	free(f->shortopts);
+	free(f);
+}
+
+const struct option *
+conf_flags_longopts(const struct conf_flags *f)
+{
+	return f->longopts;
+}
+
+const char *
+conf_flags_shortopts(const struct conf_flags *f)
+{
+	return f->shortopts;
+}
+
+/* Appends one key's value; pool_label is set for --pool's keys. */
+static int
+flags_push(struct conf_flags *f, const struct conf_key *k, const char *pool,
+    const char *value, const char *pool_label, bool pool_first, char **cause,
+    const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+
+static int
+flags_push(struct conf_flags *f, const struct conf_key *k, const char *pool,
+    const char *value, const char *pool_label, bool pool_first, char **cause,
+    const char *fmt, ...)
+{
+	struct conf_override *o;
+	va_list ap;
+	int r;
+
+	if (f->n == f->cap) {
+		size_t n = f->cap ? f->cap * 2 : 16;
+		if ((o = realloc(f->v, n * sizeof *o)) == NULL)
+			return cause_set(cause, "out of memory");
+		f->v = o;
+		f->cap = n;
+	}
+	o = &f->v[f->n];
+	memset(o, 0, sizeof *o);
+	o->key = k;
+	o->pool_first = pool_first;
+	va_start(ap, fmt);
+	r = vasprintf(&o->label, fmt, ap);
+	va_end(ap);
+	if (r == -1)
+		o->label = NULL;
+	o->value = strdup(value);
+	o->pool = pool != NULL ? strdup(pool) : NULL;
+	o->pool_label = pool_label != NULL ? strdup(pool_label) : NULL;
+	if (o->label == NULL || o->value == NULL || (pool != NULL && o->pool == NULL) ||
+	    (pool_label != NULL && o->pool_label == NULL)) {
+		free(o->label);
+		free(o->value);
+		free(o->pool);
+		free(o->pool_label);
+		return cause_set(cause, "out of memory");
+	}
+	f->n++;
+	return 0;
+}
+
+/* --pool NAME:SIZE[:CAPACITY[:LIMIT]]: up to three keys of [pool NAME]. */
+static int
+flags_add_pool(struct conf_flags *f, const char *flag, const char *spec, char **cause)
+{
+	static const char *const keys[] = { NULL, "size", "capacity", "limit" };
+	char *copy, *field[4], *p, *label = NULL;
+	size_t n = 0;
+	int rv = 0;
+
+	if ((copy = strdup(spec)) == NULL)
+		return cause_set(cause, "out of memory");
+	for (p = copy; n < 4 && p != NULL; n++) {
+		field[n] = p;
+		if ((p = strchr(p, ':')) != NULL)
+			*p++ = '\0';
+	}
+	if (p != NULL || n < 2 || *field[0] == '\0') {
+		free(copy);
+		return cause_set(cause, "%s %s: expected NAME:SIZE[:CAPACITY[:LIMIT]]", flag, spec);
+	}
+	if (asprintf(&label, "%s %s", flag, spec) == -1) {
+		free(copy);
+		return cause_set(cause, "out of memory");
+	}
+	for (size_t i = 1; rv == 0 && i < n; i++)
+		rv = flags_push(f, key_find(SECT_POOL, keys[i]), field[0], field[i], label,
+		    i == 1, cause, "%s: %s", label, keys[i]);
+	free(label);
+	free(copy);
+	return rv;
+}
+
+int
+conf_flags_add(struct conf_flags *f, int ch, int longindex, const char *arg, char **cause)
+{
+	const struct conf_key *k = NULL;
+	char flag[CONF_FLAG_MAX + 2];
+
+	if (longindex >= 0)
+		snprintf(flag, sizeof flag, "--%s", f->longopts[longindex].name);
+	else
+		snprintf(flag, sizeof flag, "-%c", ch);
+	if (ch == FLAG_POOL)
+		return flags_add_pool(f, flag, arg, cause);
+	if (ch >= FLAG_KEY && (size_t)(ch - FLAG_KEY) < CONF_NKEYS)
+		k = &conf_keys[ch - FLAG_KEY];
+	for (size_t i = 0; k == NULL && ch > 0 && ch < 256 && i < CONF_NKEYS; i++)
+		if (conf_keys[i].letter == ch)
+			k = &conf_keys[i];
+	if (k == NULL)
+		return 1;
+	return flags_push(f, k, k->sect == SECT_POOL ? "default" : NULL, arg, NULL, false,
+	    cause, "%s %s", flag, *arg != '\0' ? arg : "\"\"");
+}
+
+void
+conf_flags_usage(FILE *out)
+{
+	static const char *const meta[] = {
+		[KIND_COUNT] = "N", [KIND_SIZE] = "SIZE", [KIND_DURATION] = "DUR",
+		[KIND_SOCKET] = "PATH", [KIND_MODE] = "MODE", [KIND_GROUP] = "GROUP",
+		[KIND_FILE] = "FILE", [KIND_LOGLEVEL] = "LEVEL", [KIND_LISTEN] = "HOST:PORT",
+		[KIND_ENV] = "NAME=VALUE",
+	};
+	char text[CONF_NKEYS][CONF_FLAG_MAX + 24], name[CONF_FLAG_MAX], lo[32], hi[32];
+	const char *m;
+	int width = 0, n;
+
+	for (size_t i = 0; i < CONF_NKEYS; i++) {
+		const struct conf_key *k = &conf_keys[i];
+		key_flag_name(k, name, sizeof name);
+		m = (size_t)k->kind < sizeof meta / sizeof meta[0] && meta[k->kind] != NULL ?
+		    meta[k->kind] : "VALUE";
+		if (k->letter != 0)
+			n = snprintf(text[i], sizeof text[i], "-%c, --%s %s", k->letter, name, m);
+		else
+			n = snprintf(text[i], sizeof text[i], "    --%s %s", name, m);
+		if (n > width)
+			width = n;
+	}
+	for (size_t i = 0; i < CONF_NKEYS; i++) {
+		const struct conf_key *k = &conf_keys[i];
+		fprintf(out, "  %-*s  [%s] %s", width, text[i], k->sect == SECT_DAEMON ?
+		    "daemon" : k->sect == SECT_EXEC ? "exec" : "pool default", k->name);
+		if (k->kind == KIND_COUNT)
+			fprintf(out, " (%llu to %llu)", (unsigned long long)k->min,
+			    (unsigned long long)k->max);
+		else if (k->kind == KIND_SIZE)
+			fprintf(out, " (%s to %s)", units_format_size(k->min, lo, sizeof lo),
+			    units_format_size(k->max, hi, sizeof hi));
+		else if (k->kind == KIND_DURATION)
+			fprintf(out, " (%s to %s)", units_format_duration(k->min, lo, sizeof lo),
+			    units_format_duration(k->max, hi, sizeof hi));
+		else if (k->kind == KIND_LISTEN || k->kind == KIND_ENV)
+			fprintf(out, ", repeatable");
+		fputc('\n', out);
+	}
+	fprintf(out, "      --pool NAME:SIZE[:CAPACITY[:LIMIT]]\n"
+	    "  %-*s  [pool NAME] size, capacity and limit, repeatable\n", width, "");
+}
+
+/* ---------------------------------------------------------------- reading */
+
 #define CONF_MAX_ERRORS 200
+#define CONF_MAX_LINE 198       /* characters of a line once its comment is cut */
 
 struct conf_error {
 	int line;               /* 0: about the file, or no line */
+	bool flag;              /* about a flag: after the file's, the text whole */
 	unsigned seq;           /* keeps the order of errors on one line */
 	char *text;
 };
 
-/* Where a key (or "[" for the header) of a section was first given. */
+/* Where a key (or "[" for the header) of a section was given. */
 struct conf_seen {
 	char *sect;
 	char *key;
-	int line;
+	int line;                               /* first in the file, or 0 */
+	const struct conf_override *flag;       /* the last flag that set it, or NULL */
 };
 
 struct conf_load {
-	const char *path;       /* NULL: conf_validate, no file */
+	const char *path;       /* NULL: no file */
 	FILE *fp;
 	struct conf *c;
 	int line;
 	char *raw;
 	size_t rawcap;
+	const struct conf_override *flag;       /* the flag being applied, NULL for the file */
 
 	struct conf_error *errs;
 	size_t nerrs, errcap;
 	size_t dropped;         /* errors past CONF_MAX_ERRORS */
 
-	/* the section the reader saw last */
+	/* the section the reader saw last, or the flag's */
 	enum conf_sect sect;
 	char sect_name[8 + CONF_POOL_NAME_MAX];  /* "daemon", "exec", "pool NAME" */
 	struct conf_pool *pool;
 
 	struct conf_seen *seen;
 	size_t nseen, seencap;
-	bool listen_given;      /* the file's first listen replaced c's list */
+	bool listen_given;      /* the first listen (the file's, then a flag's) replaced c's */
 };
 
-static void __attribute__((format(printf, 3, 4)))
-load_error(struct conf_load *l, int line, const char *fmt, ...)
+/* Keeps text (a malloc'd error) in l; NULL text counts as dropped. */
+static void
+error_add(struct conf_load *l, int line, bool flag, char *text)
 {
-	va_list ap;
-	char *text;
-
-	if (l->nerrs == CONF_MAX_ERRORS) {
+	if (text == NULL || l->nerrs == CONF_MAX_ERRORS) {
+		free(text);
 		l->dropped++;
 		return;
 	}
@@ -360,31 +589,78 @@ load_error(struct conf_load *l, int line, const char *fmt, ...)
 		size_t n = l->errcap ? l->errcap * 2 : 16;
 		struct conf_error *e = realloc(l->errs, n * sizeof *e);
 		if (e == NULL) {
+			free(text);
 			l->dropped++;
 			return;
 		}
 		l->errs = e;
 		l->errcap = n;
 	}
-	va_start(ap, fmt);
-	if (vasprintf(&text, fmt, ap) == -1)
-		text = NULL;
-	va_end(ap);
-	if (text == NULL) {
-		l->dropped++;
-		return;
-	}
 	l->errs[l->nerrs].line = line;
+	l->errs[l->nerrs].flag = flag;
 	l->errs[l->nerrs].seq = (unsigned)l->nerrs;
 	l->errs[l->nerrs].text = text;
 	l->nerrs++;
 }
 
-/* An error about a key of the current section, at the current line. */
-#define key_error(l, key, fmt, ...) \
-	load_error(l, (l)->line, "[%s] %s: " fmt, (l)->sect_name, key, __VA_ARGS__)
+static char *
+vformat(const char *fmt, va_list ap)
+{
+	char *text;
 
-static const struct conf_seen *
+	return vasprintf(&text, fmt, ap) == -1 ? NULL : text;
+}
+
+/* An error at a line of the file (0: about the file as a whole). */
+static void __attribute__((format(printf, 3, 4)))
+load_error(struct conf_load *l, int line, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	error_add(l, line, false, vformat(fmt, ap));
+	va_end(ap);
+}
+
+/* An error about a flag: "tpd: LABEL: message". */
+static void __attribute__((format(printf, 3, 4)))
+flag_error(struct conf_load *l, const char *label, const char *fmt, ...)
+{
+	va_list ap;
+	char *msg, *text = NULL;
+
+	va_start(ap, fmt);
+	msg = vformat(fmt, ap);
+	va_end(ap);
+	if (msg != NULL && asprintf(&text, "tpd: %s: %s", label, msg) == -1)
+		text = NULL;
+	free(msg);
+	error_add(l, 0, true, text);
+}
+
+/*
+ * An error about the key being read: "[SECTION] KEY: message" at the
+ * file's line, or "tpd: FLAG VALUE: message" for the flag being applied.
+ */
+static void __attribute__((format(printf, 3, 4)))
+key_error(struct conf_load *l, const char *key, const char *fmt, ...)
+{
+	va_list ap;
+	char *msg;
+
+	va_start(ap, fmt);
+	msg = vformat(fmt, ap);
+	va_end(ap);
+	if (msg == NULL)
+		error_add(l, l->line, l->flag != NULL, NULL);
+	else if (l->flag != NULL)
+		flag_error(l, l->flag->label, "%s", msg);
+	else
+		load_error(l, l->line, "[%s] %s: %s", l->sect_name, key, msg);
+	free(msg);
+}
+
+static struct conf_seen *
 seen_find(const struct conf_load *l, const char *sect, const char *key)
 {
 	for (size_t i = 0; i < l->nseen; i++)
@@ -393,71 +669,82 @@ seen_find(const struct conf_load *l, const char *sect, const char *key)
 	return NULL;
 }
 
-/* Records where sect/key was given; returns the earlier line, or 0 if first. */
-static int
-seen_note(struct conf_load *l, const char *sect, const char *key)
+static struct conf_seen *
+seen_add(struct conf_load *l, const char *sect, const char *key)
 {
-	const struct conf_seen *old = seen_find(l, sect, key);
+	struct conf_seen *s;
 
-	if (old != NULL)
-		return old->line;
 	if (l->nseen == l->seencap) {
 		size_t n = l->seencap ? l->seencap * 2 : 32;
-		struct conf_seen *s = realloc(l->seen, n * sizeof *s);
-		if (s == NULL)
-			return 0;
+		if ((s = realloc(l->seen, n * sizeof *s)) == NULL)
+			return NULL;
 		l->seen = s;
 		l->seencap = n;
 	}
-	l->seen[l->nseen].sect = strdup(sect);
-	l->seen[l->nseen].key = strdup(key);
-	l->seen[l->nseen].line = l->line;
-	if (l->seen[l->nseen].sect == NULL || l->seen[l->nseen].key == NULL) {
-		free(l->seen[l->nseen].sect);
-		free(l->seen[l->nseen].key);
-		return 0;
+	s = &l->seen[l->nseen];
+	s->sect = strdup(sect);
+	s->key = strdup(key);
+	s->line = 0;
+	s->flag = NULL;
+	if (s->sect == NULL || s->key == NULL) {
+		free(s->sect);
+		free(s->key);
+		return NULL;
 	}
 	l->nseen++;
+	return s;
+}
+
+/* The file gives sect/key at the current line; returns the earlier line, or 0 if first. */
+static int
+seen_note(struct conf_load *l, const char *sect, const char *key)
+{
+	struct conf_seen *s = seen_find(l, sect, key);
+
+	if (s != NULL)
+		return s->line;
+	if ((s = seen_add(l, sect, key)) != NULL)
+		s->line = l->line;
 	return 0;
 }
 
-static int
-seen_line(const struct conf_load *l, const char *sect, const char *key)
+/* The flag being applied gives sect/key, over what the file said. */
+static void
+seen_flag(struct conf_load *l, const char *sect, const char *key)
 {
-	const struct conf_seen *s = seen_find(l, sect, key);
+	struct conf_seen *s = seen_find(l, sect, key);
 
-	return s != NULL ? s->line : 0;
+	if (s == NULL)
+		s = seen_add(l, sect, key);
+	if (s != NULL)
+		s->flag = l->flag;
 }
 
-/* "1G", "64k", "300": a size the way a person would write it in the file. */
-static const char *
-fmt_size(uint64_t v, char *buf, size_t len)
+/*
+ * An error about sect's key about, told where src (a key of sect, or "["
+ * for its header) was given: by a flag, at a line of the file, or else at
+ * no line.
+ */
+static void __attribute__((format(printf, 5, 6)))
+source_error(struct conf_load *l, const char *sect, const char *about, const char *src,
+    const char *fmt, ...)
 {
-	if (v != 0 && v % GIB == 0)
-		snprintf(buf, len, "%lluG", (unsigned long long)(v / GIB));
-	else if (v != 0 && v % MIB == 0)
-		snprintf(buf, len, "%lluM", (unsigned long long)(v / MIB));
-	else if (v != 0 && v % KIB == 0)
-		snprintf(buf, len, "%lluk", (unsigned long long)(v / KIB));
-	else
-		snprintf(buf, len, "%llu", (unsigned long long)v);
-	return buf;
-}
+	const struct conf_seen *s = seen_find(l, sect, src);
+	va_list ap;
+	char *msg;
 
-static const char *
-fmt_duration(uint64_t ms, char *buf, size_t len)
-{
-	if (ms != 0 && ms % DAY == 0)
-		snprintf(buf, len, "%llud", (unsigned long long)(ms / DAY));
-	else if (ms != 0 && ms % (3600 * SEC) == 0)
-		snprintf(buf, len, "%lluh", (unsigned long long)(ms / (3600 * SEC)));
-	else if (ms != 0 && ms % (60 * SEC) == 0)
-		snprintf(buf, len, "%llumin", (unsigned long long)(ms / (60 * SEC)));
-	else if (ms != 0 && ms % SEC == 0)
-		snprintf(buf, len, "%llus", (unsigned long long)(ms / SEC));
+	va_start(ap, fmt);
+	msg = vformat(fmt, ap);
+	va_end(ap);
+	if (msg == NULL)
+		error_add(l, 0, false, NULL);
+	else if (s != NULL && s->flag != NULL && strcmp(s->flag->key->name, about) == 0)
+		flag_error(l, s->flag->label, "%s", msg);
+	else if (s != NULL && s->flag != NULL)
+		flag_error(l, s->flag->label, "[%s] %s: %s", sect, about, msg);
 	else
-		snprintf(buf, len, "%llums", (unsigned long long)ms);
-	return buf;
+		load_error(l, s != NULL ? s->line : 0, "[%s] %s: %s", sect, about, msg);
+	free(msg);
 }
 
 /* Levenshtein distance, for "did you mean"; names are short. */
@@ -486,24 +773,13 @@ edit_distance(const char *a, const char *b)
 	return row[lb];
 }
 
-static const char *
-sect_label(enum conf_sect sect)
-{
-	switch (sect) {
-	case SECT_DAEMON: return "[daemon]";
-	case SECT_EXEC: return "[exec]";
-	case SECT_POOL: return "[pool NAME]";
-	default: return "no section";
-	}
-}
-
 static void
 key_unknown(struct conf_load *l, const char *name)
 {
 	const struct conf_key *near = NULL, *elsewhere = NULL;
 	size_t best = 3;
 
-	for (size_t i = 0; i < sizeof conf_keys / sizeof conf_keys[0]; i++) {
+	for (size_t i = 0; i < CONF_NKEYS; i++) {
 		const struct conf_key *k = &conf_keys[i];
 		if (k->sect != l->sect) {
 			if (strcmp(k->name, name) == 0)
@@ -522,7 +798,7 @@ key_unknown(struct conf_load *l, const char *name)
 	else if (near != NULL)
 		key_error(l, name, "unknown key (did you mean %s?)", near->name);
 	else
-		key_error(l, name, "unknown key%s", "");
+		key_error(l, name, "unknown key");
 }
 
 /* Decimal digits into a u64: 0, -1 when not digits, -2 when too large. */
@@ -565,6 +841,7 @@ set_group(struct conf_load *l, const struct conf_key *k, char **slot, const char
 	set_string(slot, value);
 }
 
+/* Only the form is checked: names are resolved when tpd listens (listen.c). */
 static void
 set_listen(struct conf_load *l, const struct conf_key *k, const char *value)
 {
@@ -621,8 +898,9 @@ set_env(struct conf_load *l, const struct conf_key *k, const char *value)
 		    (int)n, value);
 		return;
 	}
+	/* the file may set a variable once; a later flag replaces it, as flags do */
 	snprintf(seenkey, sizeof seenkey, "env %.*s", (int)n, value);
-	if ((first = seen_note(l, l->sect_name, seenkey)) != 0) {
+	if (l->flag == NULL && (first = seen_note(l, l->sect_name, seenkey)) != 0) {
 		key_error(l, k->name, "%.*s already set at line %d", (int)n, value, first);
 		return;
 	}
@@ -644,8 +922,7 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 {
 	void *slot = base + k->off;
 	uint64_t v = 0;
-	size_t sz;
-	char lo[32], hi[32], got[32];
+	char lo[32], hi[32], got[32], *why = NULL;
 	int r;
 
 	switch (k->kind) {
@@ -662,30 +939,33 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 		*(unsigned *)slot = (unsigned)v;
 		return;
 	case KIND_SIZE:
-		if (conf_parse_size(value, &sz) == -1) {
-			key_error(l, k->name, "\"%s\" is not a size (a number of bytes, "
-			    "or with k, M or G)", value);
+		if ((r = units_parse_size(value, &v, &why)) == -1) {
+			key_error(l, k->name, "%s", why != NULL ? why : "out of memory");
+			free(why);
 			return;
 		}
-		if (sz < k->min || sz > k->max) {
+		free(why);
+		if (r == -2 || v < k->min || v > k->max) {
 			key_error(l, k->name, "%s is out of range (%s to %s)",
-			    fmt_size(sz, got, sizeof got), fmt_size(k->min, lo, sizeof lo),
-			    fmt_size(k->max, hi, sizeof hi));
+			    r == -2 ? value : units_format_size(v, got, sizeof got),
+			    units_format_size(k->min, lo, sizeof lo),
+			    units_format_size(k->max, hi, sizeof hi));
 			return;
 		}
-		*(size_t *)slot = sz;
+		*(size_t *)slot = (size_t)v;
 		return;
 	case KIND_DURATION:
-		if (conf_parse_duration_ms(value, &v) == -1) {
-			key_error(l, k->name, "\"%s\" is not a duration (like 500ms, 5s, "
-			    "2min, 1h, 1d)", value);
+		if ((r = units_parse_duration(value, &v, &why)) == -1) {
+			key_error(l, k->name, "%s", why != NULL ? why : "out of memory");
+			free(why);
 			return;
 		}
-		if (v < k->min || v > k->max) {
+		free(why);
+		if (r == -2 || v < k->min || v > k->max) {
 			key_error(l, k->name, "%s is out of range (%s to %s)",
-			    fmt_duration(v, got, sizeof got),
-			    fmt_duration(k->min, lo, sizeof lo),
-			    fmt_duration(k->max, hi, sizeof hi));
+			    r == -2 ? value : units_format_duration(v, got, sizeof got),
+			    units_format_duration(k->min, lo, sizeof lo),
+			    units_format_duration(k->max, hi, sizeof hi));
 			return;
 		}
 		*(uint64_t *)slot = v;
@@ -733,45 +1013,62 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 	}
 }
 
-static int
-conf_ini_handler(void *arg, const char *section, const char *name, const char *value)
+/* A key's value from the file or a flag: the one way a value is checked and stored. */
+static void
+key_assign(struct conf_load *l, const struct conf_key *k, char *base, const char *value)
 {
-	struct conf_load *l = arg;
-	const struct conf_key *k = NULL;
+	if (*value == '\0' && k->kind != KIND_SOCKET && k->kind != KIND_GROUP &&
+	    k->kind != KIND_FILE && k->kind != KIND_LISTEN) {
+		key_error(l, k->name, "empty value");
+		return;
+	}
+	key_set(l, k, base, value);
+}
+
+/* The pool called name, made if missing; NULL with why set when it cannot be. */
+static struct conf_pool *
+pool_open(struct conf *c, const char *name, char *why, size_t len)
+{
+	struct conf_pool *p;
+
+	if (!conf_pool_name_ok(name)) {
+		snprintf(why, len, "a pool name is 1 to %d letters, digits, '_', '.' or '-'",
+		    CONF_POOL_NAME_MAX);
+		return NULL;
+	}
+	if ((p = conf_pool_get(c, name)) == NULL)
+		snprintf(why, len, "too many pools (at most %d)", CONF_MAX_POOLS);
+	return p;
+}
+
+/* A "key = value" line of the file, in the current section. */
+static void
+file_entry(struct conf_load *l, const char *name, const char *value)
+{
+	const struct conf_key *k;
 	int first;
 
-	/* The reader's own record of the section is used: it knows the header's line. */
-	(void)section;
 	if (l->sect == SECT_BAD)
-		return 1;       /* the header was reported; its keys mean nothing */
+		return;         /* the header was reported; its keys mean nothing */
 	if (*name == '\0') {
 		load_error(l, l->line, "a value without a key");
-		return 1;
+		return;
 	}
 	if (l->sect == SECT_NONE) {
 		load_error(l, l->line, "%s: key outside any section (keys go under "
 		    "[daemon], [exec] or [pool NAME])", name);
-		return 1;
+		return;
 	}
-	for (size_t i = 0; i < sizeof conf_keys / sizeof conf_keys[0]; i++)
-		if (conf_keys[i].sect == l->sect && strcmp(conf_keys[i].name, name) == 0)
-			k = &conf_keys[i];
-	if (k == NULL) {
+	if ((k = key_find(l->sect, name)) == NULL) {
 		key_unknown(l, name);
-		return 1;
+		return;
 	}
 	if (k->kind != KIND_LISTEN && k->kind != KIND_ENV &&
 	    (first = seen_note(l, l->sect_name, k->name)) != 0) {
 		key_error(l, k->name, "already set at line %d", first);
-		return 1;
+		return;
 	}
-	if (*value == '\0' && k->kind != KIND_SOCKET && k->kind != KIND_GROUP &&
-	    k->kind != KIND_FILE && k->kind != KIND_LISTEN) {
-		key_error(l, k->name, "empty value%s", "");
-		return 1;
-	}
-	key_set(l, k, k->sect == SECT_POOL ? (char *)l->pool : (char *)l->c, value);
-	return 1;
+	key_assign(l, k, k->sect == SECT_POOL ? (char *)l->pool : (char *)l->c, value);
 }
 
 /* Cuts a comment ('#' or ';' at the start or after white space) and trims. */
@@ -797,7 +1094,7 @@ line_clean(char *s)
 static void
 section_open(struct conf_load *l, char *s)
 {
-	char *close = strchr(s, ']'), *inner, *name;
+	char *close = strchr(s, ']'), *inner, *name, why[128];
 	int first;
 
 	l->sect = SECT_BAD;
@@ -825,14 +1122,8 @@ section_open(struct conf_load *l, char *s)
 			    "as [pool NAME]");
 			return;
 		}
-		if (!conf_pool_name_ok(name)) {
-			load_error(l, l->line, "[pool %s]: a pool name is 1 to %d letters, "
-			    "digits, '_', '.' or '-'", name, CONF_POOL_NAME_MAX);
-			return;
-		}
-		if ((l->pool = conf_pool_get(l->c, name)) == NULL) {
-			load_error(l, l->line, "[pool %s]: too many pools (at most %d)",
-			    name, CONF_MAX_POOLS);
+		if ((l->pool = pool_open(l->c, name, why, sizeof why)) == NULL) {
+			load_error(l, l->line, "[pool %s]: %s", name, why);
 			return;
 		}
 		l->sect = SECT_POOL;
@@ -849,44 +1140,78 @@ section_open(struct conf_load *l, char *s)
 		    l->sect_name, first);
 }
 
-/* inih's fgets-style reader: the next line, cleaned, or "\n" for a bad one. */
-static char *
-conf_ini_reader(char *str, int num, void *arg)
+/* Every line of the file, each error noted with its line number. */
+static void
+file_read(struct conf_load *l)
 {
-	struct conf_load *l = arg;
-	char *s, *sep;
-	size_t n;
+	char *s, *sep, *key, *value;
 
-	if (getline(&l->raw, &l->rawcap, l->fp) == -1)
-		return NULL;
-	l->line++;
-	s = l->raw;
-	if (l->line == 1 && strncmp(s, "\xEF\xBB\xBF", 3) == 0)
-		s += 3;         /* a UTF-8 byte order mark */
-	s = line_clean(s);
-	n = strlen(s);
-	snprintf(str, (size_t)num, "\n");
-	if (*s == '[') {
-		section_open(l, s);
-		return str;     /* inih's idea of the section is not used */
+	while (getline(&l->raw, &l->rawcap, l->fp) != -1) {
+		l->line++;
+		s = l->raw;
+		if (l->line == 1 && strncmp(s, "\xEF\xBB\xBF", 3) == 0)
+			s += 3;         /* a UTF-8 byte order mark */
+		s = line_clean(s);
+		if (*s == '\0')
+			continue;
+		if (*s == '[') {
+			section_open(l, s);
+			continue;
+		}
+		sep = strpbrk(s, "=:");
+		if (sep == NULL || *sep != '=') {
+			load_error(l, l->line, "expected \"key = value\", a [section] or a comment");
+			continue;
+		}
+		if (strlen(s) > CONF_MAX_LINE) {
+			load_error(l, l->line, "line too long (at most %d characters without "
+			    "comments)", CONF_MAX_LINE);
+			continue;
+		}
+		*sep = '\0';
+		key = line_clean(s);
+		value = line_clean(sep + 1);
+		file_entry(l, key, value);
 	}
-	if (*s == '\0')
-		return str;
-	sep = strpbrk(s, "=:");
-	if (sep == NULL || *sep != '=') {
-		load_error(l, l->line, "expected \"key = value\", a [section] or a comment");
-		return str;
-	}
-	if (n + 2 > (size_t)num) {
-		load_error(l, l->line, "line too long (at most %d characters without "
-		    "comments)", num - 2);
-		return str;
-	}
-	snprintf(str, (size_t)num, "%s\n", s);
-	return str;
+	if (ferror(l->fp))
+		load_error(l, l->line + 1, "read error: %s", strerror(errno));
 }
 
-/* A pool whose size the file left alone follows a smaller limit instead of failing. */
+/* The flags, in command-line order, over what the file left. */
+static void
+flags_apply(struct conf_load *l, const struct conf_flags *f)
+{
+	char why[128];
+
+	l->line = 0;
+	l->listen_given = false;        /* the first -l replaces the file's list */
+	for (size_t i = 0; i < f->n; i++) {
+		const struct conf_override *o = &f->v[i];
+		const struct conf_key *k = o->key;
+		char *base = (char *)l->c;
+
+		l->flag = o;
+		l->sect = k->sect;
+		if (k->sect == SECT_POOL) {
+			if ((l->pool = pool_open(l->c, o->pool, why, sizeof why)) == NULL) {
+				if (o->pool_first)
+					flag_error(l, o->pool_label != NULL ? o->pool_label :
+					    o->label, "%s", why);
+				continue;
+			}
+			base = (char *)l->pool;
+			snprintf(l->sect_name, sizeof l->sect_name, "pool %s", o->pool);
+		} else
+			snprintf(l->sect_name, sizeof l->sect_name, "%s",
+			    k->sect == SECT_DAEMON ? "daemon" : "exec");
+		if (k->kind != KIND_LISTEN && k->kind != KIND_ENV)
+			seen_flag(l, l->sect_name, k->name);
+		key_assign(l, k, base, o->value);
+	}
+	l->flag = NULL;
+}
+
+/* A pool whose size neither file nor flag gave follows a smaller limit instead of failing. */
 static void
 conf_clamp_sizes(const struct conf_load *l, struct conf *c)
 {
@@ -895,15 +1220,15 @@ conf_clamp_sizes(const struct conf_load *l, struct conf *c)
 		char sect[8 + CONF_POOL_NAME_MAX];
 
 		snprintf(sect, sizeof sect, "pool %s", p->name);
-		if (seen_line(l, sect, "size") == 0 && p->size > p->limit)
+		if (seen_find(l, sect, "size") == NULL && p->size > p->limit)
 			p->size = p->limit;
 	}
 }
 
 /*
  * The checks between keys: a pool's size within its limit, output_limit
- * within output_limit_max. Errors name the line of the key that caused them
- * when there is a file.
+ * within output_limit_max. An error is told where the key that caused it
+ * was given (its flag or its line), whichever way each key was given.
  */
 static void
 conf_cross_check(struct conf_load *l, const struct conf *c)
@@ -913,42 +1238,42 @@ conf_cross_check(struct conf_load *l, const struct conf *c)
 	for (size_t i = 0; i < c->npools; i++) {
 		const struct conf_pool *p = &c->pools[i];
 		char sect[8 + CONF_POOL_NAME_MAX];
-		int size_line, limit_line, line;
+		const char *src;
 
 		snprintf(sect, sizeof sect, "pool %s", p->name);
-		size_line = seen_line(l, sect, "size");
-		limit_line = seen_line(l, sect, "limit");
-		line = size_line ? size_line : limit_line ? limit_line : seen_line(l, sect, "[");
+		src = seen_find(l, sect, "size") ? "size" : seen_find(l, sect, "limit") ?
+		    "limit" : "[";
 		if (p->size < 1 || p->size > p->limit)
-			load_error(l, line, "[%s] size: %u is %s limit %u", sect, p->size,
+			source_error(l, sect, "size", src, "%u is %s limit %u", p->size,
 			    p->size < 1 ? "below 1, the least" : "above", p->limit);
 		if (p->limit < 1 || p->limit > CONF_POOL_MAX_LIMIT)
-			load_error(l, line, "[%s] limit: %u is out of range (1 to %d)", sect,
+			source_error(l, sect, "limit", src, "%u is out of range (1 to %d)",
 			    p->limit, CONF_POOL_MAX_LIMIT);
 		if (p->capacity < 1 || p->capacity > CONF_POOL_MAX_CAPACITY)
-			load_error(l, seen_line(l, sect, "capacity"), "[%s] capacity: %u is "
-			    "out of range (1 to %d)", sect, p->capacity, CONF_POOL_MAX_CAPACITY);
+			source_error(l, sect, "capacity", "capacity", "%u is out of range "
+			    "(1 to %d)", p->capacity, CONF_POOL_MAX_CAPACITY);
 	}
-	if (c->exec_output_limit > c->exec_output_limit_max) {
-		int line = seen_line(l, "exec", "output_limit");
-		load_error(l, line ? line : seen_line(l, "exec", "output_limit_max"),
-		    "[exec] output_limit: %s is above output_limit_max %s",
-		    fmt_size(c->exec_output_limit, a, sizeof a),
-		    fmt_size(c->exec_output_limit_max, b, sizeof b));
-	}
+	if (c->exec_output_limit > c->exec_output_limit_max)
+		source_error(l, "exec", "output_limit", seen_find(l, "exec", "output_limit") ?
+		    "output_limit" : "output_limit_max", "%s is above output_limit_max %s",
+		    units_format_size(c->exec_output_limit, a, sizeof a),
+		    units_format_size(c->exec_output_limit_max, b, sizeof b));
 }
 
+/* The file's errors by line, then the flags' in command-line order. */
 static int
 error_cmp(const void *x, const void *y)
 {
 	const struct conf_error *a = x, *b = y;
 
+	if (a->flag != b->flag)
+		return a->flag ? 1 : -1;
 	if (a->line != b->line)
 		return a->line < b->line ? -1 : 1;
 	return a->seq < b->seq ? -1 : a->seq > b->seq;
 }
 
-/* Frees l; returns 0, or -1 with *errors set to every error, sorted by line. */
+/* Frees l; returns 0, or -1 with *errors set to every error, in order. */
 static int
 load_finish(struct conf_load *l, char **errors)
 {
@@ -962,9 +1287,9 @@ load_finish(struct conf_load *l, char **errors)
 		for (size_t i = 0; i < l->nerrs; i++) {
 			if (i > 0)
 				fputc('\n', m);
-			if (l->path != NULL && l->errs[i].line > 0)
+			if (!l->errs[i].flag && l->path != NULL && l->errs[i].line > 0)
 				fprintf(m, "%s:%d: ", l->path, l->errs[i].line);
-			else if (l->path != NULL)
+			else if (!l->errs[i].flag && l->path != NULL)
 				fprintf(m, "%s: ", l->path);
 			fputs(l->errs[i].text, m);
 		}
@@ -990,29 +1315,37 @@ load_finish(struct conf_load *l, char **errors)
 }
 
 int
-conf_load(struct conf *c, const char *path, char **errors)
+conf_read(struct conf *c, const char *path, const struct conf_flags *flags, char **errors)
 {
 	struct conf_load l = { .path = path, .c = c, .sect = SECT_NONE };
-	int r;
+	bool readable = true;
 
 	*errors = NULL;
-	free(c->path);
-	c->path = strdup(path);
-	if ((l.fp = fopen(path, "r")) == NULL) {
-		load_error(&l, 0, "cannot open: %s", strerror(errno));
-		return load_finish(&l, errors);
+	if (path != NULL) {
+		free(c->path);
+		c->path = strdup(path);
+		if ((l.fp = fopen(path, "r")) == NULL) {
+			load_error(&l, 0, "cannot open: %s", strerror(errno));
+			readable = false;
+		} else {
+			file_read(&l);
+			fclose(l.fp);
+		}
 	}
-	r = ini_parse_stream(conf_ini_reader, &l, conf_ini_handler, &l);
-	if (ferror(l.fp))
-		load_error(&l, l.line + 1, "read error: %s", strerror(errno));
-	else if (r < 0)
-		load_error(&l, 0, "out of memory while reading");
-	else if (r > 0 && l.nerrs == 0)
-		load_error(&l, r, "not understood");    /* the reader should have said why */
-	fclose(l.fp);
-	conf_clamp_sizes(&l, c);
-	conf_cross_check(&l, c);
+	if (flags != NULL)
+		flags_apply(&l, flags);
+	/* without the file, figures that it may have fixed are left unchecked */
+	if (readable) {
+		conf_clamp_sizes(&l, c);
+		conf_cross_check(&l, c);
+	}
 	return load_finish(&l, errors);
+}
+
+int
+conf_load(struct conf *c, const char *path, char **errors)
+{
+	return conf_read(c, path, NULL, errors);
 }
 
 int

@@ -1,6 +1,7 @@
 /*
  * conf.h: tpd's settings. Built-in defaults, overridden by the file (-c),
- * overridden by command-line flags. Every limit lives here.
+ * overridden by command-line flags, both read and checked by the same code
+ * (conf.c's key table). Every limit lives here.
  */
 #ifndef TPD_CONF_H
 #define TPD_CONF_H
@@ -8,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #define CONF_MAX_LISTEN 16
@@ -66,6 +68,57 @@ void conf_init(struct conf *c);
 void conf_free(struct conf *c);
 
 /*
+ * The command line's settings. Every key of the file is a flag too, named
+ * after it (--max-request-bytes sets [daemon] max_request_bytes), a few with
+ * a short or a special name (-s, -l, -w, -q, --limit; see conf_flags_usage),
+ * and --pool NAME:SIZE[:CAPACITY[:LIMIT]] sets a [pool NAME]'s keys. tpd
+ * parses its command line once, at start, into a conf_flags: a list of
+ * (key, value as written, flag as written); conf_read applies it over the
+ * file, at start and again on SIGHUP, with the file's checks and messages.
+ * A flag given twice counts the last time; -l and --env add up, as their
+ * keys do in the file, and the first of them replaces the file's list.
+ */
+struct conf_flags;
+struct option;
+
+/*
+ * A new, empty list, with getopt_long's tables: own (the program's own
+ * options, ending with a zeroed entry) and own_short (their letters, as
+ * getopt takes them), followed by the options of every key and --pool.
+ * The short string starts with ':' (a missing value is reported as ':').
+ * NULL when out of memory.
+ */
+struct conf_flags *conf_flags_new(const struct option *own, const char *own_short);
+void conf_flags_free(struct conf_flags *f);
+const struct option *conf_flags_longopts(const struct conf_flags *f);
+const char *conf_flags_shortopts(const struct conf_flags *f);
+
+/*
+ * Records what getopt_long gave back (ch, the index it set or -1, optarg).
+ * Returns 1 when ch is not a setting's flag (the program's own), 0 when
+ * recorded, -1 with *cause set (caller frees) when the flag's form is
+ * wrong (--pool without NAME:SIZE) or memory ran out. Values are checked
+ * only by conf_read.
+ */
+int conf_flags_add(struct conf_flags *f, int ch, int longindex, const char *arg,
+    char **cause);
+
+/* Writes one help line per setting's flag: the flag, its value, the key it sets, its range. */
+void conf_flags_usage(FILE *out);
+
+/*
+ * Reads path (NULL: no file) over c's current values, then applies flags
+ * (NULL: none) over the result, then makes the cross-checks (size <= limit,
+ * output_limit <= output_limit_max) on the whole. The file is read as
+ * conf_load says. Errors about a flag come after the file's, in command-line
+ * order, as "tpd: FLAG VALUE: message", the message the same text as for
+ * the key in the file. Returns 0, or -1 with *errors set (all of them,
+ * newline-separated, caller frees) and c fit only for conf_free.
+ */
+int conf_read(struct conf *c, const char *path, const struct conf_flags *flags,
+    char **errors);
+
+/*
  * Reads path over c's current values (a value given in the file replaces the
  * one in c; the first "listen" of the file replaces c's list; "env" replaces
  * or extends c's base environment). Every error is collected as one line
@@ -74,14 +127,14 @@ void conf_free(struct conf *c);
  * frees) and c left fit only for conf_free. Cross-checks (size <= limit,
  * output_limit <= output_limit_max) are made on the result.
  *
- * Meant for the loop thread at start-up and on SIGHUP: it uses no global
- * state of its own, but libinih's settings are process-wide and untouched.
+ * Meant for the loop thread at start-up and on SIGHUP; it uses no global
+ * state.
  */
 int conf_load(struct conf *c, const char *path, char **errors);
 
 /*
- * The cross-checks of conf_load, for a conf that flags changed afterwards:
- * every pool has 1 <= size <= limit and capacity >= 1, output_limit <=
+ * The cross-checks of conf_load, for a conf changed afterwards: every pool
+ * has 1 <= size <= limit and capacity >= 1, output_limit <=
  * output_limit_max. Returns 0, or -1 with *errors set (lines naming the pool
  * or key, caller frees).
  */
@@ -97,7 +150,8 @@ int conf_check_file(const char *path);
 /*
  * Splits "HOST:PORT" or "[IPV6]:PORT" (PORT 0..65535, HOST a name, an IPv4
  * address, "*" for every address, or a bracketed IPv6 address). Fills host (brackets removed) and
- * port; returns 0, or -1 with *cause set (caller frees).
+ * port; returns 0, or -1 with *cause set (caller frees). Names are not
+ * resolved: listen.c does that when it listens.
  */
 int conf_split_hostport(const char *s, char *host, size_t hostlen,
     char *port, size_t portlen, char **cause);
@@ -107,12 +161,6 @@ struct conf_pool *conf_pool_find(struct conf *c, const char *name);
 
 /* The named pool, added with defaults if missing (NULL when full). */
 struct conf_pool *conf_pool_get(struct conf *c, const char *name);
-
-/* Parses a duration: "500ms", "5s", "2m", "1h", "1d", or a bare number of ms. */
-int conf_parse_duration_ms(const char *s, uint64_t *out);
-
-/* Parses a size: "4096", "64k", "1M", "1G" (binary units). */
-int conf_parse_size(const char *s, size_t *out);
 
 /* Parses a pool or queue count: decimal digits only, at most max. */
 int conf_parse_count(const char *s, unsigned max, unsigned *out);

@@ -25,6 +25,7 @@ enum daemon_phase {
 struct daemon {
 	struct event_base *base;
 	struct conf conf;
+	struct conf_flags *flags;  /* the command line's settings, applied over the file (start, SIGHUP) */
 	enum daemon_phase phase;
 	uint64_t started_us;
 	uint64_t outstanding;      /* accepted tasks whose done is not yet processed */
@@ -45,8 +46,5 @@ void daemon_maybe_exit(void);
 
 /* SIGHUP: re-reads the configuration file and applies it (reload.c). */
 void daemon_reload(void);
-
-/* Applies the command line's settings over c again, as at start-up (for a reload). */
-void daemon_apply_flags(struct conf *c);
 
 #endif

@@ -1,6 +1,7 @@
 /*
- * reload.c: SIGHUP. The configuration file is read again, with the command
- * line over it as at start-up, into a new struct conf. Any error (in the
+ * reload.c: SIGHUP. The configuration file is read again, with the flags
+ * of the command line (parsed once, at start) over it as at start-up, into a
+ * new struct conf. Any error (in the
  * file, the cross-checks or a token file) refuses the whole reload: every
  * error is logged and nothing changes. Otherwise it is applied at once,
  * connections kept:
@@ -185,10 +186,8 @@ daemon_reload(void)
 	conf_init(&nc);
 	if ((path = strdup(d->conf.path)) == NULL)
 		goto refused;
-	if (conf_load(&nc, path, &errors) == -1)
-		goto refused;
-	daemon_apply_flags(&nc);
-	if (conf_validate(&nc, &errors) == -1 || reload_auth_prepare(&nc, &auth, &errors) == -1)
+	if (conf_read(&nc, path, d->flags, &errors) == -1 ||
+	    reload_auth_prepare(&nc, &auth, &errors) == -1)
 		goto refused;
 
 	reload_keep_listeners(&nc, &d->conf);

@@ -1,6 +1,7 @@
 /*
- * tpd.c: the daemon's main: flags over the configuration, start-up, the
- * event loop, signals, and the shutdown sequence (SPEC section 4).
+ * tpd.c: the daemon's main: the command line (parsed once, into the
+ * settings' flags of conf.c and tpd's own), start-up, the event loop,
+ * signals, and the shutdown sequence (drain, then now; see tpd(8)).
  */
 #include "config.h"
 
@@ -8,6 +9,7 @@
 #include <getopt.h>
 #include <grp.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,248 +35,169 @@
 
 struct daemon *daemon_state;
 static struct daemon the_daemon;
-static int saved_argc;       /* the command line, applied again on SIGHUP */
-static char **saved_argv;
 
-static void
-usage(FILE *f)
-{
-	fprintf(f,
-	    "usage: tpd [-f] [-n] [-c FILE] [-s PATH] [-l HOST:PORT]... [-w N] [-q N]\n"
-	    "           [--log-level LEVEL] [--pool NAME:SIZE[:CAPACITY[:LIMIT]]]...\n"
-	    "\n"
-	    "  -c, --config FILE        read settings from FILE (flags override it)\n"
-	    "  -f, --foreground         run in the foreground (the only mode; systemd daemonizes)\n"
-	    "  -n, --check              check the configuration and exit\n"
-	    "  -s, --socket PATH        Unix socket (default: %s)\n"
-	    "  -l, --listen HOST:PORT   TCP listener, repeatable (none by default)\n"
-	    "  -w, --workers N          workers of the default pool\n"
-	    "  -q, --queue N            queue capacity of the default pool\n"
-	    "      --limit N            most workers a resize of the default pool may ask for\n"
-	    "      --pool SPEC          another pool, NAME:SIZE[:CAPACITY[:LIMIT]]\n"
-	    "      --log-level LEVEL    error, warning, notice, info or debug\n"
-	    "      --max-connections N, --max-request-bytes SIZE, --max-output-buffer SIZE,\n"
-	    "      --result-ttl DUR, --result-retain N, --result-retain-bytes SIZE,\n"
-	    "      --max-subscriptions N, --shutdown-timeout DUR,\n"
-	    "      --socket-mode MODE, --socket-group GROUP, --admin-group GROUP,\n"
-	    "      --token-file FILE, --admin-token-file FILE\n"
-	    "                           as the [daemon] keys of tpd.conf(5)\n"
-	    "      --version            print the version and exit\n"
-	    "  -h, --help               print this help and exit\n",
-	    "$RUNTIME_DIRECTORY/tpd.sock, /run/tpd/tpd.sock, $XDG_RUNTIME_DIR/tpd.sock or "
-	    "/tmp/tpd-$UID/tpd.sock");
-}
+enum { OPT_VERSION = 256 };
 
-enum {
-	OPT_LOG_LEVEL = 256, OPT_VERSION, OPT_POOL, OPT_LIMIT, OPT_MAX_CONNECTIONS,
-	OPT_MAX_REQUEST, OPT_MAX_OUTPUT, OPT_RESULT_TTL, OPT_RESULT_RETAIN, OPT_SHUTDOWN_TIMEOUT,
-	OPT_SOCKET_MODE, OPT_SOCKET_GROUP, OPT_ADMIN_GROUP, OPT_TOKEN_FILE, OPT_ADMIN_TOKEN_FILE,
-	OPT_RESULT_RETAIN_BYTES, OPT_MAX_SUBSCRIPTIONS,
-};
-
-static const struct option long_options[] = {
+/* tpd's own flags; every setting's flag comes from conf.c's key table. */
+static const struct option own_options[] = {
 	{ "config", required_argument, NULL, 'c' },
 	{ "foreground", no_argument, NULL, 'f' },
 	{ "check", no_argument, NULL, 'n' },
-	{ "socket", required_argument, NULL, 's' },
-	{ "listen", required_argument, NULL, 'l' },
-	{ "workers", required_argument, NULL, 'w' },
-	{ "queue", required_argument, NULL, 'q' },
-	{ "limit", required_argument, NULL, OPT_LIMIT },
-	{ "pool", required_argument, NULL, OPT_POOL },
-	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
-	{ "max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS },
-	{ "max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST },
-	{ "max-output-buffer", required_argument, NULL, OPT_MAX_OUTPUT },
-	{ "result-ttl", required_argument, NULL, OPT_RESULT_TTL },
-	{ "result-retain", required_argument, NULL, OPT_RESULT_RETAIN },
-	{ "result-retain-bytes", required_argument, NULL, OPT_RESULT_RETAIN_BYTES },
-	{ "max-subscriptions", required_argument, NULL, OPT_MAX_SUBSCRIPTIONS },
-	{ "shutdown-timeout", required_argument, NULL, OPT_SHUTDOWN_TIMEOUT },
-	{ "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
-	{ "socket-group", required_argument, NULL, OPT_SOCKET_GROUP },
-	{ "admin-group", required_argument, NULL, OPT_ADMIN_GROUP },
-	{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
-	{ "admin-token-file", required_argument, NULL, OPT_ADMIN_TOKEN_FILE },
 	{ "version", no_argument, NULL, OPT_VERSION },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
 
-static unsigned
-parse_count(const char *flag, const char *arg, unsigned min, unsigned max)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(arg, &end, 10);
-	if (*arg == '\0' || *end != '\0' || errno != 0 || v < min || v > max) {
-		fprintf(stderr, "tpd: %s %s: expected a whole number from %u to %u\n",
-		    flag, arg, min, max);
-		exit(64);
-	}
-	return (unsigned)v;
-}
-
-static size_t
-parse_size_flag(const char *flag, const char *arg)
-{
-	size_t v;
-
-	if (conf_parse_size(arg, &v) == -1 || v == 0) {
-		fprintf(stderr, "tpd: %s %s: expected a size such as 65536, 64k or 8M\n", flag, arg);
-		exit(64);
-	}
-	return v;
-}
-
-static uint64_t
-parse_duration_flag(const char *flag, const char *arg)
-{
-	uint64_t v;
-
-	if (conf_parse_duration_ms(arg, &v) == -1) {
-		fprintf(stderr, "tpd: %s %s: expected a duration such as 500ms, 5s or 2m\n",
-		    flag, arg);
-		exit(64);
-	}
-	return v;
-}
-
 static void
-replace(char **slot, const char *value)
+usage(FILE *f)
 {
-	free(*slot);
-	*slot = strdup(value);
+	fprintf(f,
+	    "usage: tpd [-fn] [-c FILE] [-s PATH] [-l HOST:PORT]... [-w N] [-q N]\n"
+	    "           [--pool NAME:SIZE[:CAPACITY[:LIMIT]]]... [--KEY VALUE]...\n"
+	    "\n"
+	    "  -c, --config FILE        read settings from FILE (flags override it)\n"
+	    "  -f, --foreground         run in the foreground (the only mode; systemd daemonizes)\n"
+	    "  -n, --check              check the configuration (the file and the flags) and exit\n"
+	    "      --version            print the version and exit\n"
+	    "  -h, --help               print this help and exit\n"
+	    "\n"
+	    "Each of these sets the key of tpd.conf(5) named on its right, over the file,\n"
+	    "with the file's syntax and checks:\n");
+	conf_flags_usage(f);
+	fprintf(f, "\n"
+	    "The default socket is $RUNTIME_DIRECTORY/tpd.sock under systemd, else\n"
+	    "/run/tpd/tpd.sock as root, else $XDG_RUNTIME_DIR/tpd.sock, else\n"
+	    "/tmp/tpd-$UID/tpd.sock.\n");
 }
 
-/* --pool NAME:SIZE[:CAPACITY[:LIMIT]] */
-static void
-add_pool_flag(struct conf *c, const char *spec)
-{
-	char *copy = strdup(spec), *name, *size, *capacity, *limit, *save = NULL;
-	struct conf_pool *cp;
+static void usage_error(const char *, ...) __attribute__((format(printf, 1, 2)));
 
-	name = strtok_r(copy, ":", &save);
-	size = strtok_r(NULL, ":", &save);
-	capacity = strtok_r(NULL, ":", &save);
-	limit = strtok_r(NULL, ":", &save);
-	if (name != NULL && !conf_pool_name_ok(name)) {
-		fprintf(stderr, "tpd: --pool %s: a pool name is 1 to %d letters, digits, '_', '.' "
-		    "or '-'\n", spec, CONF_POOL_NAME_MAX);
-		exit(64);
-	}
-	if (name == NULL || size == NULL || (cp = conf_pool_get(c, name)) == NULL) {
-		fprintf(stderr, "tpd: --pool %s: expected NAME:SIZE[:CAPACITY[:LIMIT]]\n", spec);
-		exit(64);
-	}
-	if (limit != NULL)
-		cp->limit = parse_count("--pool limit", limit, 1, 4096);
-	cp->size = parse_count("--pool size", size, 1, 4096);
-	if (capacity != NULL)
-		cp->capacity = parse_count("--pool capacity", capacity, 1, 1u << 24);
-	if (cp->limit < cp->size)
-		cp->limit = cp->size;
-	free(copy);
+/* One line naming what was wrong on the command line (the caller exits 64). */
+static void
+usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("tpd: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs(" (see tpd --help)\n", stderr);
 }
 
-/* Flags are read twice: first for -c and -n, then over the file's settings. */
+/*
+ * getopt_long refused the flag at arg (the word it stopped in): says whether
+ * it is unknown, ambiguous, lacks a value or has one it does not take.
+ */
 static void
-apply_flags(int argc, char **argv, struct conf *c, bool only_early, bool *check)
+flag_refused(const struct option *opts, const char *arg, int ch)
 {
-	struct conf_pool *def;
-	int ch, level;
+	const struct option *hit = NULL;
+	char matches[512] = "";
+	size_t n = 0, nmatch = 0;
+	bool exact = false, is_long = strncmp(arg, "--", 2) == 0;
 
+	if (is_long) {
+		n = strcspn(arg + 2, "=");
+		for (const struct option *o = opts; o->name != NULL; o++) {
+			if (strncmp(o->name, arg + 2, n) != 0)
+				continue;
+			if (o->name[n] == '\0')
+				exact = true;
+			if (o->name[n] == '\0' || hit == NULL)
+				hit = o;
+			if (nmatch++ < 4)
+				snprintf(matches + strlen(matches), sizeof matches -
+				    strlen(matches), "%s--%s", nmatch > 1 ? ", " : "", o->name);
+		}
+		/*
+		 * For a long flag, optopt is its value (or 0). Otherwise arg is
+		 * the word before a cluster of short flags, still being read.
+		 */
+		if (optopt != 0 && (hit == NULL || hit->val != optopt || (nmatch > 1 && !exact)))
+			is_long = false;
+	}
+	if (!is_long && ch == ':')
+		usage_error("-%c needs a value", optopt);
+	else if (!is_long)
+		usage_error("unknown flag -%c", optopt);
+	else if (ch == ':')
+		usage_error("%.*s needs a value", (int)(n + 2), arg);
+	else if (nmatch == 1 || exact)
+		usage_error("%.*s takes no value", (int)(n + 2), arg);
+	else if (nmatch > 1)
+		usage_error("%.*s is ambiguous: %s%s", (int)(n + 2), arg, matches,
+		    nmatch > 4 ? ", ..." : "");
+	else
+		usage_error("unknown flag %.*s", (int)(n + 2), arg);
+}
+
+/*
+ * Parses the command line, once: tpd's own flags into *path and *check, and
+ * every setting into the list returned, which conf_read applies over the
+ * file at start and on SIGHUP. A usage error (an unknown flag, a missing
+ * value, a stray argument) exits 64; values are checked by conf_read.
+ */
+static struct conf_flags *
+flags_parse(int argc, char **argv, char **path, bool *check)
+{
+	struct conf_flags *f;
+	const struct option *opts;
+	char *cause = NULL;
+	int ch, li;
+
+	if ((f = conf_flags_new(own_options, "c:fnh")) == NULL)
+		fatalx("out of memory");
+	opts = conf_flags_longopts(f);
+	opterr = 0;
 	optind = 1;
-	while ((ch = getopt_long(argc, argv, "c:fns:l:w:q:h", long_options, NULL)) != -1) {
-		if (only_early) {
-			switch (ch) {
-			case 'c': replace(&c->path, optarg); break;
-			case 'n': *check = true; break;
-			case 'h': usage(stdout); exit(0);
-			case OPT_VERSION: printf("tpd %s (malloc: %s)\n", PACKAGE_VERSION, TPD_MALLOC); exit(0);
-			case '?': usage(stderr); exit(64);
-			}
-			continue;
-		}
-		def = conf_pool_get(c, WIRE_DEFAULT_POOL);
+	for (;;) {
+		li = -1;
+		if ((ch = getopt_long(argc, argv, conf_flags_shortopts(f), opts, &li)) == -1)
+			break;
 		switch (ch) {
-		case 's': replace(&c->socket, optarg); break;
-		case 'l':
-			if (c->nlisten == CONF_MAX_LISTEN) {
-				fprintf(stderr, "tpd: at most %d -l listeners\n", CONF_MAX_LISTEN);
-				exit(64);
-			}
-			c->listen[c->nlisten++] = strdup(optarg);
-			break;
-		case 'w': def->size = parse_count("-w", optarg, 1, 4096); break;
-		case 'q': def->capacity = parse_count("-q", optarg, 1, 1u << 24); break;
-		case OPT_LIMIT: def->limit = parse_count("--limit", optarg, 1, 4096); break;
-		case OPT_POOL: add_pool_flag(c, optarg); break;
-		case OPT_LOG_LEVEL:
-			if ((level = log_level_parse(optarg)) == -1) {
-				fprintf(stderr, "tpd: --log-level %s: expected error, warning, notice, "
-				    "info or debug\n", optarg);
-				exit(64);
-			}
-			c->log_level = level;
-			break;
-		case OPT_MAX_CONNECTIONS:
-			c->max_connections = parse_count("--max-connections", optarg, 1, 1u << 24);
-			break;
-		case OPT_MAX_REQUEST: c->max_request_bytes = parse_size_flag("--max-request-bytes", optarg); break;
-		case OPT_MAX_OUTPUT: c->max_output_buffer = parse_size_flag("--max-output-buffer", optarg); break;
-		case OPT_RESULT_TTL: c->result_ttl_ms = parse_duration_flag("--result-ttl", optarg); break;
-		case OPT_RESULT_RETAIN: c->result_retain = parse_count("--result-retain", optarg, 0, 1u << 24); break;
-		case OPT_RESULT_RETAIN_BYTES:
-			/* 0 is allowed: keep no result past its done */
-			if (conf_parse_size(optarg, &c->result_retain_bytes) == -1 ||
-			    c->result_retain_bytes > (size_t)1 << 40) {
-				fprintf(stderr, "tpd: --result-retain-bytes %s: expected a size "
-				    "from 0 to 1024G, such as 256M\n", optarg);
-				exit(64);
-			}
-			break;
-		case OPT_MAX_SUBSCRIPTIONS:
-			c->max_subscriptions = parse_count("--max-subscriptions", optarg, 1, 10000000);
-			break;
-		case OPT_SHUTDOWN_TIMEOUT:
-			c->shutdown_timeout_ms = parse_duration_flag("--shutdown-timeout", optarg);
-			break;
-		case OPT_SOCKET_MODE: {
-			char *end;
-			unsigned long m = strtoul(optarg, &end, 8);
-			if (*optarg == '\0' || *end != '\0' || m > 0777) {
-				fprintf(stderr, "tpd: --socket-mode %s: expected an octal mode such as 0660\n", optarg);
-				exit(64);
-			}
-			c->socket_mode = (mode_t)m;
-			break;
+		case 'c':
+			free(*path);
+			if ((*path = strdup(optarg)) == NULL)
+				fatalx("out of memory");
+			continue;
+		case 'f':
+			continue;
+		case 'n':
+			*check = true;
+			continue;
+		case 'h':
+			usage(stdout);
+			conf_flags_free(f);
+			exit(0);
+		case OPT_VERSION:
+			printf("tpd %s (malloc: %s)\n", PACKAGE_VERSION, TPD_MALLOC);
+			conf_flags_free(f);
+			exit(0);
+		case ':':
+		case '?':
+			flag_refused(opts, argv[optind - 1], ch);
+			goto usage;
 		}
-		case OPT_SOCKET_GROUP: replace(&c->socket_group, optarg); break;
-		case OPT_ADMIN_GROUP: replace(&c->admin_group, optarg); break;
-		case OPT_TOKEN_FILE: replace(&c->token_file, optarg); break;
-		case OPT_ADMIN_TOKEN_FILE: replace(&c->admin_token_file, optarg); break;
+		switch (conf_flags_add(f, ch, li, optarg, &cause)) {
+		case -1:
+			usage_error("%s", cause ? cause : "out of memory");
+			free(cause);
+			goto usage;
+		case 1:
+			/* a bug: every option is tpd's own or a setting's */
+			fatalx("flag %d has no handler", ch);
 		}
 	}
-	if (!only_early && optind < argc) {
-		fprintf(stderr, "tpd: unexpected argument %s\n", argv[optind]);
-		exit(64);
+	if (optind < argc) {
+		usage_error("unexpected argument %s", argv[optind]);
+		goto usage;
 	}
-	if (!only_early) {
-		def = conf_pool_get(c, WIRE_DEFAULT_POOL);
-		if (def->limit < def->size)
-			def->limit = def->size;
-	}
-}
-
-void
-daemon_apply_flags(struct conf *c)
-{
-	bool check = false;
-
-	apply_flags(saved_argc, saved_argv, c, false, &check);
+	return f;
+usage:
+	conf_flags_free(f);
+	free(*path);
+	exit(64);
 }
 
 /* The token files and the admin group; exits naming FILE:LINE and what is wrong. */
@@ -424,26 +347,16 @@ main(int argc, char **argv)
 	const int signals[3] = { SIGTERM, SIGINT, SIGHUP };
 	struct timeval second = { 1, 0 };
 	bool check = false;
-	char *cause = NULL;
+	char *cause = NULL, *path = NULL;
 
 	daemon_state = d;
-	saved_argc = argc;
-	saved_argv = argv;
+	d->flags = flags_parse(argc, argv, &path, &check);
 	conf_init(&d->conf);
-	apply_flags(argc, argv, &d->conf, true, &check);
-	if (d->conf.path != NULL) {
-		char *path = strdup(d->conf.path);
-		if (conf_load(&d->conf, path, &cause) == -1) {
-			log_lines(LOG_ERR, cause ? cause : "tpd: cannot read the configuration");
-			exit(1);
-		}
-		free(path);
-	}
-	apply_flags(argc, argv, &d->conf, false, &check);
-	if (conf_validate(&d->conf, &cause) == -1) {
-		log_lines(LOG_ERR, cause ? cause : "tpd: out of memory");
+	if (conf_read(&d->conf, path, d->flags, &cause) == -1) {
+		log_lines(LOG_ERR, cause ? cause : "tpd: cannot read the configuration");
 		exit(1);
 	}
+	free(path);
 	if (check) {
 		struct tokens *tokens;
 		if (tokens_load_files(d->conf.token_file, d->conf.admin_token_file, &tokens,
@@ -515,6 +428,7 @@ main(int argc, char **argv)
 	event_base_free(d->base);
 	tokens_free(d->tokens);
 	conf_free(&d->conf);
+	conf_flags_free(d->flags);
 	log_notice("tpd stopped");
 	return 0;
 }

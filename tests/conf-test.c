@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <ftw.h>
+#include <getopt.h>
 #include <grp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -305,6 +306,145 @@ test_check_file(void)
 	printf("ok: conf_check_file returns main's exit status\n");
 }
 
+/* What getopt_long would give back for name ("--workers" or "-w") with arg. */
+static int
+add_flag(struct conf_flags *f, const char *name, const char *arg)
+{
+	const struct option *o = conf_flags_longopts(f);
+	char *cause = NULL;
+	int r;
+
+	if (name[1] != '-')
+		r = conf_flags_add(f, name[1], -1, arg, &cause);
+	else {
+		int i;
+		for (i = 0; o[i].name != NULL && strcmp(o[i].name, name + 2) != 0; i++)
+			;
+		CHECK(o[i].name != NULL, "no flag %s", name);
+		r = conf_flags_add(f, o[i].val, i, arg, &cause);
+	}
+	free(cause);
+	return r;
+}
+
+/* Flags over a file: each replaces the file's value, the last of a flag wins, -l and --env add up. */
+static void
+test_flags_over_the_file(void)
+{
+	static const struct option own[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char *path = write_file("flags.conf",
+	    "[daemon]\n"
+	    "listen = 127.0.0.1:1 127.0.0.1:2\n"
+	    "shutdown_timeout = 1.5s\n"
+	    "max_connections = 7\n"
+	    "[exec]\n"
+	    "env = FOO=file\n"
+	    "env = KEPT=yes\n"
+	    "[pool default]\n"
+	    "size = 2\n"
+	    "limit = 4\n");
+	struct conf_flags *f = conf_flags_new(own, "c:");
+	struct conf c;
+	struct conf_pool *p;
+	char *errors = NULL, *cause = NULL;
+
+	CHECK(f != NULL, "conf_flags_new");
+	EXPECT(strncmp(conf_flags_shortopts(f), ":c:", 3) == 0);
+	EXPECT(strchr(conf_flags_shortopts(f), 'w') != NULL);
+	EXPECT(conf_flags_add(f, 'c', 0, "x", &cause) == 1);     /* the program's own */
+	EXPECT(add_flag(f, "--pool", "io") == -1);
+	EXPECT(add_flag(f, "-l", "127.0.0.1:3") == 0);
+	EXPECT(add_flag(f, "--listen", "127.0.0.1:4") == 0);
+	EXPECT(add_flag(f, "--env", "FOO=flag") == 0);
+	EXPECT(add_flag(f, "--env", "BAR=x") == 0);
+	EXPECT(add_flag(f, "-w", "3") == 0);
+	EXPECT(add_flag(f, "--workers", "8") == 0);
+	EXPECT(add_flag(f, "--limit", "8") == 0);
+	EXPECT(add_flag(f, "--pool", "io:2:8:4") == 0);
+	EXPECT(add_flag(f, "--max-request-bytes", "1.5M") == 0);
+	EXPECT(add_flag(f, "--kill-grace", "0.25s") == 0);
+	conf_init(&c);
+	EXPECT(conf_read(&c, path, f, &errors) == 0);
+	if (errors != NULL)
+		fprintf(stderr, "unexpected errors:\n%s\n", errors);
+	free(errors);
+	EXPECT(c.nlisten == 2 && strcmp(c.listen[0], "127.0.0.1:3") == 0 &&
+	    strcmp(c.listen[1], "127.0.0.1:4") == 0);
+	EXPECT(c.shutdown_timeout_ms == 1500);
+	EXPECT(c.max_connections == 7);
+	EXPECT(c.max_request_bytes == 1572864);
+	EXPECT(c.exec_kill_grace_ms == 250);
+	EXPECT(env_get(&c, "FOO") != NULL && strcmp(env_get(&c, "FOO"), "flag") == 0);
+	EXPECT(env_get(&c, "BAR") != NULL && strcmp(env_get(&c, "BAR"), "x") == 0);
+	EXPECT(env_get(&c, "KEPT") != NULL && strcmp(env_get(&c, "KEPT"), "yes") == 0);
+	EXPECT(c.pools[0].size == 8 && c.pools[0].limit == 8);
+	p = conf_pool_find(&c, "io");
+	EXPECT(p != NULL && p->size == 2 && p->capacity == 8 && p->limit == 4);
+	conf_free(&c);
+
+	/* the same flags without a file: the built-in defaults under them */
+	conf_init(&c);
+	EXPECT(conf_read(&c, NULL, f, &errors) == 0 && errors == NULL);
+	EXPECT(c.path == NULL && c.nlisten == 2 && c.shutdown_timeout_ms == 0);
+	conf_free(&c);
+	conf_flags_free(f);
+
+	/* errors: the file's by line, then the flags' in their order, each named its way */
+	f = conf_flags_new(own, "c:");
+	CHECK(f != NULL, "conf_flags_new");
+	EXPECT(add_flag(f, "--result-ttl", "5") == 0);
+	EXPECT(add_flag(f, "-w", "9") == 0);
+	EXPECT(add_flag(f, "--pool", "a/b:1:2") == 0);
+	conf_init(&c);
+	EXPECT(conf_read(&c, path, f, &errors) == -1);
+	if (asprintf(&cause,
+	    "tpd: --result-ttl 5: 5: add a unit, as 5s or 5ms\n"
+	    "tpd: --pool a/b:1:2: a pool name is 1 to 32 letters, digits, '_', '.' or '-'\n"
+	    "tpd: -w 9: 9 is above limit 4") == -1)
+		abort();
+	if (errors == NULL || strcmp(errors, cause) != 0)
+		fprintf(stderr, "errors were:\n%s\nexpected:\n%s\n", errors ? errors : "", cause);
+	EXPECT(errors != NULL && strcmp(errors, cause) == 0);
+	free(cause);
+	free(errors);
+	conf_free(&c);
+	conf_flags_free(f);
+	free(path);
+	printf("ok: flags apply over the file, checked as its keys are\n");
+}
+
+/* The grammar of common/units.h in the file: fractions, and a unit that must be there. */
+static void
+test_file_units(void)
+{
+	char *path = write_file("units.conf",
+	    "[daemon]\n"
+	    "shutdown_timeout = 1.5s\n"
+	    "result_ttl = 0.5h\n"
+	    "max_request_bytes = 1.5M\n"
+	    "max_output_buffer = 64KiB\n"), *errors;
+	struct conf c;
+
+	conf_init(&c);
+	EXPECT(conf_load(&c, path, &errors) == 0 && errors == NULL);
+	EXPECT(c.shutdown_timeout_ms == 1500 && c.result_ttl_ms == 1800000);
+	EXPECT(c.max_request_bytes == 1572864 && c.max_output_buffer == 65536);
+	conf_free(&c);
+	free(path);
+	path = write_file("bare.conf", "[daemon]\nshutdown_timeout = 5\n[exec]\nkill_grace = 0\n");
+	conf_init(&c);
+	EXPECT(conf_load(&c, path, &errors) == -1);
+	EXPECT(errors != NULL && strstr(errors, ":2: [daemon] shutdown_timeout: 5: add a unit, "
+	    "as 5s or 5ms") != NULL && strchr(errors, '\n') == NULL);
+	free(errors);
+	conf_free(&c);
+	free(path);
+	printf("ok: durations and sizes read as tpctl reads them\n");
+}
+
 static int
 remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -325,6 +465,8 @@ main(void)
 	test_validate();
 	test_hostport();
 	test_check_file();
+	test_flags_over_the_file();
+	test_file_units();
 	if (nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS) == -1)
 		perror(dir);
 	if (test_failures) {
