@@ -10,7 +10,7 @@
 #include "tpctl.h"
 #include "wire.h"
 
-/* The default for ping --timeout. */
+/* The default for ping --timeout, unless --timeout-answer is given. */
 #define PING_TIMEOUT_MS 5000
 
 /* Parses the options of a command that has none but the common ones. */
@@ -224,8 +224,7 @@ cancel_exec(struct tpctl *opt, int argc, char **argv)
 
 /* Sends one request and returns its answer, or an exit code. */
 static int
-admin_call(struct tpctl *opt, const char *what, json_t *req, json_t **reply,
-    int timeout_ms)
+admin_call(struct tpctl *opt, const char *what, json_t *req, json_t **reply)
 {
 	struct session s;
 	int code;
@@ -235,7 +234,7 @@ admin_call(struct tpctl *opt, const char *what, json_t *req, json_t **reply,
 		json_decref(req);
 		return code;
 	}
-	code = session_call(&s, req, reply, timeout_ms);
+	code = session_call(&s, req, reply);
 	session_close(&s);
 	if (code != 0)
 		return code;
@@ -312,7 +311,7 @@ stats_exec(struct tpctl *opt, int argc, char **argv)
 	if (argc > optind)
 		return cmd_usage_error(&cmd_stats, "no arguments expected");
 	code = admin_call(opt, "stats", json_pack("{s:s}", FIELD_OP, OP_STATS),
-	    &reply, -1);
+	    &reply);
 	if (code != 0)
 		return code;
 	if (!opt->json)
@@ -346,7 +345,7 @@ resize_exec(struct tpctl *opt, int argc, char **argv)
 		return cmd_usage_error(&cmd_resize, "'%s' is not a number of workers",
 		    argv[optind]);
 	code = admin_call(opt, "resize", json_pack("{s:s, s:s, s:I}", FIELD_OP,
-	    OP_RESIZE, FIELD_POOL, pool, FIELD_SIZE, (json_int_t)size), &reply, -1);
+	    OP_RESIZE, FIELD_POOL, pool, FIELD_SIZE, (json_int_t)size), &reply);
 	if (code != 0)
 		return code;
 	if (!opt->json) {
@@ -388,7 +387,7 @@ shutdown_exec(struct tpctl *opt, int argc, char **argv)
 	if ((code = session_open(&s, opt)) != 0)
 		return code;
 	code = session_call(&s, json_pack("{s:s, s:s}", FIELD_OP, OP_SHUTDOWN,
-	    FIELD_MODE, now ? MODE_NOW : MODE_DRAIN), &reply, -1);
+	    FIELD_MODE, now ? MODE_NOW : MODE_DRAIN), &reply);
 	if (code == 0 && strcmp(event_name(reply), EV_ERROR) == 0)
 		code = event_report_error("shutdown", reply);
 	json_decref(reply);
@@ -417,11 +416,12 @@ ping_exec(struct tpctl *opt, int argc, char **argv)
 		{ "timeout", required_argument, NULL, 't' },
 		{ NULL, 0, NULL, 0 }
 	};
-	uint64_t timeout = PING_TIMEOUT_MS, start, rtt;
+	uint64_t timeout, start, rtt;
 	struct session s;
 	json_t *reply, *hello = NULL;
 	int ch, code;
 
+	timeout = opt->answer_timeout_set ? opt->answer_timeout_ms : PING_TIMEOUT_MS;
 	while ((ch = cmd_getopt(&cmd_ping, opt, argc, argv, ":ht:", longopts)) != -1) {
 		if (ch != 't')
 			return ch == 'h' ? 0 : EX_USAGE;
@@ -432,9 +432,10 @@ ping_exec(struct tpctl *opt, int argc, char **argv)
 		return cmd_usage_error(&cmd_ping, "no arguments expected");
 	if ((code = session_open(&s, opt)) != 0)
 		return code;
+	s.answer_timeout_ms = timeout;
+	s.answer_option = "--timeout";
 	start = tpctl_now_us();
-	code = session_call(&s, json_pack("{s:s}", FIELD_OP, OP_PING), &reply,
-	    (int)timeout);
+	code = session_call(&s, json_pack("{s:s}", FIELD_OP, OP_PING), &reply);
 	rtt = tpctl_now_us() - start;
 	if (code == 0 && strcmp(event_name(reply), EV_PONG) != 0) {
 		code = event_report_error("ping", reply);
@@ -444,7 +445,7 @@ ping_exec(struct tpctl *opt, int argc, char **argv)
 		/* who answered: hello names the server (its errors do not matter) */
 		if (opt->token_file == NULL && session_call(&s, json_pack("{s:s, s:s}",
 		    FIELD_OP, OP_HELLO, FIELD_CLIENT, "tpctl/" PACKAGE_VERSION),
-		    &hello, (int)timeout) == 0 &&
+		    &hello) == 0 &&
 		    strcmp(event_name(hello), EV_HELLO) != 0) {
 			json_decref(hello);
 			hello = NULL;
@@ -531,6 +532,7 @@ const struct cmd cmd_ping = {
 	    "Sends ping and prints the round trip time and who answered.\n"
 	    "Exits 69 when no pong comes within the timeout.\n"
 	    "\n"
-	    "  -t, --timeout DUR        wait at most DUR for the pong (default 5s)\n",
+	    "  -t, --timeout DUR        wait at most DUR for the pong (default 5s, or\n"
+	    "                           --timeout-answer when that is given; 0: no limit)\n",
 	.exec = ping_exec,
 };

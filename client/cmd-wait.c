@@ -99,10 +99,15 @@ wait_exec(struct tpctl *opt, int argc, char **argv)
 		items[i].code = -1;
 		req = json_pack("{s:s, s:I}", FIELD_OP, OP_WAIT, FIELD_TASK,
 		    (json_int_t)ids[i]);
-		if ((items[i].req = session_send(&s, req)) == -1) {
+		if ((items[i].req = session_send_wait(&s, req)) == -1) {
 			code = EX_UNAVAILABLE;
 			goto out;
 		}
+	}
+	/* a done may take as long as its task; an error comes before the pong */
+	if (session_probe(&s, "wait") == -1) {
+		code = EX_UNAVAILABLE;
+		goto out;
 	}
 	for (left = n; left > 0;) {
 		res = session_next(&s, &ev, -1);

@@ -46,6 +46,8 @@ struct conn {
 	char *out;              /* queued request lines */
 	size_t outlen, outcap;
 	size_t outoff;          /* bytes of out already sent */
+
+	uint64_t last_io_us;    /* when bytes last moved either way */
 };
 
 static char *
@@ -276,6 +278,7 @@ conn_open(const char *path, const char *host, uint64_t timeout_ms, char **cause)
 		return NULL;
 	}
 	c->fd = fd;
+	c->last_io_us = tpctl_now_us();
 	return c;
 }
 
@@ -295,6 +298,12 @@ const char *
 conn_address(const struct conn *c)
 {
 	return c->address;
+}
+
+uint64_t
+conn_last_io_us(const struct conn *c)
+{
+	return c->last_io_us;
 }
 
 const char *
@@ -341,6 +350,7 @@ conn_write_some(struct conn *c, char **cause)
 			return CONN_LOST;
 		}
 		c->outoff += (size_t)n;
+		c->last_io_us = tpctl_now_us();
 	}
 	c->outoff = c->outlen = 0;
 	return 0;
@@ -428,6 +438,7 @@ conn_read_some(struct conn *c, char **cause)
 		n = read(c->fd, c->in + c->inlen, c->incap - c->inlen);
 		if (n > 0) {
 			c->inlen += (size_t)n;
+			c->last_io_us = tpctl_now_us();
 			return 0;
 		}
 		if (n == -1 && errno == EINTR)

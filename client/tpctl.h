@@ -23,6 +23,7 @@
 #define EXIT_BROKEN_PIPE 141    /* 128 + SIGPIPE: tpctl's stdout was closed */
 
 #define TPCTL_DEFAULT_CONNECT_TIMEOUT_MS 5000
+#define TPCTL_DEFAULT_ANSWER_TIMEOUT_MS  10000
 
 /* Global options, from the command line and the environment. */
 struct tpctl {
@@ -31,6 +32,8 @@ struct tpctl {
 	const char *token_file;         /* --token-file, TPD_TOKEN_FILE */
 	bool json;                      /* --json: print events as received */
 	uint64_t connect_timeout_ms;    /* --connect-timeout */
+	uint64_t answer_timeout_ms;     /* --timeout-answer; 0: wait for ever */
+	bool answer_timeout_set;        /* given on the command line */
 };
 
 struct cmd {
@@ -112,33 +115,69 @@ int conn_recv(struct conn *, json_t **ev, int timeout_ms, char **cause);
 const char *conn_last_line(const struct conn *, size_t *len);
 /* Sends everything queued, waiting at most timeout_ms. */
 int conn_flush(struct conn *, int timeout_ms, char **cause);
+/* When bytes last moved either way (tpctl_now_us), or when it was opened. */
+uint64_t conn_last_io_us(const struct conn *);
 
-/* session.c: a connection, the options and the request ids. */
+/*
+ * session.c: a connection, the options and the request ids. The session
+ * keeps the requests whose first answer the daemon owes at once (every
+ * request but wait) and gives up when the daemon has been silent for the
+ * answer timeout while one is owed: session_next returns SESSION_NO_ANSWER
+ * after printing what it waited for.
+ */
+struct session_owed {
+	int64_t id;             /* INT64_MIN once answered */
+	uint64_t sent_us;
+	char what[16];          /* the request's op, for the message */
+};
+
 struct session {
 	struct tpctl *opt;
 	struct conn *conn;
 	int64_t next_id;
 	bool stdout_gone;       /* --json output met a closed stdout (EPIPE) */
+	uint64_t answer_timeout_ms;     /* from --timeout-answer; 0: for ever */
+	const char *answer_option;      /* the option to name in the message */
+	struct session_owed *owed;      /* in the order sent */
+	size_t owed_head, owed_len, owed_cap;
+	int64_t probe_id;       /* session_probe's ping, or -1 */
 };
+
+/* session_next's result when an owed answer did not come in time (printed). */
+#define SESSION_NO_ANSWER (-4)
 
 /* Connects and, with a token file, says hello. Returns 0 or an exit code. */
 int session_open(struct session *, struct tpctl *);
 void session_close(struct session *);
-/* Sends req (taken) with a fresh integer id; returns the id, or -1 (printed). */
+/*
+ * Sends req (taken) with a fresh integer id, unless it has one; its first
+ * answer is owed at once. Returns the id, or -1 (printed).
+ */
 int64_t session_send(struct session *, json_t *req);
+/* The same for a wait request, whose first answer may take as long as the task. */
+int64_t session_send_wait(struct session *, json_t *req);
+/*
+ * Sends a ping whose pong is owed at once: when it comes, the daemon has
+ * answered every request sent before it that it answers at once (a wait's
+ * no_such_task). The pong is neither returned nor printed; what names the
+ * requests in the message if it does not come.
+ */
+int session_probe(struct session *, const char *what);
 /*
  * The next event (printed as received with --json; when stdout is a closed
- * pipe, stdout_gone is set and printing stops). Returns a conn_result; on
- * CONN_LOST and CONN_BAD a message has been printed.
+ * pipe, stdout_gone is set and printing stops), waiting at most timeout_ms
+ * (-1: as long as no owed answer is late). Returns a conn_result or
+ * SESSION_NO_ANSWER; on CONN_LOST, CONN_BAD and SESSION_NO_ANSWER a message
+ * has been printed.
  */
 int session_next(struct session *, json_t **ev, int timeout_ms);
 /*
  * Sends req and waits for the first event answering it. Returns 0 with
  * *reply set, or an exit code (printed).
  */
-int session_call(struct session *, json_t *req, json_t **reply, int timeout_ms);
-/* The exit code for a conn_result that is not CONN_EVENT. */
-int session_exit_code(int conn_result);
+int session_call(struct session *, json_t *req, json_t **reply);
+/* The exit code for a session_next result that is not CONN_EVENT. */
+int session_exit_code(int result);
 
 /* taskopt.c: the task options run, submit and batch share. */
 struct taskopt {
