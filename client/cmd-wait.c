@@ -94,6 +94,11 @@ wait_exec(struct tpctl *opt, int argc, char **argv)
 	}
 	if ((code = session_open(&s, opt)) != 0)
 		goto out;
+	/* a done may take as long as its task: the pong bounds the rest */
+	if (session_probe(&s, "wait") == -1) {
+		code = EX_UNAVAILABLE;
+		goto out;
+	}
 	for (i = 0; i < n; i++) {
 		items[i].task = ids[i];
 		items[i].code = -1;
@@ -103,11 +108,6 @@ wait_exec(struct tpctl *opt, int argc, char **argv)
 			code = EX_UNAVAILABLE;
 			goto out;
 		}
-	}
-	/* a done may take as long as its task; an error comes before the pong */
-	if (session_probe(&s, "wait") == -1) {
-		code = EX_UNAVAILABLE;
-		goto out;
 	}
 	for (left = n; left > 0;) {
 		res = session_next(&s, &ev, -1);

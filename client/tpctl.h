@@ -157,10 +157,14 @@ int64_t session_send(struct session *, json_t *req);
 /* The same for a wait request, whose first answer may take as long as the task. */
 int64_t session_send_wait(struct session *, json_t *req);
 /*
- * Sends a ping whose pong is owed at once: when it comes, the daemon has
- * answered every request sent before it that it answers at once (a wait's
- * no_such_task). The pong is neither returned nor printed; what names the
- * requests in the message if it does not come.
+ * Sends a ping whose pong is owed at once, before requests whose answers
+ * may take as long as a task (waits): the pong shows the daemon alive and
+ * reading, and it answers what it answers at once (a wait's no_such_task)
+ * as it reads the requests that follow. First, not last: a large done
+ * already there would come before a pong sent after it, and a daemon
+ * disconnects a client with that much unsent when the next answer is due.
+ * The pong is neither returned nor printed; what names the requests in the
+ * message if it does not come.
  */
 int session_probe(struct session *, const char *what);
 /*

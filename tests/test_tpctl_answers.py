@@ -130,6 +130,31 @@ def test_hello_gives_up():
         os.rmdir(tok_dir)
 
 
+def test_wait_gets_a_done_larger_than_the_output_buffer():
+    """The ping that bounds wait goes first: after a large done, the daemon
+    disconnects a client with that much unsent when the next answer is due."""
+    d = Daemon(start=False)
+    conf = os.path.join(d.dir, "tpd.conf")
+    with open(conf, "w") as f:
+        f.write("[daemon]\nmax_output_buffer = 1M\n")
+    d.args += ["-c", conf]
+    d.start()
+    with d:
+        size = 3 * 1024 * 1024
+        c = d.client()
+        rid = c.send({"op": "submit", "task": {
+            "kind": "exec", "argv": ["sh", "-c", "yes 0123456789abcdef | head -c %d" % size],
+            "output_limit": size}})
+        done = c.done(rid)
+        check(done["state"] == "succeeded", "%r", {k: v for k, v in done.items()
+                                                   if k != "result"})
+        p = subprocess.run([TPCTL, "-s", d.sock, "wait", "--output", str(done["task"])],
+                           capture_output=True, timeout=GUARD)
+        check(p.returncode == 0, "exit %d: %r", p.returncode, p.stderr)
+        want = (b"0123456789abcdef\n" * (size // 17 + 1))[:size]
+        check(p.stdout == want, "the whole output: %d bytes of %d", len(p.stdout), size)
+
+
 def test_bad_timeout_answer_is_a_usage_error():
     p = subprocess.run([TPCTL, "--timeout-answer", "soon", "stats"], capture_output=True,
                        timeout=GUARD)
