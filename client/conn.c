@@ -402,7 +402,7 @@ conn_take_line(struct conn *c, json_t **ev, char **cause)
 		if (len == 0)
 			continue;
 		c->linelen = len;
-		*ev = json_loadb(c->line, len, JSON_ALLOW_NUL, &jerr);
+		*ev = jsonline_load(c->line, len, &jerr);
 		if (*ev == NULL) {
 			*cause = conn_xasprintf("%s sent a line that is not JSON "
 			    "(%s): is it a tpd socket?", c->address, jerr.text);

@@ -256,6 +256,13 @@ int batch_read(FILE *f, const char *name, const struct taskopt *,
     struct batch_item **items, size_t *n);
 void batch_items_free(struct batch_item *, size_t n);
 
+/* jsonline.c: parsing event lines. */
+/*
+ * json_loadb of one line (JSON_ALLOW_NUL), with its long string values
+ * decoded outside jansson's lexer for speed; the same result and errors.
+ */
+json_t *jsonline_load(const char *line, size_t len, json_error_t *err);
+
 /* event.c: reading events. */
 const char *event_name(const json_t *ev);
 /* The request id of ev, or -1 when absent or not an integer. */
