@@ -54,12 +54,12 @@ admin_per_task(struct tpctl *opt, const struct cmd *c, const char *op, int n,
 			goto out;
 		}
 	for (left = n; left > 0;) {
-		if ((res = session_next(&s, &ev, -1)) != CONN_EVENT) {
+		if ((res = session_next(&s, &ev, -1)) != LINK_EVENT) {
 			worst = session_exit_code(res);
 			goto out;
 		}
 		if (event_id(ev) == -1 && strcmp(event_name(ev), EV_ERROR) == 0) {
-			worst = event_report_error(conn_address(s.conn), ev);
+			worst = event_report_error(link_address(s.link), ev);
 			json_decref(ev);
 			goto out;
 		}
@@ -394,14 +394,14 @@ shutdown_exec(struct tpctl *opt, int argc, char **argv)
 	/* the daemon closes every connection as it exits */
 	while (code == 0 && wait) {
 		char *cause = NULL;
-		res = conn_recv(s.conn, &ev, -1, &cause);
+		res = link_recv(s.link, &ev, -1, &cause);
 		json_decref(ev);
-		if (res == CONN_BAD) {
+		if (res == LINK_BAD) {
 			tpctl_warnx("%s", cause);
 			code = EX_PROTOCOL;
 		}
 		free(cause);
-		if (res == CONN_LOST)
+		if (res == LINK_LOST)
 			break;
 	}
 	session_close(&s);
@@ -451,7 +451,7 @@ ping_exec(struct tpctl *opt, int argc, char **argv)
 			hello = NULL;
 		}
 		if (!opt->json) {
-			printf("pong from %s in %.3fms", conn_address(s.conn),
+			printf("pong from %s in %.3fms", link_address(s.link),
 			    (double)rtt / 1000.0);
 			if (hello != NULL)
 				printf(" (%s %s, protocol %lld, role %s)",

@@ -111,18 +111,18 @@ wait_exec(struct tpctl *opt, int argc, char **argv)
 	}
 	for (left = n; left > 0;) {
 		res = session_next(&s, &ev, -1);
-		if (res == CONN_INTERRUPTED) {
+		if (res == LINK_INTERRUPTED) {
 			interrupt_take();
 			tpctl_warnx("interrupted: stopped waiting; the tasks go on");
 			code = EXIT_SIGNALLED + interrupt_last_signal();
 			goto out;
 		}
-		if (res != CONN_EVENT) {
+		if (res != LINK_EVENT) {
 			code = session_exit_code(res);
 			goto out;
 		}
 		if (event_id(ev) == -1 && strcmp(event_name(ev), EV_ERROR) == 0) {
-			code = event_report_error(conn_address(s.conn), ev);
+			code = event_report_error(link_address(s.link), ev);
 			json_decref(ev);
 			goto out;
 		}
@@ -160,7 +160,7 @@ wait_exec(struct tpctl *opt, int argc, char **argv)
 			else if (items[i].code != 0 && code == 0)
 				code = EXIT_TASK_FAILED;
 out:
-	if (s.conn != NULL)
+	if (s.link != NULL)
 		session_close(&s);
 	free(ids);
 	free(items);

@@ -77,7 +77,7 @@ session_hello(struct session *s, const char *token)
 	if (strcmp(event_name(reply), EV_ERROR) == 0) {
 		r = event_report_error("hello", reply);
 		tpctl_warnx("the daemon at %s refused the token from %s",
-		    conn_address(s->conn), s->opt->token_file);
+		    link_address(s->link), s->opt->token_file);
 		json_decref(reply);
 		return r;
 	}
@@ -102,9 +102,9 @@ session_open(struct session *s, struct tpctl *opt)
 	if (opt->token_file != NULL &&
 	    (r = session_read_token(opt->token_file, &token)) != 0)
 		return r;
-	s->conn = conn_open(opt->socket_path, opt->host, opt->connect_timeout_ms,
+	s->link = link_open(opt->socket_path, opt->host, opt->connect_timeout_ms,
 	    &cause);
-	if (s->conn == NULL) {
+	if (s->link == NULL) {
 		tpctl_warnx("%s", cause);
 		free(cause);
 		free(token);
@@ -125,8 +125,8 @@ session_open(struct session *s, struct tpctl *opt)
 void
 session_close(struct session *s)
 {
-	conn_close(s->conn);
-	s->conn = NULL;
+	link_close(s->link);
+	s->link = NULL;
 	free(s->owed);
 	s->owed = NULL;
 	s->owed_head = s->owed_len = s->owed_cap = 0;
@@ -192,8 +192,8 @@ session_answer_left(const struct session *s)
 	if (s->owed_head == s->owed_len || s->answer_timeout_ms == 0)
 		return -1;
 	since = s->owed[s->owed_head].sent_us;
-	if (conn_last_io_us(s->conn) > since)
-		since = conn_last_io_us(s->conn);
+	if (link_last_io_us(s->link) > since)
+		since = link_last_io_us(s->link);
 	due = since + s->answer_timeout_ms * 1000;
 	now = tpctl_now_us();
 	if (now >= due)
@@ -209,7 +209,7 @@ session_no_answer(const struct session *s)
 	char buf[FORMAT_DURATION_LEN];
 
 	tpctl_warnx("no answer from %s to %s within %s (is tpd stopped or "
-	    "overloaded? try a longer %s)", conn_address(s->conn),
+	    "overloaded? try a longer %s)", link_address(s->link),
 	    s->owed[s->owed_head].what, format_duration((double)s->answer_timeout_ms,
 	    buf, sizeof buf), s->answer_option);
 }
@@ -232,7 +232,7 @@ session_send_req(struct session *s, json_t *req, bool owed)
 		json_decref(req);
 		return -1;
 	}
-	if (conn_send(s->conn, req, &cause) == -1) {
+	if (link_send(s->link, req, &cause) == -1) {
 		tpctl_warnx("%s", cause);
 		free(cause);
 		json_decref(req);
@@ -295,10 +295,10 @@ session_next(struct session *s, json_t **ev, int timeout_ms)
 		answer_bound = left > 0 && (wait < 0 || left < wait);
 		if (answer_bound)
 			wait = left;
-		r = conn_recv(s->conn, ev, wait, &cause);
-		if (r == CONN_TIMEOUT && answer_bound)
+		r = link_recv(s->link, ev, wait, &cause);
+		if (r == LINK_TIMEOUT && answer_bound)
 			continue;       /* late, or bytes moved meanwhile: see again */
-		if (r != CONN_EVENT)
+		if (r != LINK_EVENT)
 			break;
 		session_settle(s, event_id(*ev));
 		if (s->probe_id != -1 && event_id(*ev) == s->probe_id) {
@@ -308,7 +308,7 @@ session_next(struct session *s, json_t **ev, int timeout_ms)
 			continue;
 		}
 		if (s->opt->json && !s->stdout_gone) {
-			line = conn_last_line(s->conn, &len);
+			line = link_last_line(s->link, &len);
 			fwrite(line, 1, len, stdout);
 			fputc('\n', stdout);
 			if (fflush(stdout) == EOF && errno == EPIPE)
@@ -316,7 +316,7 @@ session_next(struct session *s, json_t **ev, int timeout_ms)
 		}
 		break;
 	}
-	if (r == CONN_LOST || r == CONN_BAD)
+	if (r == LINK_LOST || r == LINK_BAD)
 		tpctl_warnx("%s", cause);
 	free(cause);
 	return r;
@@ -326,9 +326,9 @@ int
 session_exit_code(int result)
 {
 	switch (result) {
-	case CONN_BAD:
+	case LINK_BAD:
 		return EX_PROTOCOL;
-	case CONN_INTERRUPTED:
+	case LINK_INTERRUPTED:
 		return EXIT_INTERRUPTED;
 	default:
 		return EX_UNAVAILABLE;
@@ -346,7 +346,7 @@ session_call(struct session *s, json_t *req, json_t **reply)
 	if ((id = session_send(s, req)) == -1)
 		return EX_UNAVAILABLE;
 	for (;;) {
-		if ((r = session_next(s, &ev, -1)) != CONN_EVENT)
+		if ((r = session_next(s, &ev, -1)) != LINK_EVENT)
 			return session_exit_code(r);
 		/* an error without an id concerns the whole connection */
 		if (event_id(ev) == id || (event_id(ev) == -1 &&

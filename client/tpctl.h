@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-/* Exit codes (SPEC section 5; sysexits.h for the rest). */
+/* Exit codes (tpctl(1); sysexits.h for the rest). */
 #define EXIT_TASK_FAILED 1      /* a task failed, or the daemon refused a request */
 #define EXIT_TIMED_OUT   124    /* like timeout(1) */
 #define EXIT_SIGNALLED   128    /* + the signal number */
@@ -83,15 +83,15 @@ int cmd_parse_task_ids(const struct cmd *, int argc, char **argv, long long **id
 extern const struct cmd cmd_run, cmd_submit, cmd_wait, cmd_status, cmd_cancel,
     cmd_stats, cmd_resize, cmd_shutdown, cmd_ping, cmd_batch;
 
-/* conn.c: one stream socket carrying newline-delimited JSON. */
-struct conn;
+/* link.c: one stream socket carrying newline-delimited JSON. */
+struct link;
 
-enum conn_result {
-	CONN_EVENT = 1,         /* *ev is set */
-	CONN_TIMEOUT = 0,       /* the deadline passed */
-	CONN_LOST = -1,         /* closed, reset or failed I/O: *cause says which */
-	CONN_BAD = -2,          /* the daemon sent a line tpctl cannot read */
-	CONN_INTERRUPTED = -3,  /* a signal arrived (interrupt.c) */
+enum link_result {
+	LINK_EVENT = 1,         /* *ev is set */
+	LINK_TIMEOUT = 0,       /* the deadline passed */
+	LINK_LOST = -1,         /* closed, reset or failed I/O: *cause says which */
+	LINK_BAD = -2,          /* the daemon sent a line tpctl cannot read */
+	LINK_INTERRUPTED = -3,  /* a signal arrived (interrupt.c) */
 };
 
 /*
@@ -99,24 +99,24 @@ enum conn_result {
  * [::1]:7420), giving up after timeout_ms. Returns NULL with *cause set to a
  * line naming the address, the error and a hint.
  */
-struct conn *conn_open(const char *path, const char *host, uint64_t timeout_ms,
+struct link *link_open(const char *path, const char *host, uint64_t timeout_ms,
     char **cause);
-void conn_close(struct conn *);
+void link_close(struct link *);
 /* The address, for messages. */
-const char *conn_address(const struct conn *);
+const char *link_address(const struct link *);
 /* Queues one request line and sends what the socket takes now. */
-int conn_send(struct conn *, const json_t *req, char **cause);
+int link_send(struct link *, const json_t *req, char **cause);
 /*
  * Sends queued requests and returns the next event, waiting at most
- * timeout_ms (-1 = forever). Returns a conn_result.
+ * timeout_ms (-1 = forever). Returns a link_result.
  */
-int conn_recv(struct conn *, json_t **ev, int timeout_ms, char **cause);
+int link_recv(struct link *, json_t **ev, int timeout_ms, char **cause);
 /* The raw line of the last event, without its newline. */
-const char *conn_last_line(const struct conn *, size_t *len);
+const char *link_last_line(const struct link *, size_t *len);
 /* Sends everything queued, waiting at most timeout_ms. */
-int conn_flush(struct conn *, int timeout_ms, char **cause);
+int link_flush(struct link *, int timeout_ms, char **cause);
 /* When bytes last moved either way (tpctl_now_us), or when it was opened. */
-uint64_t conn_last_io_us(const struct conn *);
+uint64_t link_last_io_us(const struct link *);
 
 /*
  * session.c: a connection, the options and the request ids. The session
@@ -133,7 +133,7 @@ struct session_owed {
 
 struct session {
 	struct tpctl *opt;
-	struct conn *conn;
+	struct link *link;
 	int64_t next_id;
 	bool stdout_gone;       /* --json output met a closed stdout (EPIPE) */
 	uint64_t answer_timeout_ms;     /* from --timeout-answer; 0: for ever */
@@ -170,8 +170,8 @@ int session_probe(struct session *, const char *what);
 /*
  * The next event (printed as received with --json; when stdout is a closed
  * pipe, stdout_gone is set and printing stops), waiting at most timeout_ms
- * (-1: as long as no owed answer is late). Returns a conn_result or
- * SESSION_NO_ANSWER; on CONN_LOST, CONN_BAD and SESSION_NO_ANSWER a message
+ * (-1: as long as no owed answer is late). Returns a link_result or
+ * SESSION_NO_ANSWER; on LINK_LOST, LINK_BAD and SESSION_NO_ANSWER a message
  * has been printed.
  */
 int session_next(struct session *, json_t **ev, int timeout_ms);
@@ -180,7 +180,7 @@ int session_next(struct session *, json_t **ev, int timeout_ms);
  * *reply set, or an exit code (printed).
  */
 int session_call(struct session *, json_t *req, json_t **reply);
-/* The exit code for a session_next result that is not CONN_EVENT. */
+/* The exit code for a session_next result that is not LINK_EVENT. */
 int session_exit_code(int result);
 
 /* taskopt.c: the task options run, submit and batch share. */
@@ -331,9 +331,9 @@ void progress_free(struct progress *);
 extern struct progress *progress_current;
 
 /* interrupt.c: SIGINT (and SIGTERM, SIGHUP) as events in the poll loop. */
-/* Catches the signals; each one wakes conn_recv (CONN_INTERRUPTED). */
+/* Catches the signals; each one wakes link_recv (LINK_INTERRUPTED). */
 int interrupt_install(void);
-/* The fd conn_recv polls, or -1. */
+/* The fd link_recv polls, or -1. */
 int interrupt_fd(void);
 /* Takes the signals that arrived since the last call; returns how many. */
 int interrupt_take(void);
