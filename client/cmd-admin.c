@@ -27,6 +27,41 @@ admin_noopts(const struct cmd *c, struct tpctl *opt, int argc, char **argv)
 	return -1;
 }
 
+struct admin_tasks {
+	const struct cmd *cmd;
+	const char *op;
+	long long *ids;
+	void (*fn)(void *, long long, json_t *);
+	void *arg;
+	int worst;              /* 77 before 1 before 0 */
+};
+
+static json_t *
+admin_task_request(void *arg, size_t i)
+{
+	struct admin_tasks *at = arg;
+
+	return json_pack("{s:s, s:I}", FIELD_OP, at->op, FIELD_TASK,
+	    (json_int_t)at->ids[i]);
+}
+
+static int
+admin_task_answer(void *arg, size_t i, json_t *ev)
+{
+	struct admin_tasks *at = arg;
+	char what[64];
+	int code;
+
+	if (strcmp(event_name(ev), EV_ERROR) == 0) {
+		snprintf(what, sizeof what, "%s %lld", at->cmd->name, at->ids[i]);
+		code = event_report_error(what, ev);
+		if (code == EX_NOPERM || at->worst == 0)
+			at->worst = code;
+	} else if (at->fn != NULL)
+		at->fn(at->arg, at->ids[i], ev);
+	return PIPELINE_SETTLED;
+}
+
 /*
  * Sends one request per task id (pipelined) and hands each answer to fn.
  * Returns the worst exit code: 77 before 1 before 0.
@@ -35,53 +70,18 @@ static int
 admin_per_task(struct tpctl *opt, const struct cmd *c, const char *op, int n,
     long long *ids, void (*fn)(void *, long long, json_t *), void *arg)
 {
+	struct admin_tasks at = {
+		.cmd = c, .op = op, .ids = ids, .fn = fn, .arg = arg
+	};
 	struct session s;
-	int64_t *reqs;
-	json_t *ev;
-	int i, left, res, code, worst = 0;
-	char what[64];
+	int code;
 
 	if ((code = session_open(&s, opt)) != 0)
 		return code;
-	if ((reqs = calloc((size_t)n, sizeof *reqs)) == NULL) {
-		session_close(&s);
-		return EX_OSERR;
-	}
-	for (i = 0; i < n; i++)
-		if ((reqs[i] = session_send(&s, json_pack("{s:s, s:I}", FIELD_OP, op,
-		    FIELD_TASK, (json_int_t)ids[i]))) == -1) {
-			worst = EX_UNAVAILABLE;
-			goto out;
-		}
-	for (left = n; left > 0;) {
-		if ((res = session_next(&s, &ev, -1)) != LINK_EVENT) {
-			worst = session_exit_code(res);
-			goto out;
-		}
-		if (event_id(ev) == -1 && strcmp(event_name(ev), EV_ERROR) == 0) {
-			worst = event_report_error(link_address(s.link), ev);
-			json_decref(ev);
-			goto out;
-		}
-		for (i = 0; i < n && reqs[i] != event_id(ev); i++)
-			;
-		if (i < n) {
-			reqs[i] = -2;   /* answered */
-			left--;
-			if (strcmp(event_name(ev), EV_ERROR) == 0) {
-				snprintf(what, sizeof what, "%s %lld", c->name, ids[i]);
-				code = event_report_error(what, ev);
-				if (code == EX_NOPERM || worst == 0)
-					worst = code;
-			} else if (fn != NULL)
-				fn(arg, ids[i], ev);
-		}
-		json_decref(ev);
-	}
-out:
-	free(reqs);
+	code = pipeline_run(&s, (size_t)n, false, admin_task_request,
+	    admin_task_answer, &at);
 	session_close(&s);
-	return worst;
+	return code != 0 ? code : at.worst;
 }
 
 /* A field's value as table text: durations for *_ms, JSON for the rest. */

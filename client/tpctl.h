@@ -183,6 +183,27 @@ int session_call(struct session *, json_t *req, json_t **reply);
 /* The exit code for a session_next result that is not LINK_EVENT. */
 int session_exit_code(int result);
 
+/* pipeline.c: several requests at once, answers matched by id. */
+/* Makes the i-th request of a pipeline. */
+typedef json_t *(*pipeline_request_fn)(void *arg, size_t i);
+/*
+ * Takes an event answering the i-th request (the pipeline frees it):
+ * returns PIPELINE_SETTLED when that request is done with, PIPELINE_MORE
+ * when more is to come for it, or an exit code that ends the pipeline.
+ */
+typedef int (*pipeline_answer_fn)(void *arg, size_t i, json_t *ev);
+#define PIPELINE_SETTLED 0
+#define PIPELINE_MORE    (-1)
+/*
+ * Sends n requests at once (wait requests, after the probe that bounds
+ * them, when waits is set; see session_probe) and hands each event for one
+ * not yet settled to answer. An error without an id ends the pipeline
+ * (reported), and so does an interrupt ("stopped waiting", 128+N). Returns
+ * 0 once every request is settled, or an exit code (printed).
+ */
+int pipeline_run(struct session *, size_t n, bool waits,
+    pipeline_request_fn request, pipeline_answer_fn answer, void *arg);
+
 /* taskopt.c: the task options run, submit and batch share. */
 struct taskopt {
 	const char *pool;               /* --pool */
