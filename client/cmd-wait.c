@@ -19,26 +19,6 @@ struct wait_item {
 	int code;               /* its exit code, -1 while waiting */
 };
 
-/* Parses the task ids. Returns 0 or EX_USAGE (printed). */
-int
-cmd_parse_task_ids(const struct cmd *c, int argc, char **argv, long long **ids)
-{
-	int i;
-
-	if (argc == 0)
-		return cmd_usage_error(c, "a task id is needed");
-	if ((*ids = calloc((size_t)argc, sizeof **ids)) == NULL)
-		return EX_OSERR;
-	for (i = 0; i < argc; i++)
-		if (format_parse_int(argv[i], 0, INT64_MAX, &(*ids)[i]) == -1) {
-			free(*ids);
-			*ids = NULL;
-			return cmd_usage_error(c, "'%s' is not a task id (the number "
-			    "submit printed)", argv[i]);
-		}
-	return 0;
-}
-
 static void
 wait_print(const json_t *ev, long long task, bool output)
 {

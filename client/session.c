@@ -357,3 +357,26 @@ session_call(struct session *s, json_t *req, json_t **reply)
 		json_decref(ev);
 	}
 }
+
+int
+session_once(struct tpctl *opt, const char *what, json_t *req, json_t **reply)
+{
+	struct session s;
+	int code;
+
+	*reply = NULL;
+	if ((code = session_open(&s, opt)) != 0) {
+		json_decref(req);
+		return code;
+	}
+	code = session_call(&s, req, reply);
+	session_close(&s);
+	if (code != 0)
+		return code;
+	if (strcmp(event_name(*reply), EV_ERROR) == 0) {
+		code = event_report_error(what, *reply);
+		json_decref(*reply);
+		*reply = NULL;
+	}
+	return code;
+}

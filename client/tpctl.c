@@ -1,6 +1,7 @@
 /*
  * tpctl.c: the client's entry: global options, the environment, the
- * command table, help and usage errors.
+ * command table, help and usage errors, and the command-line helpers every
+ * command shares (its options, durations, task ids).
  */
 #include "config.h"
 
@@ -149,6 +150,38 @@ cmd_duration_arg(const struct cmd *c, const char *option, const char *arg,
 	cmd_usage_error(c, "%s: '%s' is not a duration (use 500ms, 5s, 1.5s, 2m or 1h)",
 	    option, arg);
 	return -1;
+}
+
+int
+cmd_noopts(const struct cmd *c, struct tpctl *opt, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CMD_LONGOPTS_COMMON, { NULL, 0, NULL, 0 }
+	};
+	int ch;
+
+	while ((ch = cmd_getopt(c, opt, argc, argv, ":h", longopts)) != -1)
+		return ch == 'h' ? 0 : EX_USAGE;
+	return -1;
+}
+
+int
+cmd_parse_task_ids(const struct cmd *c, int argc, char **argv, long long **ids)
+{
+	int i;
+
+	if (argc == 0)
+		return cmd_usage_error(c, "a task id is needed");
+	if ((*ids = calloc((size_t)argc, sizeof **ids)) == NULL)
+		return EX_OSERR;
+	for (i = 0; i < argc; i++)
+		if (format_parse_int(argv[i], 0, INT64_MAX, &(*ids)[i]) == -1) {
+			free(*ids);
+			*ids = NULL;
+			return cmd_usage_error(c, "'%s' is not a task id (the number "
+			    "submit printed)", argv[i]);
+		}
+	return 0;
 }
 
 static const struct cmd *

@@ -44,7 +44,7 @@ struct cmd {
 	int (*exec)(struct tpctl *, int argc, char **argv);
 };
 
-/* tpctl.c */
+/* tpctl.c: the entry, and helpers for the commands' command lines. */
 extern const char *tpctl_prog;
 /*
  * Fills in the daemon's address and token file from the environment
@@ -70,13 +70,19 @@ void cmd_print_help(const struct cmd *, FILE *f);
 	{ "help", no_argument, NULL, 'h' }, { "json", no_argument, NULL, OPT_JSON }
 int cmd_getopt(const struct cmd *, struct tpctl *, int argc, char **argv,
     const char *optstring, const struct option *longopts);
+/*
+ * Parses the options of a command that takes none but the common ones:
+ * returns -1 to go on (optind at the arguments), or the exit code (0 after
+ * --help, EX_USAGE).
+ */
+int cmd_noopts(const struct cmd *, struct tpctl *, int argc, char **argv);
 /* Parses a duration option's value, or prints why not (returns -1). */
 int cmd_duration_arg(const struct cmd *, const char *option, const char *arg,
     uint64_t *ms);
 /* Prints "tpctl: message" to stderr (after clearing any progress line). */
 void tpctl_warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Parses task ids (cmd-wait.c). Returns 0 or EX_USAGE (printed). */
+/* Parses task ids. Returns 0 or EX_USAGE (printed). */
 int cmd_parse_task_ids(const struct cmd *, int argc, char **argv, long long **ids);
 
 /* The commands. */
@@ -180,6 +186,12 @@ int session_next(struct session *, json_t **ev, int timeout_ms);
  * *reply set, or an exit code (printed).
  */
 int session_call(struct session *, json_t *req, json_t **reply);
+/*
+ * Opens a session, sends req (taken) and closes it. Returns 0 with *reply
+ * set to the answer, or an exit code (printed; an error answer is reported
+ * as what: message).
+ */
+int session_once(struct tpctl *, const char *what, json_t *req, json_t **reply);
 /* The exit code for a session_next result that is not LINK_EVENT. */
 int session_exit_code(int result);
 
@@ -328,6 +340,11 @@ char *format_duration(double ms, char *buf, size_t len);
 int format_parse_size(const char *s, uint64_t *out);
 /* Parses a decimal integer in [min, max]. */
 int format_parse_int(const char *s, long long min, long long max, long long *out);
+/*
+ * A field's value as table text (allocated): a duration for a *_ms
+ * number, a string as it is, "-" for null, JSON for the rest.
+ */
+char *format_cell(const char *key, const json_t *v);
 
 /* An aligned text table: columns left ('l') or right ('r') aligned. */
 struct table;
