@@ -274,7 +274,7 @@ session_next(struct session *s, json_t **ev, int timeout_ms)
 	const char *line;
 	size_t len;
 	int r, wait, left;
-	bool answer_bound;
+	bool answer_bound, looked = false;
 
 	if (timeout_ms >= 0)
 		deadline = tpctl_now_us() + (uint64_t)timeout_ms * 1000;
@@ -285,14 +285,19 @@ session_next(struct session *s, json_t **ev, int timeout_ms)
 			wait = now >= deadline ? 0 :
 			    (int)((deadline - now + 999) / 1000);
 		}
-		/* an owed answer that is late ends the wait; one due sooner shortens it */
+		/*
+		 * An owed answer due sooner shortens the wait. One that is late
+		 * ends it, after one look at the socket: tpctl itself may have
+		 * been busy (writing to a slow stdout) while the answer came.
+		 */
 		left = session_answer_left(s);
-		if (left == 0) {
+		if (left == 0 && looked) {
 			session_no_answer(s);
 			*ev = NULL;
 			return SESSION_NO_ANSWER;
 		}
-		answer_bound = left > 0 && (wait < 0 || left < wait);
+		looked = left == 0;
+		answer_bound = left >= 0 && (wait < 0 || left <= wait);
 		if (answer_bound)
 			wait = left;
 		r = link_recv(s->link, ev, wait, &cause);

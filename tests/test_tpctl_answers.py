@@ -13,11 +13,14 @@ answer timeout while a task runs, and the pong that wait uses to learn the
 daemon is alive is never printed.
 """
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import tempfile
+import termios
+import time
 
 from tpdtest import SLOW, TPCTL, TIMEOUT, Client, Daemon, check, eventually, run_tests
 
@@ -153,6 +156,50 @@ def test_wait_gets_a_done_larger_than_the_output_buffer():
         check(p.returncode == 0, "exit %d: %r", p.returncode, p.stderr)
         want = (b"0123456789abcdef\n" * (size // 17 + 1))[:size]
         check(p.stdout == want, "the whole output: %d bytes of %d", len(p.stdout), size)
+
+
+def test_a_busy_tpctl_is_not_a_silent_daemon():
+    """tpctl blocked on its own stdout past the answer timeout, the answer
+    waiting in its socket: it reads the answer, it does not give up."""
+    from test_tpctl import FakeTpd
+
+    def handler(req):
+        ev = {"event": "status", "id": req["id"], "task": req["task"], "state": "running",
+              "pool": "default"}
+        if req["task"] == 1:
+            ev["note"] = "x" * (1 << 20)    # far more than a pipe holds
+        return [ev]
+    with FakeTpd(handler) as f:
+        r, w = os.pipe()
+        p = subprocess.Popen([TPCTL, "-s", f.sock, "--timeout-answer", "300ms", "--json",
+                              "status", "1", "2"], stdout=w, stderr=subprocess.PIPE)
+        os.close(w)
+        try:
+            size = fcntl.fcntl(r, 1032)     # F_GETPIPE_SZ
+            deadline = time.monotonic() + GUARD
+            while int.from_bytes(fcntl.ioctl(r, termios.FIONREAD, b"\0" * 4), "little") < size:
+                check(p.poll() is None and time.monotonic() < deadline,
+                      "tpctl never filled its stdout: %r", p.poll())
+                time.sleep(0.01)    # polling the pipe's fill, not synchronising on time
+            # the condition under test: tpctl stays busy longer than its answer timeout
+            time.sleep(1.0)
+            out = b""
+            while True:
+                chunk = os.read(r, 1 << 16)
+                if not chunk:
+                    break
+                out += chunk
+            err = p.stderr.read()
+            p.wait(timeout=GUARD)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stderr.close()
+            os.close(r)
+        check(p.returncode == 0, "exit %d: %r", p.returncode, err)
+        evs = [json.loads(line) for line in out.splitlines()]
+        check([e["task"] for e in evs] == [1, 2], "both answers: %r", [e["task"] for e in evs])
 
 
 def test_bad_timeout_answer_is_a_usage_error():
