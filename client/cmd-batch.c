@@ -137,7 +137,7 @@ batch_event(struct batch *b, json_t *ev)
 	int64_t id = event_id(ev);
 
 	if (id == -1 && strcmp(name, EV_ERROR) == 0)
-		return event_report_error(conn_address(b->s.conn), ev);
+		return event_report_error(link_address(b->s.link), ev);
 	if (id < 1 || (uint64_t)id > b->n)
 		return 0;       /* a cancel's answer */
 	it = &b->items[id - 1];
@@ -250,16 +250,16 @@ batch_run(struct batch *b)
 		if (b->finished == b->n || (b->stopping && b->inflight == 0))
 			break;
 		res = session_next(&b->s, &ev, b->progress != NULL ? BATCH_TICK_MS : -1);
-		if (res == CONN_TIMEOUT) {
+		if (res == LINK_TIMEOUT) {
 			progress_draw(b->progress);
 			continue;
 		}
-		if (res == CONN_INTERRUPTED) {
+		if (res == LINK_INTERRUPTED) {
 			if ((code = batch_interrupted(b)) != 0)
 				break;
 			continue;
 		}
-		if (res != CONN_EVENT) {
+		if (res != LINK_EVENT) {
 			code = session_exit_code(res);
 			break;
 		}

@@ -86,9 +86,9 @@ run_broken_pipe(struct run *r)
 		uint64_t now = tpctl_now_us();
 		if (now >= deadline)
 			break;
-		res = conn_recv(r->s.conn, &ev, (int)((deadline - now + 999) / 1000),
+		res = link_recv(r->s.link, &ev, (int)((deadline - now + 999) / 1000),
 		    &cause);
-		if (res != CONN_EVENT)
+		if (res != LINK_EVENT)
 			break;
 		res = event_id(ev) == cancel_id ||
 		    strcmp(event_name(ev), EV_DONE) == 0;
@@ -152,7 +152,7 @@ run_event(struct run *r, json_t *ev)
 	int64_t id = event_id(ev);
 
 	if (id == -1 && strcmp(name, EV_ERROR) == 0)
-		return event_report_error(conn_address(r->s.conn), ev);
+		return event_report_error(link_address(r->s.link), ev);
 	if (id != r->submit_id) {
 		/* the cancel's answer: an error there is worth a word */
 		if (strcmp(name, EV_ERROR) == 0)
@@ -231,11 +231,11 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 	}
 	for (code = -1; code == -1;) {
 		res = session_next(&r.s, &ev, -1);
-		if (res == CONN_INTERRUPTED) {
+		if (res == LINK_INTERRUPTED) {
 			code = run_interrupted(&r);
 			continue;
 		}
-		if (res != CONN_EVENT) {
+		if (res != LINK_EVENT) {
 			if (r.task_id >= 0)
 				tpctl_warnx("task %lld may still be running: see "
 				    "tpctl wait %lld", (long long)r.task_id,

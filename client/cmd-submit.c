@@ -81,7 +81,7 @@ submit_exec(struct tpctl *opt, int argc, char **argv)
 	}
 	for (code = -1; code == -1;) {
 		res = session_next(&s, &ev, -1);
-		if (res == CONN_INTERRUPTED) {
+		if (res == LINK_INTERRUPTED) {
 			interrupt_take();
 			if (task_id >= 0)
 				tpctl_warnx("interrupted: task %lld goes on (tpctl "
@@ -90,7 +90,7 @@ submit_exec(struct tpctl *opt, int argc, char **argv)
 			code = EXIT_SIGNALLED + interrupt_last_signal();
 			break;
 		}
-		if (res != CONN_EVENT) {
+		if (res != LINK_EVENT) {
 			code = session_exit_code(res);
 			break;
 		}

@@ -16,29 +16,8 @@
 
 struct wait_item {
 	long long task;
-	int64_t req;            /* the wait request's id */
 	int code;               /* its exit code, -1 while waiting */
 };
-
-/* Parses the task ids. Returns 0 or EX_USAGE (printed). */
-int
-cmd_parse_task_ids(const struct cmd *c, int argc, char **argv, long long **ids)
-{
-	int i;
-
-	if (argc == 0)
-		return cmd_usage_error(c, "a task id is needed");
-	if ((*ids = calloc((size_t)argc, sizeof **ids)) == NULL)
-		return EX_OSERR;
-	for (i = 0; i < argc; i++)
-		if (format_parse_int(argv[i], 0, INT64_MAX, &(*ids)[i]) == -1) {
-			free(*ids);
-			*ids = NULL;
-			return cmd_usage_error(c, "'%s' is not a task id (the number "
-			    "submit printed)", argv[i]);
-		}
-	return 0;
-}
 
 static void
 wait_print(const json_t *ev, long long task, bool output)
@@ -57,6 +36,45 @@ wait_print(const json_t *ev, long long task, bool output)
 	free(what);
 }
 
+struct wait_state {
+	struct wait_item *items;
+	bool output;            /* --output */
+	bool json;
+};
+
+static json_t *
+wait_request(void *arg, size_t i)
+{
+	struct wait_state *w = arg;
+
+	return json_pack("{s:s, s:I}", FIELD_OP, OP_WAIT, FIELD_TASK,
+	    (json_int_t)w->items[i].task);
+}
+
+static int
+wait_answer(void *arg, size_t i, json_t *ev)
+{
+	struct wait_state *w = arg;
+	struct wait_item *it = &w->items[i];
+	char what[64];
+
+	if (strcmp(event_name(ev), EV_DONE) == 0) {
+		if (!w->json)
+			wait_print(ev, it->task, w->output);
+		if (w->output && !w->json &&
+		    event_write_result_output(ev) == -1 && errno == EPIPE)
+			return EXIT_BROKEN_PIPE;
+		it->code = event_task_exit_code(ev);
+		return PIPELINE_SETTLED;
+	}
+	if (strcmp(event_name(ev), EV_ERROR) == 0) {
+		snprintf(what, sizeof what, "task %lld", it->task);
+		it->code = event_report_error(what, ev);
+		return PIPELINE_SETTLED;
+	}
+	return PIPELINE_MORE;
+}
+
 static int
 wait_exec(struct tpctl *opt, int argc, char **argv)
 {
@@ -65,100 +83,52 @@ wait_exec(struct tpctl *opt, int argc, char **argv)
 		{ "output", no_argument, NULL, 'o' },
 		{ NULL, 0, NULL, 0 }
 	};
-	struct wait_item *items;
+	struct wait_state w;
 	struct session s;
 	long long *ids;
-	json_t *ev, *req;
-	bool output = false;
-	int ch, i, n, left, res, code = 0;
-	char what[64];
+	int ch, i, n, code = 0;
 
+	memset(&w, 0, sizeof w);
 	while ((ch = cmd_getopt(&cmd_wait, opt, argc, argv, ":ho", longopts)) != -1) {
 		if (ch == 'o')
-			output = true;
+			w.output = true;
 		else
 			return ch == 'h' ? 0 : EX_USAGE;
 	}
 	n = argc - optind;
 	if ((code = cmd_parse_task_ids(&cmd_wait, n, argv + optind, &ids)) != 0)
 		return code;
-	if ((items = calloc((size_t)n, sizeof *items)) == NULL) {
+	if ((w.items = calloc((size_t)n, sizeof *w.items)) == NULL) {
 		free(ids);
 		return EX_OSERR;
 	}
+	for (i = 0; i < n; i++) {
+		w.items[i].task = ids[i];
+		w.items[i].code = -1;
+	}
+	free(ids);
+	w.json = opt->json;
 	if (interrupt_install() == -1) {
 		tpctl_warnx("cannot catch signals: %s", strerror(errno));
-		free(ids);
-		free(items);
+		free(w.items);
 		return EX_OSERR;
 	}
 	if ((code = session_open(&s, opt)) != 0)
 		goto out;
-	for (i = 0; i < n; i++) {
-		items[i].task = ids[i];
-		items[i].code = -1;
-		req = json_pack("{s:s, s:I}", FIELD_OP, OP_WAIT, FIELD_TASK,
-		    (json_int_t)ids[i]);
-		if ((items[i].req = session_send(&s, req)) == -1) {
-			code = EX_UNAVAILABLE;
-			goto out;
-		}
-	}
-	for (left = n; left > 0;) {
-		res = session_next(&s, &ev, -1);
-		if (res == CONN_INTERRUPTED) {
-			interrupt_take();
-			tpctl_warnx("interrupted: stopped waiting; the tasks go on");
-			code = EXIT_SIGNALLED + interrupt_last_signal();
-			goto out;
-		}
-		if (res != CONN_EVENT) {
-			code = session_exit_code(res);
-			goto out;
-		}
-		if (event_id(ev) == -1 && strcmp(event_name(ev), EV_ERROR) == 0) {
-			code = event_report_error(conn_address(s.conn), ev);
-			json_decref(ev);
-			goto out;
-		}
-		for (i = 0; i < n; i++)
-			if (items[i].req == event_id(ev) && items[i].code == -1)
-				break;
-		if (i == n) {
-			json_decref(ev);
-			continue;
-		}
-		if (strcmp(event_name(ev), EV_DONE) == 0) {
-			if (!opt->json)
-				wait_print(ev, items[i].task, output);
-			if (output && !opt->json &&
-			    event_write_result_output(ev) == -1 && errno == EPIPE) {
-				json_decref(ev);
-				code = EXIT_BROKEN_PIPE;
-				goto out;
-			}
-			items[i].code = event_task_exit_code(ev);
-			left--;
-		} else if (strcmp(event_name(ev), EV_ERROR) == 0) {
-			snprintf(what, sizeof what, "task %lld", items[i].task);
-			items[i].code = event_report_error(what, ev);
-			left--;
-		}
-		json_decref(ev);
-	}
+	code = pipeline_run(&s, (size_t)n, true, wait_request, wait_answer, &w);
+	session_close(&s);
+	if (code != 0)
+		goto out;
 	if (n == 1)
-		code = items[0].code;
+		code = w.items[0].code;
 	else
 		for (code = 0, i = 0; i < n; i++)
-			if (items[i].code == EX_NOPERM)
+			if (w.items[i].code == EX_NOPERM)
 				code = EX_NOPERM;
-			else if (items[i].code != 0 && code == 0)
+			else if (w.items[i].code != 0 && code == 0)
 				code = EXIT_TASK_FAILED;
 out:
-	if (s.conn != NULL)
-		session_close(&s);
-	free(ids);
-	free(items);
+	free(w.items);
 	return code;
 }
 

@@ -1,7 +1,8 @@
 /*
  * format.c: what tpctl shows people and reads from them: durations
- * ("500ms", "2.1s", "3m"), sizes, integers, and aligned tables. Durations
- * and sizes are read with common/units.c, the grammar tpd reads too.
+ * ("500ms", "2.1s", "3m"), sizes, integers, table cells, and aligned
+ * tables. Durations and sizes are read with common/units.c, the grammar tpd
+ * reads too.
  */
 #include "config.h"
 
@@ -79,6 +80,22 @@ format_parse_int(const char *s, long long min, long long max, long long *out)
 		return -1;
 	*out = v;
 	return 0;
+}
+
+char *
+format_cell(const char *key, const json_t *v)
+{
+	char buf[FORMAT_DURATION_LEN];
+	size_t klen = strlen(key);
+
+	if (json_is_number(v) && klen > 3 && strcmp(key + klen - 3, "_ms") == 0 &&
+	    json_number_value(v) >= 0)
+		return strdup(format_duration(json_number_value(v), buf, sizeof buf));
+	if (json_is_string(v))
+		return strdup(json_string_value(v));
+	if (json_is_null(v))
+		return strdup("-");
+	return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 }
 
 struct table {

@@ -1,7 +1,7 @@
 /*
  * interrupt.c: SIGINT, SIGTERM and SIGHUP turned into something the poll
  * loop can see. The handler counts the signal and writes a byte to a pipe
- * that conn_recv polls beside the socket (the self-pipe trick), so a
+ * that link_recv polls beside the socket (the self-pipe trick), so a
  * command decides what an interrupt means: run cancels its task on the
  * first and exits on the second.
  */

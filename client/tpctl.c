@@ -1,6 +1,7 @@
 /*
  * tpctl.c: the client's entry: global options, the environment, the
- * command table, help and usage errors.
+ * command table, help and usage errors, and the command-line helpers every
+ * command shares (its options, durations, task ids).
  */
 #include "config.h"
 
@@ -56,7 +57,7 @@ tpctl_usage(FILE *f)
 		strcpy(path, "(too long)");
 	fprintf(f,
 	    "usage: tpctl [-s PATH | -H HOST:PORT] [--token-file FILE] [--json]\n"
-	    "             [--connect-timeout DUR] COMMAND [ARG...]\n"
+	    "             [--connect-timeout DUR] [--timeout-answer DUR] COMMAND [ARG...]\n"
 	    "\n"
 	    "Sends tasks to tpd, the task-pool daemon, and administers it.\n"
 	    "\n"
@@ -73,14 +74,16 @@ tpctl_usage(FILE *f)
 	    "      --json               print the daemon's events as received, one JSON\n"
 	    "                           object per line (also after the command)\n"
 	    "      --connect-timeout DUR  give up connecting after DUR (default 5s)\n"
+	    "      --timeout-answer DUR  give up when an answer due at once (anything but\n"
+	    "                           a task's end) takes longer (default 10s; 0: no limit)\n"
 	    "  -h, --help               this help; tpctl COMMAND --help for a command's\n"
 	    "  -V, --version            the version\n"
 	    "\n"
 	    "Durations: 500ms, 5s, 1.5s, 2m, 1h.\n"
 	    "Exit status: 0 success; run and wait: the task's exit status, 124 timed out,\n"
 	    "128+N killed by signal N; 1 a task failed or the daemon refused a request;\n"
-	    "64 usage error; 69 daemon unreachable or connection lost; 75 rejected\n"
-	    "(queue full or shutting down); 77 not permitted; 130 interrupted.\n"
+	    "64 usage error; 69 daemon unreachable, no answer in time or connection lost;\n"
+	    "75 rejected (queue full or shutting down); 77 not permitted; 130 interrupted.\n"
 	    "See tpctl(1).\n", path);
 }
 
@@ -152,6 +155,38 @@ cmd_duration_arg(const struct cmd *c, const char *option, const char *arg,
 	return -1;
 }
 
+int
+cmd_noopts(const struct cmd *c, struct tpctl *opt, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CMD_LONGOPTS_COMMON, { NULL, 0, NULL, 0 }
+	};
+	int ch;
+
+	while ((ch = cmd_getopt(c, opt, argc, argv, ":h", longopts)) != -1)
+		return ch == 'h' ? 0 : EX_USAGE;
+	return -1;
+}
+
+int
+cmd_parse_task_ids(const struct cmd *c, int argc, char **argv, long long **ids)
+{
+	int i;
+
+	if (argc == 0)
+		return cmd_usage_error(c, "a task id is needed");
+	if ((*ids = calloc((size_t)argc, sizeof **ids)) == NULL)
+		return EX_OSERR;
+	for (i = 0; i < argc; i++)
+		if (format_parse_int(argv[i], 0, INT64_MAX, &(*ids)[i]) == -1) {
+			free(*ids);
+			*ids = NULL;
+			return cmd_usage_error(c, "'%s' is not a task id (the number "
+			    "submit printed)", argv[i]);
+		}
+	return 0;
+}
+
 static const struct cmd *
 tpctl_find(const char *name)
 {
@@ -205,6 +240,7 @@ main(int argc, char **argv)
 		{ "token-file", required_argument, NULL, 'T' },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "connect-timeout", required_argument, NULL, 'C' },
+		{ "timeout-answer", required_argument, NULL, 'A' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 }
@@ -217,6 +253,7 @@ main(int argc, char **argv)
 
 	memset(&opt, 0, sizeof opt);
 	opt.connect_timeout_ms = TPCTL_DEFAULT_CONNECT_TIMEOUT_MS;
+	opt.answer_timeout_ms = TPCTL_DEFAULT_ANSWER_TIMEOUT_MS;
 	/* a closed socket or stdout is an error return, not a silent death */
 	signal(SIGPIPE, SIG_IGN);
 
@@ -245,6 +282,14 @@ main(int argc, char **argv)
 				free(cause);
 				return EX_USAGE;
 			}
+			break;
+		case 'A':
+			if (format_parse_duration(optarg, &opt.answer_timeout_ms) == -1) {
+				fprintf(stderr, "%s: --timeout-answer: '%s' is not a "
+				    "duration (use 500ms, 5s or 2m)\n", tpctl_prog, optarg);
+				return EX_USAGE;
+			}
+			opt.answer_timeout_set = true;
 			break;
 		case 'h':
 			tpctl_usage(stdout);

@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-/* Exit codes (SPEC section 5; sysexits.h for the rest). */
+/* Exit codes (tpctl(1); sysexits.h for the rest). */
 #define EXIT_TASK_FAILED 1      /* a task failed, or the daemon refused a request */
 #define EXIT_TIMED_OUT   124    /* like timeout(1) */
 #define EXIT_SIGNALLED   128    /* + the signal number */
@@ -23,6 +23,7 @@
 #define EXIT_BROKEN_PIPE 141    /* 128 + SIGPIPE: tpctl's stdout was closed */
 
 #define TPCTL_DEFAULT_CONNECT_TIMEOUT_MS 5000
+#define TPCTL_DEFAULT_ANSWER_TIMEOUT_MS  10000
 
 /* Global options, from the command line and the environment. */
 struct tpctl {
@@ -31,6 +32,8 @@ struct tpctl {
 	const char *token_file;         /* --token-file, TPD_TOKEN_FILE */
 	bool json;                      /* --json: print events as received */
 	uint64_t connect_timeout_ms;    /* --connect-timeout */
+	uint64_t answer_timeout_ms;     /* --timeout-answer; 0: wait for ever */
+	bool answer_timeout_set;        /* given on the command line */
 };
 
 struct cmd {
@@ -41,7 +44,7 @@ struct cmd {
 	int (*exec)(struct tpctl *, int argc, char **argv);
 };
 
-/* tpctl.c */
+/* tpctl.c: the entry, and helpers for the commands' command lines. */
 extern const char *tpctl_prog;
 /*
  * Fills in the daemon's address and token file from the environment
@@ -67,28 +70,34 @@ void cmd_print_help(const struct cmd *, FILE *f);
 	{ "help", no_argument, NULL, 'h' }, { "json", no_argument, NULL, OPT_JSON }
 int cmd_getopt(const struct cmd *, struct tpctl *, int argc, char **argv,
     const char *optstring, const struct option *longopts);
+/*
+ * Parses the options of a command that takes none but the common ones:
+ * returns -1 to go on (optind at the arguments), or the exit code (0 after
+ * --help, EX_USAGE).
+ */
+int cmd_noopts(const struct cmd *, struct tpctl *, int argc, char **argv);
 /* Parses a duration option's value, or prints why not (returns -1). */
 int cmd_duration_arg(const struct cmd *, const char *option, const char *arg,
     uint64_t *ms);
 /* Prints "tpctl: message" to stderr (after clearing any progress line). */
 void tpctl_warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Parses task ids (cmd-wait.c). Returns 0 or EX_USAGE (printed). */
+/* Parses task ids. Returns 0 or EX_USAGE (printed). */
 int cmd_parse_task_ids(const struct cmd *, int argc, char **argv, long long **ids);
 
 /* The commands. */
 extern const struct cmd cmd_run, cmd_submit, cmd_wait, cmd_status, cmd_cancel,
     cmd_stats, cmd_resize, cmd_shutdown, cmd_ping, cmd_batch;
 
-/* conn.c: one stream socket carrying newline-delimited JSON. */
-struct conn;
+/* link.c: one stream socket carrying newline-delimited JSON. */
+struct link;
 
-enum conn_result {
-	CONN_EVENT = 1,         /* *ev is set */
-	CONN_TIMEOUT = 0,       /* the deadline passed */
-	CONN_LOST = -1,         /* closed, reset or failed I/O: *cause says which */
-	CONN_BAD = -2,          /* the daemon sent a line tpctl cannot read */
-	CONN_INTERRUPTED = -3,  /* a signal arrived (interrupt.c) */
+enum link_result {
+	LINK_EVENT = 1,         /* *ev is set */
+	LINK_TIMEOUT = 0,       /* the deadline passed */
+	LINK_LOST = -1,         /* closed, reset or failed I/O: *cause says which */
+	LINK_BAD = -2,          /* the daemon sent a line tpctl cannot read */
+	LINK_INTERRUPTED = -3,  /* a signal arrived (interrupt.c) */
 };
 
 /*
@@ -96,49 +105,116 @@ enum conn_result {
  * [::1]:7420), giving up after timeout_ms. Returns NULL with *cause set to a
  * line naming the address, the error and a hint.
  */
-struct conn *conn_open(const char *path, const char *host, uint64_t timeout_ms,
+struct link *link_open(const char *path, const char *host, uint64_t timeout_ms,
     char **cause);
-void conn_close(struct conn *);
+void link_close(struct link *);
 /* The address, for messages. */
-const char *conn_address(const struct conn *);
+const char *link_address(const struct link *);
 /* Queues one request line and sends what the socket takes now. */
-int conn_send(struct conn *, const json_t *req, char **cause);
+int link_send(struct link *, const json_t *req, char **cause);
 /*
  * Sends queued requests and returns the next event, waiting at most
- * timeout_ms (-1 = forever). Returns a conn_result.
+ * timeout_ms (-1 = forever). Returns a link_result.
  */
-int conn_recv(struct conn *, json_t **ev, int timeout_ms, char **cause);
+int link_recv(struct link *, json_t **ev, int timeout_ms, char **cause);
 /* The raw line of the last event, without its newline. */
-const char *conn_last_line(const struct conn *, size_t *len);
+const char *link_last_line(const struct link *, size_t *len);
 /* Sends everything queued, waiting at most timeout_ms. */
-int conn_flush(struct conn *, int timeout_ms, char **cause);
+int link_flush(struct link *, int timeout_ms, char **cause);
+/* When bytes last moved either way (tpctl_now_us), or when it was opened. */
+uint64_t link_last_io_us(const struct link *);
 
-/* session.c: a connection, the options and the request ids. */
+/*
+ * session.c: a connection, the options and the request ids. The session
+ * keeps the requests whose first answer the daemon owes at once (every
+ * request but wait) and gives up when the daemon has been silent for the
+ * answer timeout while one is owed: session_next returns SESSION_NO_ANSWER
+ * after printing what it waited for.
+ */
+struct session_owed {
+	int64_t id;             /* INT64_MIN once answered */
+	uint64_t sent_us;
+	char what[16];          /* the request's op, for the message */
+};
+
 struct session {
 	struct tpctl *opt;
-	struct conn *conn;
+	struct link *link;
 	int64_t next_id;
 	bool stdout_gone;       /* --json output met a closed stdout (EPIPE) */
+	uint64_t answer_timeout_ms;     /* from --timeout-answer; 0: for ever */
+	const char *answer_option;      /* the option to name in the message */
+	struct session_owed *owed;      /* in the order sent */
+	size_t owed_head, owed_len, owed_cap;
+	int64_t probe_id;       /* session_probe's ping, or -1 */
 };
+
+/* session_next's result when an owed answer did not come in time (printed). */
+#define SESSION_NO_ANSWER (-4)
 
 /* Connects and, with a token file, says hello. Returns 0 or an exit code. */
 int session_open(struct session *, struct tpctl *);
 void session_close(struct session *);
-/* Sends req (taken) with a fresh integer id; returns the id, or -1 (printed). */
+/*
+ * Sends req (taken) with a fresh integer id, unless it has one; its first
+ * answer is owed at once. Returns the id, or -1 (printed).
+ */
 int64_t session_send(struct session *, json_t *req);
+/* The same for a wait request, whose first answer may take as long as the task. */
+int64_t session_send_wait(struct session *, json_t *req);
+/*
+ * Sends a ping whose pong is owed at once, before requests whose answers
+ * may take as long as a task (waits): the pong shows the daemon alive and
+ * reading, and it answers what it answers at once (a wait's no_such_task)
+ * as it reads the requests that follow. First, not last: a large done
+ * already there would come before a pong sent after it, and a daemon
+ * disconnects a client with that much unsent when the next answer is due.
+ * The pong is neither returned nor printed; what names the requests in the
+ * message if it does not come.
+ */
+int session_probe(struct session *, const char *what);
 /*
  * The next event (printed as received with --json; when stdout is a closed
- * pipe, stdout_gone is set and printing stops). Returns a conn_result; on
- * CONN_LOST and CONN_BAD a message has been printed.
+ * pipe, stdout_gone is set and printing stops), waiting at most timeout_ms
+ * (-1: as long as no owed answer is late). Returns a link_result or
+ * SESSION_NO_ANSWER; on LINK_LOST, LINK_BAD and SESSION_NO_ANSWER a message
+ * has been printed.
  */
 int session_next(struct session *, json_t **ev, int timeout_ms);
 /*
  * Sends req and waits for the first event answering it. Returns 0 with
  * *reply set, or an exit code (printed).
  */
-int session_call(struct session *, json_t *req, json_t **reply, int timeout_ms);
-/* The exit code for a conn_result that is not CONN_EVENT. */
-int session_exit_code(int conn_result);
+int session_call(struct session *, json_t *req, json_t **reply);
+/*
+ * Opens a session, sends req (taken) and closes it. Returns 0 with *reply
+ * set to the answer, or an exit code (printed; an error answer is reported
+ * as what: message).
+ */
+int session_once(struct tpctl *, const char *what, json_t *req, json_t **reply);
+/* The exit code for a session_next result that is not LINK_EVENT. */
+int session_exit_code(int result);
+
+/* pipeline.c: several requests at once, answers matched by id. */
+/* Makes the i-th request of a pipeline. */
+typedef json_t *(*pipeline_request_fn)(void *arg, size_t i);
+/*
+ * Takes an event answering the i-th request (the pipeline frees it):
+ * returns PIPELINE_SETTLED when that request is done with, PIPELINE_MORE
+ * when more is to come for it, or an exit code that ends the pipeline.
+ */
+typedef int (*pipeline_answer_fn)(void *arg, size_t i, json_t *ev);
+#define PIPELINE_SETTLED 0
+#define PIPELINE_MORE    (-1)
+/*
+ * Sends n requests at once (wait requests, after the probe that bounds
+ * them, when waits is set; see session_probe) and hands each event for one
+ * not yet settled to answer. An error without an id ends the pipeline
+ * (reported), and so does an interrupt ("stopped waiting", 128+N). Returns
+ * 0 once every request is settled, or an exit code (printed).
+ */
+int pipeline_run(struct session *, size_t n, bool waits,
+    pipeline_request_fn request, pipeline_answer_fn answer, void *arg);
 
 /* taskopt.c: the task options run, submit and batch share. */
 struct taskopt {
@@ -213,6 +289,13 @@ int batch_read(FILE *f, const char *name, const struct taskopt *,
     struct batch_item **items, size_t *n);
 void batch_items_free(struct batch_item *, size_t n);
 
+/* jsonline.c: parsing event lines. */
+/*
+ * json_loadb of one line (JSON_ALLOW_NUL), with its long string values
+ * decoded outside jansson's lexer for speed; the same result and errors.
+ */
+json_t *jsonline_load(const char *line, size_t len, json_error_t *err);
+
 /* event.c: reading events. */
 const char *event_name(const json_t *ev);
 /* The request id of ev, or -1 when absent or not an integer. */
@@ -257,6 +340,11 @@ char *format_duration(double ms, char *buf, size_t len);
 int format_parse_size(const char *s, uint64_t *out);
 /* Parses a decimal integer in [min, max]. */
 int format_parse_int(const char *s, long long min, long long max, long long *out);
+/*
+ * A field's value as table text (allocated): a duration for a *_ms
+ * number, a string as it is, "-" for null, JSON for the rest.
+ */
+char *format_cell(const char *key, const json_t *v);
 
 /* An aligned text table: columns left ('l') or right ('r') aligned. */
 struct table;
@@ -281,9 +369,9 @@ void progress_free(struct progress *);
 extern struct progress *progress_current;
 
 /* interrupt.c: SIGINT (and SIGTERM, SIGHUP) as events in the poll loop. */
-/* Catches the signals; each one wakes conn_recv (CONN_INTERRUPTED). */
+/* Catches the signals; each one wakes link_recv (LINK_INTERRUPTED). */
 int interrupt_install(void);
-/* The fd conn_recv polls, or -1. */
+/* The fd link_recv polls, or -1. */
 int interrupt_fd(void);
 /* Takes the signals that arrived since the last call; returns how many. */
 int interrupt_take(void);

@@ -1,6 +1,6 @@
 /*
- * conn.c: one connection to tpd: connect over a Unix socket or TCP with a
- * timeout, then newline-delimited JSON both ways (SPEC section 2).
+ * link.c: one connection to tpd: connect over a Unix socket or TCP with a
+ * timeout, then newline-delimited JSON both ways (doc/protocol.md).
  *
  * The socket is non-blocking once connected, and every wait is one poll()
  * on the socket and the interrupt pipe, so a signal or a deadline never
@@ -29,10 +29,10 @@
 #include "wire.h"
 
 /* Longest event line accepted from the daemon (a done with large output). */
-#define CONN_MAX_LINE ((size_t)1 << 30)
-#define CONN_READ_SIZE 65536
+#define LINK_MAX_LINE ((size_t)1 << 30)
+#define LINK_READ_SIZE 65536
 
-struct conn {
+struct link {
 	int fd;
 	char *address;          /* "/run/tpd/tpd.sock" or "host:port" */
 
@@ -46,10 +46,12 @@ struct conn {
 	char *out;              /* queued request lines */
 	size_t outlen, outcap;
 	size_t outoff;          /* bytes of out already sent */
+
+	uint64_t last_io_us;    /* when bytes last moved either way */
 };
 
 static char *
-conn_xasprintf(const char *fmt, ...)
+link_xasprintf(const char *fmt, ...)
 {
 	va_list ap;
 	char *s;
@@ -63,7 +65,7 @@ conn_xasprintf(const char *fmt, ...)
 
 /* A hint for a connect error, after the error itself. */
 static const char *
-conn_hint(int error, bool tcp)
+link_hint(int error, bool tcp)
 {
 	switch (error) {
 	case ENOENT:
@@ -83,7 +85,7 @@ conn_hint(int error, bool tcp)
 }
 
 static int
-conn_set_nonblock(int fd)
+link_set_nonblock(int fd)
 {
 	int flags = fcntl(fd, F_GETFL);
 
@@ -93,7 +95,7 @@ conn_set_nonblock(int fd)
 }
 
 static void
-conn_timeval(uint64_t ms, struct timeval *tv)
+link_timeval(uint64_t ms, struct timeval *tv)
 {
 	tv->tv_sec = ms / 1000;
 	tv->tv_usec = (ms % 1000) * 1000;
@@ -104,7 +106,7 @@ conn_timeval(uint64_t ms, struct timeval *tv)
  * backlog is full: then it blocks, for at most SO_SNDTIMEO on Linux.
  */
 static int
-conn_open_unix(const char *path, uint64_t timeout_ms, char **cause)
+link_open_unix(const char *path, uint64_t timeout_ms, char **cause)
 {
 	struct sockaddr_un sun;
 	struct timeval tv;
@@ -113,7 +115,7 @@ conn_open_unix(const char *path, uint64_t timeout_ms, char **cause)
 	memset(&sun, 0, sizeof sun);
 	sun.sun_family = AF_UNIX;
 	if (strlen(path) >= sizeof sun.sun_path) {
-		*cause = conn_xasprintf("cannot connect to %s: the path is longer "
+		*cause = link_xasprintf("cannot connect to %s: the path is longer "
 		    "than a Unix socket address allows (%zu bytes)", path,
 		    sizeof sun.sun_path - 1);
 		return -1;
@@ -121,10 +123,10 @@ conn_open_unix(const char *path, uint64_t timeout_ms, char **cause)
 	memcpy(sun.sun_path, path, strlen(path) + 1);
 
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1) {
-		*cause = conn_xasprintf("cannot create a socket: %s", strerror(errno));
+		*cause = link_xasprintf("cannot create a socket: %s", strerror(errno));
 		return -1;
 	}
-	conn_timeval(timeout_ms, &tv);
+	link_timeval(timeout_ms, &tv);
 	if (timeout_ms > 0)
 		(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 	while (connect(fd, (struct sockaddr *)&sun, sizeof sun) == -1) {
@@ -134,8 +136,8 @@ conn_open_unix(const char *path, uint64_t timeout_ms, char **cause)
 		close(fd);
 		if (saved == EAGAIN || saved == EWOULDBLOCK || saved == EINPROGRESS)
 			saved = ETIMEDOUT;
-		*cause = conn_xasprintf("cannot connect to %s: %s%s", path,
-		    strerror(saved), conn_hint(saved, false));
+		*cause = link_xasprintf("cannot connect to %s: %s%s", path,
+		    strerror(saved), link_hint(saved, false));
 		return -1;
 	}
 	memset(&tv, 0, sizeof tv);
@@ -145,7 +147,7 @@ conn_open_unix(const char *path, uint64_t timeout_ms, char **cause)
 
 /* Splits "host:port" or "[v6]:port" into host and port (in buf). */
 static int
-conn_split_host(const char *hostport, char *buf, size_t len, char **host,
+link_split_host(const char *hostport, char *buf, size_t len, char **host,
     char **port)
 {
 	char *colon;
@@ -176,7 +178,7 @@ conn_split_host(const char *hostport, char *buf, size_t len, char **host,
 
 /* Waits for a non-blocking connect; returns 0 or an errno value. */
 static int
-conn_wait_connect(int fd, uint64_t deadline_us)
+link_wait_connect(int fd, uint64_t deadline_us)
 {
 	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
 	socklen_t len = sizeof(int);
@@ -200,15 +202,15 @@ conn_wait_connect(int fd, uint64_t deadline_us)
 }
 
 static int
-conn_open_tcp(const char *hostport, uint64_t timeout_ms, char **cause)
+link_open_tcp(const char *hostport, uint64_t timeout_ms, char **cause)
 {
 	struct addrinfo hints, *res, *ai;
 	char buf[512], *host, *port;
 	uint64_t deadline;
 	int fd = -1, error = 0, one = 1, gai;
 
-	if (conn_split_host(hostport, buf, sizeof buf, &host, &port) == -1) {
-		*cause = conn_xasprintf("cannot connect to %s: HOST:PORT expected "
+	if (link_split_host(hostport, buf, sizeof buf, &host, &port) == -1) {
+		*cause = link_xasprintf("cannot connect to %s: HOST:PORT expected "
 		    "(an IPv6 address in brackets: [::1]:7420)", hostport);
 		return -1;
 	}
@@ -216,7 +218,7 @@ conn_open_tcp(const char *hostport, uint64_t timeout_ms, char **cause)
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	if ((gai = getaddrinfo(host, port, &hints, &res)) != 0) {
-		*cause = conn_xasprintf("cannot connect to %s: %s", hostport,
+		*cause = link_xasprintf("cannot connect to %s: %s", hostport,
 		    gai_strerror(gai));
 		return -1;
 	}
@@ -231,7 +233,7 @@ conn_open_tcp(const char *hostport, uint64_t timeout_ms, char **cause)
 		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
 			error = 0;
 		else if (errno == EINPROGRESS)
-			error = conn_wait_connect(fd, deadline);
+			error = link_wait_connect(fd, deadline);
 		else
 			error = errno;
 		if (error == 0)
@@ -241,9 +243,9 @@ conn_open_tcp(const char *hostport, uint64_t timeout_ms, char **cause)
 	}
 	freeaddrinfo(res);
 	if (fd == -1) {
-		*cause = conn_xasprintf("cannot connect to %s: %s%s", hostport,
+		*cause = link_xasprintf("cannot connect to %s: %s%s", hostport,
 		    error == ETIMEDOUT ? "timed out" : strerror(error),
-		    conn_hint(error, true));
+		    link_hint(error, true));
 		return -1;
 	}
 	/* requests are small lines: send each at once */
@@ -251,68 +253,75 @@ conn_open_tcp(const char *hostport, uint64_t timeout_ms, char **cause)
 	return fd;
 }
 
-struct conn *
-conn_open(const char *path, const char *host, uint64_t timeout_ms, char **cause)
+struct link *
+link_open(const char *path, const char *host, uint64_t timeout_ms, char **cause)
 {
-	struct conn *c;
+	struct link *lk;
 	int fd;
 
 	if (host != NULL)
-		fd = conn_open_tcp(host, timeout_ms, cause);
+		fd = link_open_tcp(host, timeout_ms, cause);
 	else
-		fd = conn_open_unix(path, timeout_ms, cause);
+		fd = link_open_unix(path, timeout_ms, cause);
 	if (fd == -1)
 		return NULL;
-	if (conn_set_nonblock(fd) == -1) {
-		*cause = conn_xasprintf("cannot set up the socket: %s", strerror(errno));
+	if (link_set_nonblock(fd) == -1) {
+		*cause = link_xasprintf("cannot set up the socket: %s", strerror(errno));
 		close(fd);
 		return NULL;
 	}
-	if ((c = calloc(1, sizeof *c)) == NULL ||
-	    (c->address = strdup(host != NULL ? host : path)) == NULL) {
-		free(c);
+	if ((lk = calloc(1, sizeof *lk)) == NULL ||
+	    (lk->address = strdup(host != NULL ? host : path)) == NULL) {
+		free(lk);
 		close(fd);
-		*cause = conn_xasprintf("out of memory");
+		*cause = link_xasprintf("out of memory");
 		return NULL;
 	}
-	c->fd = fd;
-	return c;
+	lk->fd = fd;
+	lk->last_io_us = tpctl_now_us();
+	return lk;
 }
 
 void
-conn_close(struct conn *c)
+link_close(struct link *lk)
 {
-	if (c == NULL)
+	if (lk == NULL)
 		return;
-	close(c->fd);
-	free(c->address);
-	free(c->in);
-	free(c->out);
-	free(c);
+	close(lk->fd);
+	free(lk->address);
+	free(lk->in);
+	free(lk->out);
+	free(lk);
 }
 
 const char *
-conn_address(const struct conn *c)
+link_address(const struct link *lk)
 {
-	return c->address;
+	return lk->address;
+}
+
+uint64_t
+link_last_io_us(const struct link *lk)
+{
+	return lk->last_io_us;
 }
 
 const char *
-conn_last_line(const struct conn *c, size_t *len)
+link_last_line(const struct link *lk, size_t *len)
 {
-	*len = c->linelen;
-	return c->line;
+	*len = lk->linelen;
+	return lk->line;
 }
 
 static int
-conn_reserve(char **buf, size_t *cap, size_t need)
+link_reserve(char **buf, size_t *cap, size_t need)
 {
 	size_t ncap;
 	char *nbuf;
 
 	if (need <= *cap)
 		return 0;
-	ncap = *cap == 0 ? CONN_READ_SIZE : *cap;
+	ncap = *cap == 0 ? LINK_READ_SIZE : *cap;
 	while (ncap < need)
 		ncap *= 2;
 	if ((nbuf = realloc(*buf, ncap)) == NULL)
@@ -322,112 +331,114 @@ conn_reserve(char **buf, size_t *cap, size_t need)
 	return 0;
 }
 
-/* Writes what the socket takes now. Returns 0, or CONN_LOST. */
+/* Writes what the socket takes now. Returns 0, or LINK_LOST. */
 static int
-conn_write_some(struct conn *c, char **cause)
+link_write_some(struct link *lk, char **cause)
 {
 	ssize_t n;
 
-	while (c->outoff < c->outlen) {
-		n = send(c->fd, c->out + c->outoff, c->outlen - c->outoff,
+	while (lk->outoff < lk->outlen) {
+		n = send(lk->fd, lk->out + lk->outoff, lk->outlen - lk->outoff,
 		    MSG_NOSIGNAL);
 		if (n == -1) {
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return 0;
-			*cause = conn_xasprintf("lost the connection to %s: %s",
-			    c->address, strerror(errno));
-			return CONN_LOST;
+			*cause = link_xasprintf("lost the connection to %s: %s",
+			    lk->address, strerror(errno));
+			return LINK_LOST;
 		}
-		c->outoff += (size_t)n;
+		lk->outoff += (size_t)n;
+		lk->last_io_us = tpctl_now_us();
 	}
-	c->outoff = c->outlen = 0;
+	lk->outoff = lk->outlen = 0;
 	return 0;
 }
 
 int
-conn_send(struct conn *c, const json_t *req, char **cause)
+link_send(struct link *lk, const json_t *req, char **cause)
 {
 	char *s;
 	size_t len;
 
 	/* compact JSON never contains a raw newline: strings escape it */
 	if ((s = json_dumps(req, JSON_COMPACT)) == NULL) {
-		*cause = conn_xasprintf("cannot encode a request");
+		*cause = link_xasprintf("cannot encode a request");
 		return -1;
 	}
 	len = strlen(s);
-	if (conn_reserve(&c->out, &c->outcap, c->outlen + len + 1) == -1) {
+	if (link_reserve(&lk->out, &lk->outcap, lk->outlen + len + 1) == -1) {
 		free(s);
-		*cause = conn_xasprintf("out of memory");
+		*cause = link_xasprintf("out of memory");
 		return -1;
 	}
-	memcpy(c->out + c->outlen, s, len);
-	c->out[c->outlen + len] = WIRE_DELIMITER;
-	c->outlen += len + 1;
+	memcpy(lk->out + lk->outlen, s, len);
+	lk->out[lk->outlen + len] = WIRE_DELIMITER;
+	lk->outlen += len + 1;
 	free(s);
-	return conn_write_some(c, cause) == 0 ? 0 : -1;
+	return link_write_some(lk, cause) == 0 ? 0 : -1;
 }
 
 /* The next complete line in the buffer as an event; 0 when there is none. */
 static int
-conn_take_line(struct conn *c, json_t **ev, char **cause)
+link_take_line(struct link *lk, json_t **ev, char **cause)
 {
 	json_error_t jerr;
 	char *nl;
 	size_t len;
 
-	while (c->scan < c->inlen) {
-		nl = memchr(c->in + c->scan, WIRE_DELIMITER, c->inlen - c->scan);
+	while (lk->scan < lk->inlen) {
+		nl = memchr(lk->in + lk->scan, WIRE_DELIMITER, lk->inlen - lk->scan);
 		if (nl == NULL) {
-			c->scan = c->inlen;
+			lk->scan = lk->inlen;
 			break;
 		}
-		c->line = c->in + c->start;
-		len = (size_t)(nl - c->line);
-		c->start = c->scan = len + c->start + 1;
-		if (len > 0 && c->line[len - 1] == '\r')
+		lk->line = lk->in + lk->start;
+		len = (size_t)(nl - lk->line);
+		lk->start = lk->scan = len + lk->start + 1;
+		if (len > 0 && lk->line[len - 1] == '\r')
 			len--;
 		if (len == 0)
 			continue;
-		c->linelen = len;
-		*ev = json_loadb(c->line, len, JSON_ALLOW_NUL, &jerr);
+		lk->linelen = len;
+		*ev = jsonline_load(lk->line, len, &jerr);
 		if (*ev == NULL) {
-			*cause = conn_xasprintf("%s sent a line that is not JSON "
-			    "(%s): is it a tpd socket?", c->address, jerr.text);
-			return CONN_BAD;
+			*cause = link_xasprintf("%s sent a line that is not JSON "
+			    "(%s): is it a tpd socket?", lk->address, jerr.text);
+			return LINK_BAD;
 		}
 		if (!json_is_object(*ev)) {
 			json_decref(*ev);
-			*cause = conn_xasprintf("%s sent JSON that is not an "
-			    "object: is it a tpd socket?", c->address);
-			return CONN_BAD;
+			*cause = link_xasprintf("%s sent JSON that is not an "
+			    "object: is it a tpd socket?", lk->address);
+			return LINK_BAD;
 		}
-		return CONN_EVENT;
+		return LINK_EVENT;
 	}
-	if (c->inlen - c->start > CONN_MAX_LINE) {
-		*cause = conn_xasprintf("%s sent a line longer than %zu bytes",
-		    c->address, CONN_MAX_LINE);
-		return CONN_BAD;
+	if (lk->inlen - lk->start > LINK_MAX_LINE) {
+		*cause = link_xasprintf("%s sent a line longer than %zu bytes",
+		    lk->address, LINK_MAX_LINE);
+		return LINK_BAD;
 	}
 	return 0;
 }
 
-/* Reads what is there. Returns 0, or CONN_LOST. */
+/* Reads what is there. Returns 0, or LINK_LOST. */
 static int
-conn_read_some(struct conn *c, char **cause)
+link_read_some(struct link *lk, char **cause)
 {
 	ssize_t n;
 
 	for (;;) {
-		if (conn_reserve(&c->in, &c->incap, c->inlen + CONN_READ_SIZE) == -1) {
-			*cause = conn_xasprintf("out of memory");
-			return CONN_LOST;
+		if (link_reserve(&lk->in, &lk->incap, lk->inlen + LINK_READ_SIZE) == -1) {
+			*cause = link_xasprintf("out of memory");
+			return LINK_LOST;
 		}
-		n = read(c->fd, c->in + c->inlen, c->incap - c->inlen);
+		n = read(lk->fd, lk->in + lk->inlen, lk->incap - lk->inlen);
 		if (n > 0) {
-			c->inlen += (size_t)n;
+			lk->inlen += (size_t)n;
+			lk->last_io_us = tpctl_now_us();
 			return 0;
 		}
 		if (n == -1 && errno == EINTR)
@@ -435,18 +446,18 @@ conn_read_some(struct conn *c, char **cause)
 		if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return 0;
 		if (n == 0)
-			*cause = conn_xasprintf("%s closed the connection%s",
-			    c->address, c->inlen > c->start ?
+			*cause = link_xasprintf("%s closed the connection%s",
+			    lk->address, lk->inlen > lk->start ?
 			    " in the middle of a line" : "");
 		else
-			*cause = conn_xasprintf("lost the connection to %s: %s",
-			    c->address, strerror(errno));
-		return CONN_LOST;
+			*cause = link_xasprintf("lost the connection to %s: %s",
+			    lk->address, strerror(errno));
+		return LINK_LOST;
 	}
 }
 
 static int
-conn_poll_ms(uint64_t deadline_us, int timeout_ms)
+link_poll_ms(uint64_t deadline_us, int timeout_ms)
 {
 	uint64_t now;
 
@@ -459,29 +470,29 @@ conn_poll_ms(uint64_t deadline_us, int timeout_ms)
 }
 
 int
-conn_recv(struct conn *c, json_t **ev, int timeout_ms, char **cause)
+link_recv(struct link *lk, json_t **ev, int timeout_ms, char **cause)
 {
 	struct pollfd pfd[2];
 	uint64_t deadline;
 	int n, r, nfds;
 
 	*ev = NULL;
-	c->line = NULL;     /* the last line returned is no longer needed */
-	c->linelen = 0;
+	lk->line = NULL;     /* the last line returned is no longer needed */
+	lk->linelen = 0;
 	deadline = tpctl_now_us() + (timeout_ms > 0 ? (uint64_t)timeout_ms * 1000 : 0);
 	for (;;) {
-		if ((r = conn_take_line(c, ev, cause)) != 0)
+		if ((r = link_take_line(lk, ev, cause)) != 0)
 			return r;
 		/* no whole line left: move the partial one to the front */
-		if (c->start > 0) {
-			memmove(c->in, c->in + c->start, c->inlen - c->start);
-			c->inlen -= c->start;
-			c->scan -= c->start;
-			c->start = 0;
+		if (lk->start > 0) {
+			memmove(lk->in, lk->in + lk->start, lk->inlen - lk->start);
+			lk->inlen -= lk->start;
+			lk->scan -= lk->start;
+			lk->start = 0;
 		}
 
-		pfd[0].fd = c->fd;
-		pfd[0].events = POLLIN | (c->outoff < c->outlen ? POLLOUT : 0);
+		pfd[0].fd = lk->fd;
+		pfd[0].events = POLLIN | (lk->outoff < lk->outlen ? POLLOUT : 0);
 		pfd[0].revents = 0;
 		nfds = 1;
 		if (interrupt_fd() != -1) {
@@ -490,45 +501,45 @@ conn_recv(struct conn *c, json_t **ev, int timeout_ms, char **cause)
 			pfd[1].revents = 0;
 			nfds = 2;
 		}
-		n = poll(pfd, nfds, conn_poll_ms(deadline, timeout_ms));
+		n = poll(pfd, nfds, link_poll_ms(deadline, timeout_ms));
 		if (n == -1 && errno == EINTR)
 			continue;   /* the handler wrote to the pipe: poll sees it next */
 		if (n == -1) {
-			*cause = conn_xasprintf("poll: %s", strerror(errno));
-			return CONN_LOST;
+			*cause = link_xasprintf("poll: %s", strerror(errno));
+			return LINK_LOST;
 		}
 		if (n == 0)
-			return CONN_TIMEOUT;
+			return LINK_TIMEOUT;
 		if (nfds == 2 && (pfd[1].revents & POLLIN))
-			return CONN_INTERRUPTED;
+			return LINK_INTERRUPTED;
 		if ((pfd[0].revents & POLLOUT) &&
-		    (r = conn_write_some(c, cause)) != 0)
+		    (r = link_write_some(lk, cause)) != 0)
 			return r;
 		if ((pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) &&
-		    (r = conn_read_some(c, cause)) != 0)
+		    (r = link_read_some(lk, cause)) != 0)
 			return r;
 	}
 }
 
 int
-conn_flush(struct conn *c, int timeout_ms, char **cause)
+link_flush(struct link *lk, int timeout_ms, char **cause)
 {
 	struct pollfd pfd;
 	uint64_t deadline = tpctl_now_us() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000;
 	int n;
 
-	while (c->outoff < c->outlen) {
-		if (conn_write_some(c, cause) != 0)
+	while (lk->outoff < lk->outlen) {
+		if (link_write_some(lk, cause) != 0)
 			return -1;
-		if (c->outoff == c->outlen)
+		if (lk->outoff == lk->outlen)
 			break;
-		pfd.fd = c->fd;
+		pfd.fd = lk->fd;
 		pfd.events = POLLOUT;
-		n = poll(&pfd, 1, conn_poll_ms(deadline, timeout_ms));
+		n = poll(&pfd, 1, link_poll_ms(deadline, timeout_ms));
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			*cause = conn_xasprintf("cannot send to %s: %s", c->address,
+			*cause = link_xasprintf("cannot send to %s: %s", lk->address,
 			    n == 0 ? "timed out" : strerror(errno));
 			return -1;
 		}
