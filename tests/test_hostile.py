@@ -331,6 +331,8 @@ class Gen:
                 return self.bad(req, "task kind of the wrong type")
             field, typ = rng.choice(sorted(KIND_FIELDS[kind].items()))
             task[field] = rng.choice(WRONG[typ])
+            if field == "env" and rng.random() < 0.5:   # a name the message quotes
+                task[field] = {"=" + self.text(self.length()): "x"}
             if field == "stdin_base64":
                 task.pop("stdin", None)
             return self.bad(req, "%s.%s of the wrong type" % (kind, field))
