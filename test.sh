@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# test.sh: install the build dependencies, then build and test tpd four ways:
+# test.sh: install the build dependencies, then build and test tpd five ways:
 #   _build/werror  --enable-werror, make check
 #   _build/asan    --enable-sanitizers=address,undefined, make check
 #   _build/tsan    --enable-sanitizers=thread, make check
+#   _build/fuzz    CC=clang --enable-fuzzing: each libFuzzer target of
+#                  tests/fuzz/ runs for TPD_FUZZ_SECONDS (default 60)
 #   make distcheck from _build/werror
 # Every stage runs even after an earlier one failed. The last line is
 # "N passed, N failed" (", N skipped" when some were), summed over the
-# automake test results of the three builds; a stage that fails outside
-# the tests (configure, make, distcheck) counts as one failure. Exits
-# non-zero when anything failed.
+# automake test results of the three builds and the fuzz targets (one
+# result each); a stage that fails outside the tests (configure, make,
+# distcheck) counts as one failure. Exits non-zero when anything failed.
 set -uo pipefail
 top=$(cd "$(dirname "$0")" && pwd)
 cd "$top"
@@ -74,6 +76,75 @@ build() {
 	echo "==== $name: done in $((SECONDS - t0)) s"
 }
 
+# fuzz_run NAME SECONDS: runs tests/fuzz/NAME-fuzzer on a fresh copy of its
+# seed corpus (tests/fuzz/ is never written to); its output goes to
+# _build/fuzz/NAME.log, its exit status to _build/fuzz/NAME.rc, and what it
+# finds (a crash, leak, timeout or OOM reproducer) to _build/fuzz/artifacts/NAME/.
+fuzz_run() {
+	local name=$1 secs=$2 dir=_build/fuzz dict=()
+	rm -rf "$dir/corpus/$name" "$dir/artifacts/$name"
+	mkdir -p "$dir/corpus/$name" "$dir/artifacts/$name"
+	cp tests/fuzz/"$name"/* "$dir/corpus/$name/"
+	[ ! -f "tests/fuzz/$name.dict" ] || dict=("-dict=tests/fuzz/$name.dict")
+	"$dir/tests/fuzz/$name-fuzzer" -max_total_time="$secs" -print_final_stats=1 \
+		-timeout=10 -rss_limit_mb=2048 -artifact_prefix="$dir/artifacts/$name/" \
+		"${dict[@]}" "$dir/corpus/$name" >"$dir/$name.log" 2>&1
+	echo $? >"$dir/$name.rc"
+}
+
+# fuzz_stage: builds the fuzz targets in _build/fuzz and runs them two at a
+# time (the machine has two CPUs); each target is one result.
+fuzz_stage() {
+	local dir=_build/fuzz t0=$SECONDS secs=${TPD_FUZZ_SECONDS:-60} names=() src name
+	local running=0 rc execs art
+	echo "==== fuzz: configure CC=clang --enable-fuzzing; $secs s per target"
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	if ! (cd "$dir" && ../../configure CC=clang --enable-fuzzing >configure.out 2>&1); then
+		tail -n 30 "$dir/configure.out"
+		stage_failed "fuzz configure"
+		return
+	fi
+	if ! make -C "$dir" $jobs fuzz-targets >"$dir/make.out" 2>&1; then
+		tail -n 30 "$dir/make.out"
+		stage_failed "fuzz make"
+		return
+	fi
+	for src in tests/fuzz/*-fuzzer.c; do
+		name=${src##*/}
+		names+=("${name%-fuzzer.c}")
+	done
+	for name in "${names[@]}"; do
+		if [ $running -ge 2 ]; then
+			wait -n
+			running=$((running - 1))
+		fi
+		fuzz_run "$name" "$secs" &
+		running=$((running + 1))
+	done
+	wait
+	for name in "${names[@]}"; do
+		rc=$(cat "$dir/$name.rc" 2>/dev/null || echo none)
+		execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/$name.log")
+		if [ "$rc" = 0 ]; then
+			passed=$((passed + 1))
+			echo "PASS: fuzz/$name (${execs:-?} executions in $secs s)"
+			continue
+		fi
+		failed=$((failed + 1))
+		echo "FAIL: fuzz/$name (exit status $rc after ${execs:-?} executions; log $dir/$name.log)"
+		# the report, from its first line (the hex dump of the input left out)
+		echo "---- the report in $dir/$name.log"
+		LC_ALL=C awk '/-fuzzer: |ERROR: |WARNING: |runtime error: |^SUMMARY: / { p = 1 }
+			p && !/^0x/' "$dir/$name.log" | head -n 60
+		echo "----"
+		for art in "$dir/artifacts/$name"/*; do
+			[ ! -f "$art" ] || echo "reproducer: $art (run: $dir/tests/fuzz/$name-fuzzer $art)"
+		done
+	done
+	echo "==== fuzz: done in $((SECONDS - t0)) s"
+}
+
 DEPS_LISTS="build-deps.txt test-deps.txt"
 if ! deps_install "$top"; then
 	echo "0 passed, 1 failed"
@@ -92,6 +163,7 @@ fi
 TPD_TEST_DEB=1 build werror --enable-werror
 build asan --enable-sanitizers=address,undefined
 build tsan --enable-sanitizers=thread
+fuzz_stage
 
 echo "==== distcheck"
 t0=$SECONDS
