@@ -97,10 +97,10 @@ fuzz_run() {
 fuzz_stage() {
 	local dir=_build/fuzz t0=$SECONDS secs=${TPD_FUZZ_SECONDS:-60} names=() src name
 	local running=0 rc execs art
-	echo "==== fuzz: configure CC=clang --enable-fuzzing; $secs s per target"
+	echo "==== fuzz: configure CC=clang --enable-fuzzing --enable-werror; $secs s per target"
 	rm -rf "$dir"
 	mkdir -p "$dir"
-	if ! (cd "$dir" && ../../configure CC=clang --enable-fuzzing >configure.out 2>&1); then
+	if ! (cd "$dir" && ../../configure CC=clang --enable-fuzzing --enable-werror >configure.out 2>&1); then
 		tail -n 30 "$dir/configure.out"
 		stage_failed "fuzz configure"
 		return

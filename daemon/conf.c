@@ -603,7 +603,7 @@ error_add(struct conf_load *l, int line, bool flag, char *text)
 	l->nerrs++;
 }
 
-static char *
+static char * __attribute__((format(printf, 1, 0)))
 vformat(const char *fmt, va_list ap)
 {
 	char *text;

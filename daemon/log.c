@@ -90,7 +90,7 @@ log_lines(int priority, const char *text)
 	}
 }
 
-static void
+static void __attribute__((format(printf, 3, 0)))
 log_vwrite(int priority, const char *suffix, const char *fmt, va_list ap)
 {
 	char msg[2048];

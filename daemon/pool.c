@@ -137,7 +137,7 @@ clock_now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
-static void
+static void __attribute__((format(printf, 2, 3)))
 set_cause(char **cause, const char *fmt, ...)
 {
 	va_list ap;
