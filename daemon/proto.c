@@ -168,6 +168,8 @@ proto_parse_request(const char *line, size_t len, struct request *req,
 	req->root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
 	if (req->root == NULL) {
 		*code = ERR_BAD_JSON;
+		/* jansson quotes the line near the error, possibly cut inside a character */
+		utf8_scrub(err.text, strlen(err.text));
 		return cause_set(msg, "invalid JSON at byte %d: %s", err.position, err.text);
 	}
 	if (!json_is_object(req->root)) {
