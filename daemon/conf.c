@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <grp.h>
 #include <ini.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -64,10 +65,14 @@ conf_free(struct conf *c)
 	free(c->admin_group);
 	free(c->token_file);
 	free(c->admin_token_file);
+	free(c->containment);
+	free(c->cgroup_root);
 	for (size_t i = 0; i < c->nexec_env; i++)
 		free(c->exec_env[i]);
-	for (size_t i = 0; i < c->npools; i++)
+	for (size_t i = 0; i < c->npools; i++) {
 		free(c->pools[i].name);
+		free(c->pools[i].run_as_user);
+	}
 	memset(c, 0, sizeof *c);
 }
 
@@ -94,7 +99,25 @@ conf_pool_get(struct conf *c, const char *name)
 	p->size = 4;
 	p->limit = 64;
 	p->capacity = 1024;
+	p->run_as = CONF_RUN_AS_DAEMON;
+	for (size_t i = 0; i < CONF_NLIMITS; i++)
+		p->limits[i] = p->max_limits[i] = CONF_NO_LIMIT;
 	return p;
+}
+
+const char *
+conf_limit_name(enum conf_limit l)
+{
+	static const char *const names[CONF_NLIMITS] = {
+		[CONF_LIMIT_MEMORY_BYTES] = "memory_bytes",
+		[CONF_LIMIT_CPU_CORES] = "cpu_cores",
+		[CONF_LIMIT_PIDS] = "pids",
+		[CONF_LIMIT_OPEN_FILES] = "open_files",
+		[CONF_LIMIT_CPU_SECONDS] = "cpu_seconds",
+		[CONF_LIMIT_FILE_BYTES] = "file_bytes",
+	};
+
+	return (unsigned)l < CONF_NLIMITS ? names[l] : "?";
 }
 
 /* The digits that start s (no sign, no space), and where they end. */
@@ -262,6 +285,12 @@ enum conf_kind {
 	KIND_LOGLEVEL,  /* int, a log.h level */
 	KIND_LISTEN,    /* repeatable, space-separated HOST:PORT list */
 	KIND_ENV,       /* repeatable NAME=value */
+	KIND_CONTAINMENT, /* char *, auto, cgroup or process */
+	KIND_PATH,      /* char *, any path; empty = the default */
+	KIND_RUN_AS,    /* a pool's run_as: daemon, caller or an existing user */
+	KIND_LIMIT_SIZE,  /* uint64_t bytes, with an optional k/M/G */
+	KIND_LIMIT_COUNT, /* uint64_t, decimal digits */
+	KIND_LIMIT_CORES, /* uint64_t thousandths of a core, from "0.5", "2" */
 };
 
 struct conf_key {
@@ -295,6 +324,8 @@ static const struct conf_key conf_keys[] = {
 	{ SECT_DAEMON, "admin_group", KIND_GROUP, D(admin_group), 0, 0 },
 	{ SECT_DAEMON, "token_file", KIND_FILE, D(token_file), 0, 0 },
 	{ SECT_DAEMON, "admin_token_file", KIND_FILE, D(admin_token_file), 0, 0 },
+	{ SECT_DAEMON, "containment", KIND_CONTAINMENT, D(containment), 0, 0 },
+	{ SECT_DAEMON, "cgroup_root", KIND_PATH, D(cgroup_root), 0, 0 },
 	{ SECT_EXEC, "output_limit", KIND_SIZE, D(exec_output_limit), 0, GIB },
 	{ SECT_EXEC, "output_limit_max", KIND_SIZE, D(exec_output_limit_max), 0, GIB },
 	{ SECT_EXEC, "kill_grace", KIND_DURATION, D(exec_kill_grace_ms), 0, 3600 * SEC },
@@ -303,6 +334,22 @@ static const struct conf_key conf_keys[] = {
 	{ SECT_POOL, "size", KIND_COUNT, P(size), 1, CONF_POOL_MAX_LIMIT },
 	{ SECT_POOL, "limit", KIND_COUNT, P(limit), 1, CONF_POOL_MAX_LIMIT },
 	{ SECT_POOL, "capacity", KIND_COUNT, P(capacity), 1, CONF_POOL_MAX_CAPACITY },
+	{ SECT_POOL, "run_as", KIND_RUN_AS, P(run_as), 0, 0 },
+#define LIMIT_KEYS(prefix, field) \
+	{ SECT_POOL, prefix "memory_bytes", KIND_LIMIT_SIZE, \
+	    P(field[CONF_LIMIT_MEMORY_BYTES]), 64 * KIB, 1024 * GIB }, \
+	{ SECT_POOL, prefix "cpu_cores", KIND_LIMIT_CORES, \
+	    P(field[CONF_LIMIT_CPU_CORES]), 10, 1024 * 1000 }, \
+	{ SECT_POOL, prefix "pids", KIND_LIMIT_COUNT, P(field[CONF_LIMIT_PIDS]), 1, 4194304 }, \
+	{ SECT_POOL, prefix "open_files", KIND_LIMIT_COUNT, \
+	    P(field[CONF_LIMIT_OPEN_FILES]), 3, 1 << 30 }, \
+	{ SECT_POOL, prefix "cpu_seconds", KIND_LIMIT_COUNT, \
+	    P(field[CONF_LIMIT_CPU_SECONDS]), 1, 366 * 24 * 3600 }, \
+	{ SECT_POOL, prefix "file_bytes", KIND_LIMIT_SIZE, \
+	    P(field[CONF_LIMIT_FILE_BYTES]), 0, 1024 * 1024 * GIB }
+	LIMIT_KEYS("limit_", limits),
+	LIMIT_KEYS("max_limit_", max_limits),
+#undef LIMIT_KEYS
 };
 
 #define CONF_MAX_ERRORS 200
@@ -634,6 +681,103 @@ set_env(struct conf_load *l, const struct conf_key *k, const char *value)
 		c->nexec_env++;
 }
 
+/* A pool's run_as: "daemon", "caller" or the name of a user that exists. */
+static void
+set_run_as(struct conf_load *l, const struct conf_key *k, struct conf_pool *p,
+    const char *value)
+{
+	struct passwd pw, *res = NULL;
+	char buf[4096];
+
+	free(p->run_as_user);
+	p->run_as_user = NULL;
+	if (strcmp(value, "daemon") == 0)
+		p->run_as = CONF_RUN_AS_DAEMON;
+	else if (strcmp(value, "caller") == 0)
+		p->run_as = CONF_RUN_AS_CALLER;
+	else if (getpwnam_r(value, &pw, buf, sizeof buf, &res) != 0 || res == NULL)
+		key_error(l, k->name, "no user named \"%s\" (run_as is daemon, caller "
+		    "or a user name)", value);
+	else {
+		p->run_as = CONF_RUN_AS_USER;
+		p->run_as_user = strdup(value);
+	}
+}
+
+/* "0.5", "2", "1.25": thousandths of a core; -1 when not such a number. */
+static int
+parse_cores(const char *s, uint64_t *out)
+{
+	uint64_t whole = 0, frac = 0;
+	int digits = 0;
+
+	if (!isdigit((unsigned char)*s))
+		return -1;
+	for (; isdigit((unsigned char)*s); s++) {
+		whole = whole * 10 + (uint64_t)(*s - '0');
+		if (whole > 1000000)
+			return -1;
+	}
+	if (*s == '.') {
+		for (s++; isdigit((unsigned char)*s); s++, digits++)
+			if (digits < 3)
+				frac = frac * 10 + (uint64_t)(*s - '0');
+		if (digits == 0)
+			return -1;
+		for (int i = digits; i < 3; i++)
+			frac *= 10;
+	}
+	if (*s != '\0')
+		return -1;
+	*out = whole * 1000 + frac;
+	return 0;
+}
+
+/* limit_* and max_limit_*: a size, a count or cores, within the key's range. */
+static void
+set_limit(struct conf_load *l, const struct conf_key *k, void *slot, const char *value)
+{
+	uint64_t v = 0;
+	size_t sz;
+	int r;
+
+	switch (k->kind) {
+	case KIND_LIMIT_SIZE:
+		if (conf_parse_size(value, &sz) == -1) {
+			key_error(l, k->name, "\"%s\" is not a size (a number of bytes, "
+			    "or with k, M or G)", value);
+			return;
+		}
+		v = sz;
+		break;
+	case KIND_LIMIT_CORES:
+		if (parse_cores(value, &v) == -1) {
+			key_error(l, k->name, "\"%s\" is not a number of cores (like 0.5 "
+			    "or 2)", value);
+			return;
+		}
+		break;
+	default:
+		if ((r = parse_digits(value, &v)) == -1) {
+			key_error(l, k->name, "\"%s\" is not a whole number", value);
+			return;
+		}
+		if (r == -2)
+			v = UINT64_MAX;
+		break;
+	}
+	if (v < k->min || v > k->max) {
+		if (k->kind == KIND_LIMIT_CORES)
+			key_error(l, k->name, "%s is out of range (0.01 to %llu)", value,
+			    (unsigned long long)(k->max / 1000));
+		else
+			key_error(l, k->name, "%s is out of range (%llu to %llu)", value,
+			    (unsigned long long)k->min, (unsigned long long)k->max);
+		return;
+	}
+	*(uint64_t *)slot = v;
+}
+
 /* Checks value against k and stores it at base + k->off. */
 static void
 key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *value)
@@ -726,6 +870,25 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 	case KIND_ENV:
 		set_env(l, k, value);
 		return;
+	case KIND_CONTAINMENT:
+		if (strcmp(value, "auto") != 0 && strcmp(value, "cgroup") != 0 &&
+		    strcmp(value, "process") != 0) {
+			key_error(l, k->name, "\"%s\" is not auto, cgroup or process", value);
+			return;
+		}
+		set_string(slot, value);
+		return;
+	case KIND_PATH:
+		set_string(slot, value);
+		return;
+	case KIND_RUN_AS:
+		set_run_as(l, k, (struct conf_pool *)base, value);
+		return;
+	case KIND_LIMIT_SIZE:
+	case KIND_LIMIT_COUNT:
+	case KIND_LIMIT_CORES:
+		set_limit(l, k, slot, value);
+		return;
 	}
 }
 
@@ -762,7 +925,7 @@ conf_ini_handler(void *arg, const char *section, const char *name, const char *v
 		return 1;
 	}
 	if (*value == '\0' && k->kind != KIND_SOCKET && k->kind != KIND_GROUP &&
-	    k->kind != KIND_FILE && k->kind != KIND_LISTEN) {
+	    k->kind != KIND_FILE && k->kind != KIND_LISTEN && k->kind != KIND_PATH) {
 		key_error(l, k->name, "empty value%s", "");
 		return 1;
 	}
@@ -896,6 +1059,65 @@ conf_clamp_sizes(const struct conf_load *l, struct conf *c)
 	}
 }
 
+/* True when tpd can change a task's user: root, or CAP_SETUID and CAP_SETGID. */
+static bool
+can_setuid(void)
+{
+	char line[256];
+	unsigned long long caps = 0;
+	bool found = false;
+	FILE *f;
+
+	if (geteuid() == 0)
+		return true;
+	if ((f = fopen("/proc/self/status", "re")) == NULL)
+		return false;
+	while (fgets(line, sizeof line, f) != NULL)
+		if (strncmp(line, "CapEff:", 7) == 0)
+			found = sscanf(line + 7, "%llx", &caps) == 1;
+	fclose(f);
+	/* CAP_SETGID is 6, CAP_SETUID 7 */
+	return found && (caps & (1ULL << 6)) && (caps & (1ULL << 7));
+}
+
+/* A pool's run_as needs privileges; its limit_* defaults are within max_limit_*. */
+static void
+conf_check_pool_exec(struct conf_load *l, const struct conf *c)
+{
+	char a[32], b[32];
+
+	for (size_t i = 0; i < c->npools; i++) {
+		const struct conf_pool *p = &c->pools[i];
+		char sect[8 + CONF_POOL_NAME_MAX];
+
+		snprintf(sect, sizeof sect, "pool %s", p->name);
+		if (p->run_as != CONF_RUN_AS_DAEMON && !can_setuid())
+			load_error(l, seen_line(l, sect, "run_as"), "[%s] run_as: %s needs "
+			    "root or the capabilities CAP_SETUID and CAP_SETGID, and tpd "
+			    "runs as uid %ld without them", sect,
+			    p->run_as == CONF_RUN_AS_CALLER ? "caller" : p->run_as_user,
+			    (long)geteuid());
+		for (int k = 0; k < CONF_NLIMITS; k++) {
+			char key[48];
+			bool cores = k == CONF_LIMIT_CPU_CORES;
+
+			if (p->limits[k] == CONF_NO_LIMIT || p->max_limits[k] == CONF_NO_LIMIT ||
+			    p->limits[k] <= p->max_limits[k])
+				continue;
+			snprintf(key, sizeof key, "limit_%s", conf_limit_name(k));
+			if (cores) {
+				snprintf(a, sizeof a, "%.3f", p->limits[k] / 1000.0);
+				snprintf(b, sizeof b, "%.3f", p->max_limits[k] / 1000.0);
+			} else {
+				snprintf(a, sizeof a, "%llu", (unsigned long long)p->limits[k]);
+				snprintf(b, sizeof b, "%llu", (unsigned long long)p->max_limits[k]);
+			}
+			load_error(l, seen_line(l, sect, key), "[%s] %s: %s is above "
+			    "max_%s %s", sect, key, a, key, b);
+		}
+	}
+}
+
 /*
  * The checks between keys: a pool's size within its limit, output_limit
  * within output_limit_max. Errors name the line of the key that caused them
@@ -925,6 +1147,7 @@ conf_cross_check(struct conf_load *l, const struct conf *c)
 			load_error(l, seen_line(l, sect, "capacity"), "[%s] capacity: %u is "
 			    "out of range (1 to %d)", sect, p->capacity, CONF_POOL_MAX_CAPACITY);
 	}
+	conf_check_pool_exec(l, c);
 	if (c->exec_output_limit > c->exec_output_limit_max) {
 		int line = seen_line(l, "exec", "output_limit");
 		load_error(l, line ? line : seen_line(l, "exec", "output_limit_max"),
