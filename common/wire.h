@@ -68,6 +68,7 @@
 #define ERR_CANCELLED         "cancelled"
 #define ERR_EXPIRED           "expired"
 #define ERR_INTERNAL          "internal"
+#define ERR_OOM               "oom"
 
 /* roles in hello */
 #define ROLE_ADMIN  "admin"
