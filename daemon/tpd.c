@@ -15,6 +15,7 @@
 
 #include <event2/event.h>
 
+#include "cgroup.h"
 #include "conf.h"
 #include "conn.h"
 #include "daemon.h"
@@ -23,6 +24,7 @@
 #include "listen.h"
 #include "log.h"
 #include "mailbox.h"
+#include "pgroup.h"
 #include "pools.h"
 #include "sd.h"
 #include "tasks.h"
@@ -370,6 +372,9 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	case SIGHUP:
 		daemon_reload();
 		break;
+	case SIGCHLD:
+		pgroup_reap();
+		break;
 	}
 }
 
@@ -418,8 +423,9 @@ int
 main(int argc, char **argv)
 {
 	struct daemon *d = &the_daemon;
-	struct event *sigs[3], *prune;
-	const int signals[3] = { SIGTERM, SIGINT, SIGHUP };
+	struct event *sigs[4], *prune;
+	const int signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGCHLD };
+	struct cgroup_info probe;
 	struct timeval second = { 1, 0 };
 	bool check = false;
 	char *cause = NULL;
@@ -442,11 +448,28 @@ main(int argc, char **argv)
 		log_lines(LOG_ERR, cause ? cause : "tpd: out of memory");
 		exit(1);
 	}
+	/* Containment, and the pools' limit defaults it must be able to enforce. */
 	if (check) {
+		if (cgroup_probe(d->conf.containment, d->conf.cgroup_root, &probe, &cause) == -1 ||
+		    exec_check_pools(&d->conf, &probe, &cause) == -1) {
+			if (d->conf.path != NULL)
+				fprintf(stderr, "%s: ", d->conf.path);
+			fprintf(stderr, "%s\n", cause ? cause : "out of memory");
+			exit(1);
+		}
 		printf("configuration OK\n");
 		exit(0);
 	}
 	log_init(d->conf.log_level);
+	/* Before any thread: tpd moves itself into its cgroup root's daemon/. */
+	if (cgroup_setup(d->conf.containment, d->conf.cgroup_root, &cause) == -1)
+		fatalx("%s", cause);
+	if (exec_check_pools(&d->conf, cgroup_current(), &cause) == -1) {
+		log_lines(LOG_ERR, cause ? cause : "tpd: out of memory");
+		exit(1);
+	}
+	if (!cgroup_current()->cgroup)
+		pgroup_init();
 	load_auth(d);
 	signal(SIGPIPE, SIG_IGN);
 
@@ -469,7 +492,12 @@ main(int argc, char **argv)
 	 * as the socket appears is handled (a clean shutdown once the loop
 	 * runs), not the default action that kills tpd mid-start.
 	 */
-	for (int i = 0; i < 3; i++) {
+	/* SIGCHLD only with process containment: then tpd adopts orphans to reap */
+	for (int i = 0; i < 4; i++) {
+		if (signals[i] == SIGCHLD && cgroup_current()->cgroup) {
+			sigs[i] = NULL;
+			continue;
+		}
 		sigs[i] = evsignal_new(d->base, signals[i], signal_cb, NULL);
 		evsignal_add(sigs[i], NULL);
 	}
@@ -498,8 +526,9 @@ main(int argc, char **argv)
 	tasks_free_all();
 	exec_configure(NULL);
 	mailbox_free();
-	for (int i = 0; i < 3; i++)
-		event_free(sigs[i]);
+	for (int i = 0; i < 4; i++)
+		if (sigs[i] != NULL)
+			event_free(sigs[i]);
 	event_free(prune);
 	event_free(d->shutdown_timer);
 	event_free(d->exit_timer);
