@@ -259,6 +259,14 @@ spawn_child_main(void *arg)
 			return spawn_child_fail(a, SPAWN_STEP_UID, 0);
 	}
 	/*
+	 * A daemon given CAP_SETUID/CAP_SETGID as ambient capabilities (a
+	 * systemd drop-in) must not hand them on: execve recomputes a task's
+	 * capabilities without them. (EINVAL: a kernel without ambient ones.)
+	 */
+	if (syscall(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) == -1 &&
+	    errno != EINVAL)
+		return spawn_child_fail(a, SPAWN_STEP_UID, 1);
+	/*
 	 * After the credentials, which clear it. The daemon may have died
 	 * before this: then our parent is someone else already.
 	 */

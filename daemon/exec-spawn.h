@@ -7,7 +7,7 @@
  * the environment it is given and nothing of the daemon's, and the working
  * directory it is given. Optionally: another user's credentials (the
  * supplementary groups, then the gid, then the uid, each checked), resource
- * limits (setrlimit), SIGKILL when the spawning thread dies
+ * limits (setrlimit), no ambient capabilities, SIGKILL when the spawning thread dies
  * (PR_SET_PDEATHSIG, set after the credentials, which would clear it), and
  * a cgroup it starts in.
  *
