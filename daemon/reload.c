@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cgroup.h"
 #include "conf.h"
 #include "daemon.h"
 #include "exec.h"
@@ -213,7 +214,9 @@ daemon_reload(void)
 	if (conf_load(&nc, path, &errors) == -1)
 		goto refused;
 	daemon_apply_flags(&nc);
-	if (conf_validate(&nc, &errors) == -1 || reload_auth_prepare(&nc, &auth, &errors) == -1)
+	if (conf_validate(&nc, &errors) == -1 ||
+	    exec_check_pools(&nc, cgroup_current(), &errors) == -1 ||
+	    reload_auth_prepare(&nc, &auth, &errors) == -1)
 		goto refused;
 
 	reload_keep_listeners(&nc, &d->conf);
