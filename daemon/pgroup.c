@@ -173,7 +173,8 @@ pgroup_walk(struct pgroup_walk *w)
 			w->n++;
 	}
 	closedir(d);
-	qsort(w->p, w->n, sizeof *w->p, pgroup_proc_cmp);
+	if (w->n > 0)
+		qsort(w->p, w->n, sizeof *w->p, pgroup_proc_cmp);
 	return 0;
 }
 
@@ -182,6 +183,8 @@ pgroup_find(struct pgroup_walk *w, pid_t pid)
 {
 	struct pgroup_proc key = { .pid = pid };
 
+	if (w->n == 0)
+		return NULL;
 	return bsearch(&key, w->p, w->n, sizeof *w->p, pgroup_proc_cmp);
 }
 
@@ -235,7 +238,7 @@ pgroup_orphans(struct pgroup_walk *w)
 		}
 		w->orphans[w->norphans++] = (pid_t)pid;
 	}
-	if (w != NULL)
+	if (w != NULL && w->norphans > 0)
 		qsort(w->orphans, w->norphans, sizeof *w->orphans, pgroup_pid_cmp);
 	/* a full buffer may have cut the list: then there are many, and that is all we need */
 	return count;
@@ -244,7 +247,8 @@ pgroup_orphans(struct pgroup_walk *w)
 static bool
 pgroup_is_orphan(const struct pgroup_walk *w, pid_t pid)
 {
-	return bsearch(&pid, w->orphans, w->norphans, sizeof pid, pgroup_pid_cmp) != NULL;
+	return w->norphans > 0 &&
+	    bsearch(&pid, w->orphans, w->norphans, sizeof pid, pgroup_pid_cmp) != NULL;
 }
 
 /* Is pid the leader of a running task (another one than pt)? Under pgroup_lock. */
