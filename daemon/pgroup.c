@@ -25,6 +25,7 @@
 static pthread_mutex_t pgroup_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pgroup_task *pgroup_running;
 static bool pgroup_subreaper;
+static long pgroup_hz;                  /* /proc's clock ticks a second; set at start */
 
 /* One process of a /proc walk. */
 struct pgroup_proc {
@@ -44,6 +45,7 @@ struct pgroup_walk {
 void
 pgroup_init(void)
 {
+	pgroup_hz = sysconf(_SC_CLK_TCK);
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == -1) {
 		log_warn("exec: PR_SET_CHILD_SUBREAPER: processes that leave a task's "
 		    "group and lose their parent are not followed");
@@ -64,14 +66,12 @@ pgroup_signal(pid_t pgid, int leader_pidfd, int sig)
 static unsigned long long
 pgroup_now_ticks(void)
 {
-	static long hz;
+	unsigned long long hz = pgroup_hz > 0 ? (unsigned long long)pgroup_hz : 100;
 	struct timespec ts;
 
-	if (hz <= 0 && (hz = sysconf(_SC_CLK_TCK)) <= 0)
-		hz = 100;
 	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (unsigned long long)ts.tv_sec * (unsigned long long)hz +
-	    (unsigned long long)ts.tv_nsec / (1000000000ULL / (unsigned long long)hz);
+	return (unsigned long long)ts.tv_sec * hz +
+	    (unsigned long long)ts.tv_nsec / (1000000000ULL / hz);
 }
 
 void
