@@ -6,7 +6,9 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,11 @@
 
 static struct cgroup_info cgroup_state = { .why = "not set up" };
 static int cgroup_tasks_fd = -1;        /* ROOT/tasks */
+static atomic_uint cgroup_seq;          /* names the task cgroups: wN */
+static pthread_key_t cgroup_kept;       /* a worker's empty cgroup, kept for its next task */
+
+static void cgroup_release(struct cgroup_task *ct);
+static void cgroup_kept_free(void *kept);
 
 static const struct {
 	const char *name;
@@ -270,7 +277,7 @@ none:
 static int
 cgroup_remove_tree(int parent, const char *name, uint64_t deadline)
 {
-	struct cgroup_task ct = { .dirfd = -1, .events_fd = -1 };
+	struct cgroup_task ct = { .dirfd = -1, .events_fd = -1, .peak_fd = -1 };
 	DIR *d;
 	struct dirent *de;
 	int fd;
@@ -387,6 +394,8 @@ cgroup_setup(const char *mode, const char *root, char **cause)
 	close(daemonfd);
 	close(rootfd);
 	cgroup_state = info;
+	if (pthread_key_create(&cgroup_kept, cgroup_kept_free) != 0)
+		goto fail;
 	cgroup_clean_leftovers();
 	log_info("containment: cgroup (%s; controllers:%s%s%s%s)", info.root,
 	    info.controllers & CGROUP_MEMORY ? " memory" : "",
@@ -414,63 +423,112 @@ fail:
 	return 0;
 }
 
-int
-cgroup_task_create(struct cgroup_task *ct, const char *name,
-    const struct cgroup_limits *lim, char **cause)
+/* Writes a limit's file when it differs from what the cgroup has. */
+static int
+cgroup_limit_set(struct cgroup_task *ct, const char *file, uint64_t *applied,
+    uint64_t want)
 {
+	bool cpu = strcmp(file, "cpu.max") == 0;
 	char v[64];
 
-	*ct = (struct cgroup_task){ .dirfd = -1, .events_fd = -1 };
-	snprintf(ct->name, sizeof ct->name, "%s", name);
-	if (mkdirat(cgroup_tasks_fd, name, 0755) == -1) {
+	if (*applied == want)
+		return 0;
+	/* cpu.max: a quota per 100 ms period, 1000 millicores = 100000 us */
+	if (want == 0)
+		snprintf(v, sizeof v, "max%s", cpu ? " 100000" : "");
+	else if (cpu)
+		snprintf(v, sizeof v, "%" PRIu64 " 100000", want * 100);
+	else
+		snprintf(v, sizeof v, "%" PRIu64, want);
+	if (cgroup_write_at(ct->dirfd, file, v) == -1)
+		return -1;
+	*applied = want;
+	return 0;
+}
+
+/* A new, empty ROOT/tasks/wN. */
+static int
+cgroup_task_new(struct cgroup_task *ct, char **cause)
+{
+	*ct = (struct cgroup_task){ .dirfd = -1, .events_fd = -1, .peak_fd = -1 };
+	snprintf(ct->name, sizeof ct->name, "w%u", atomic_fetch_add(&cgroup_seq, 1));
+	if (mkdirat(cgroup_tasks_fd, ct->name, 0755) == -1) {
 		if (errno != EEXIST)
 			return cause_set(cause, "cannot create cgroup %s/tasks/%s: %s",
-			    cgroup_state.root, name, strerror(errno));
-		log_warnx("cgroup: tasks/%s exists already: removing it", name);
-		cgroup_remove_tree(cgroup_tasks_fd, name,
+			    cgroup_state.root, ct->name, strerror(errno));
+		log_warnx("cgroup: tasks/%s exists already: removing it", ct->name);
+		cgroup_remove_tree(cgroup_tasks_fd, ct->name,
 		    cgroup_now_ms() + CGROUP_LEFTOVER_WAIT_MS);
-		if (mkdirat(cgroup_tasks_fd, name, 0755) == -1)
+		if (mkdirat(cgroup_tasks_fd, ct->name, 0755) == -1)
 			return cause_set(cause, "cannot create cgroup %s/tasks/%s: %s",
-			    cgroup_state.root, name, strerror(errno));
+			    cgroup_state.root, ct->name, strerror(errno));
 	}
 	/* O_RDONLY, not O_PATH: CLONE_INTO_CGROUP wants a real directory fd */
-	if ((ct->dirfd = openat(cgroup_tasks_fd, name, O_RDONLY | O_DIRECTORY |
+	if ((ct->dirfd = openat(cgroup_tasks_fd, ct->name, O_RDONLY | O_DIRECTORY |
 	    O_CLOEXEC)) == -1 ||
 	    (ct->events_fd = openat(ct->dirfd, "cgroup.events", O_RDONLY |
 	    O_CLOEXEC)) == -1) {
 		cause_set(cause, "cannot open cgroup %s/tasks/%s: %s",
-		    cgroup_state.root, name, strerror(errno));
-		cgroup_task_destroy(ct);
+		    cgroup_state.root, ct->name, strerror(errno));
+		ct->empty = true;
+		cgroup_release(ct);
 		return -1;
 	}
-	if (lim->memory_bytes != 0) {
-		snprintf(v, sizeof v, "%" PRIu64, lim->memory_bytes);
-		if (cgroup_write_at(ct->dirfd, "memory.max", v) == -1)
-			goto fail;
+	if (cgroup_state.controllers & CGROUP_MEMORY) {
+		ct->peak_fd = openat(ct->dirfd, "memory.peak", O_RDWR | O_CLOEXEC);
+		if (ct->peak_fd == -1)  /* before Linux 6.12 it cannot be written */
+			ct->peak_fd = openat(ct->dirfd, "memory.peak", O_RDONLY | O_CLOEXEC);
 		/* swap would let a task pass its limit; no swap file: nothing to do */
 		if (cgroup_write_at(ct->dirfd, "memory.swap.max", "0") == -1 &&
 		    errno != ENOENT)
-			goto fail;
+			log_warn("cgroup: tasks/%s: memory.swap.max", ct->name);
 		/* one OOM kill ends the whole task, not a random member */
 		cgroup_write_at(ct->dirfd, "memory.oom.group", "1");
 	}
-	if (lim->pids != 0) {
-		snprintf(v, sizeof v, "%" PRIu64, lim->pids);
-		if (cgroup_write_at(ct->dirfd, "pids.max", v) == -1)
-			goto fail;
+	return 0;
+}
+
+/*
+ * The worker's kept cgroup, if it can serve another task: its memory.peak
+ * must reset (without the memory controller there is none).
+ */
+static bool
+cgroup_task_reuse(struct cgroup_task *ct)
+{
+	struct cgroup_task *kept = pthread_getspecific(cgroup_kept);
+
+	if (kept == NULL)
+		return false;
+	pthread_setspecific(cgroup_kept, NULL);
+	*ct = *kept;
+	free(kept);
+	if ((cgroup_state.controllers & CGROUP_MEMORY) &&
+	    (ct->peak_fd == -1 || pwrite(ct->peak_fd, "reset\n", 6, 0) != 6)) {
+		cgroup_release(ct);
+		return false;
 	}
-	if (lim->cpu_millicores != 0) {
-		/* quota per 100 ms period: 1000 millicores = 100000 us */
-		snprintf(v, sizeof v, "%" PRIu64 " 100000", lim->cpu_millicores * 100);
-		if (cgroup_write_at(ct->dirfd, "cpu.max", v) == -1)
-			goto fail;
+	ct->empty = false;
+	return true;
+}
+
+int
+cgroup_task_create(struct cgroup_task *ct, const struct cgroup_limits *lim,
+    char **cause)
+{
+	if (!cgroup_task_reuse(ct) && cgroup_task_new(ct, cause) == -1)
+		return -1;
+	if (cgroup_limit_set(ct, "memory.max", &ct->applied.memory_bytes,
+	    lim->memory_bytes) == -1 ||
+	    cgroup_limit_set(ct, "pids.max", &ct->applied.pids, lim->pids) == -1 ||
+	    cgroup_limit_set(ct, "cpu.max", &ct->applied.cpu_millicores,
+	    lim->cpu_millicores) == -1) {
+		cause_set(cause, "cannot set the limits of cgroup %s/tasks/%s: %s",
+		    cgroup_state.root, ct->name, strerror(errno));
+		ct->empty = true;
+		cgroup_release(ct);
+		return -1;
 	}
 	return 0;
-fail:
-	cause_set(cause, "cannot set the limits of cgroup %s/tasks/%s: %s",
-	    cgroup_state.root, name, strerror(errno));
-	cgroup_task_destroy(ct);
-	return -1;
 }
 
 void
@@ -518,8 +576,12 @@ cgroup_task_kill_wait(struct cgroup_task *ct, uint64_t timeout_ms)
 {
 	uint64_t deadline = cgroup_now_ms() + timeout_ms;
 
-	if (ct->dirfd == -1 || !cgroup_populated(ct))
+	if (ct->dirfd == -1)
 		return 0;
+	if (!cgroup_populated(ct)) {
+		ct->empty = true;
+		return 0;
+	}
 	if (cgroup_write_at(ct->dirfd, "cgroup.kill", "1") == -1) {
 		/* before Linux 5.14: SIGKILL to each, again as long as it takes */
 		cgroup_task_signal(ct, SIGKILL);
@@ -539,37 +601,83 @@ cgroup_task_kill_wait(struct cgroup_task *ct, uint64_t timeout_ms)
 			return -1;
 		cgroup_task_signal(ct, SIGKILL);  /* without cgroup.kill; a no-op with it */
 	}
+	ct->empty = true;
 	return 0;
 }
 
 void
 cgroup_task_usage(struct cgroup_task *ct, struct cgroup_usage *u)
 {
+	uint64_t user = 0, system = 0, oom = 0;
 	char buf[1024];
+	ssize_t n;
 
 	memset(u, 0, sizeof *u);
 	if (ct->dirfd == -1)
 		return;
+	/* the counters of a kept cgroup count its earlier tasks too: the difference */
 	if (cgroup_read_at(ct->dirfd, "cpu.stat", buf, sizeof buf) > 0 &&
-	    cgroup_key(buf, "user_usec", &u->user_us) &&
-	    cgroup_key(buf, "system_usec", &u->system_us))
+	    cgroup_key(buf, "user_usec", &user) && cgroup_key(buf, "system_usec", &system)) {
 		u->have_cpu = true;
-	if (cgroup_read_at(ct->dirfd, "memory.peak", buf, sizeof buf) > 0)
+		u->user_us = user - ct->base_user_us;
+		u->system_us = system - ct->base_system_us;
+		ct->base_user_us = user;
+		ct->base_system_us = system;
+	}
+	if (!(cgroup_state.controllers & CGROUP_MEMORY))
+		return;
+	if (ct->peak_fd != -1 && (n = pread(ct->peak_fd, buf, sizeof buf - 1, 0)) > 0) {
+		buf[n] = '\0';
 		u->memory_peak = strtoull(buf, NULL, 10);
-	if (cgroup_read_at(ct->dirfd, "memory.events", buf, sizeof buf) > 0)
-		cgroup_key(buf, "oom_kill", &u->oom_kills);
+	}
+	if (cgroup_read_at(ct->dirfd, "memory.events", buf, sizeof buf) > 0 &&
+	    cgroup_key(buf, "oom_kill", &oom)) {
+		u->oom_kills = oom - ct->base_oom;
+		ct->base_oom = oom;
+	}
 }
 
-void
-cgroup_task_destroy(struct cgroup_task *ct)
+/* Closes the cgroup's fds and removes it (an empty one goes; a busy one stays). */
+static void
+cgroup_release(struct cgroup_task *ct)
 {
+	if (ct->peak_fd != -1)
+		close(ct->peak_fd);
 	if (ct->events_fd != -1)
 		close(ct->events_fd);
 	if (ct->dirfd != -1) {
 		close(ct->dirfd);
 		if (unlinkat(cgroup_tasks_fd, ct->name, AT_REMOVEDIR) == -1)
-			log_warn("cgroup: cannot remove %s/tasks/%s", cgroup_state.root,
-			    ct->name);
+			log_warn("cgroup: cannot remove %s/tasks/%s%s", cgroup_state.root,
+			    ct->name, ct->empty ? "" : " (its processes are killed at the "
+			    "next start)");
 	}
-	ct->dirfd = ct->events_fd = -1;
+	ct->dirfd = ct->events_fd = ct->peak_fd = -1;
+}
+
+/* A worker thread ends: its kept cgroup goes. */
+static void
+cgroup_kept_free(void *kept)
+{
+	cgroup_release(kept);
+	free(kept);
+}
+
+void
+cgroup_task_destroy(struct cgroup_task *ct)
+{
+	struct cgroup_task *kept;
+
+	if (ct->dirfd == -1)
+		return;
+	if (ct->empty && pthread_getspecific(cgroup_kept) == NULL &&
+	    (kept = malloc(sizeof *kept)) != NULL) {
+		*kept = *ct;
+		if (pthread_setspecific(cgroup_kept, kept) == 0) {
+			ct->dirfd = ct->events_fd = ct->peak_fd = -1;
+			return;
+		}
+		free(kept);
+	}
+	cgroup_release(ct);
 }

@@ -6,11 +6,18 @@
  * systemd gives a unit with Delegate=yes). At start tpd moves itself into
  * ROOT/daemon, enables the memory, pids and cpu controllers it can for
  * ROOT/tasks, kills and removes what a previous run left in ROOT/tasks,
- * and then gives every exec task a cgroup of its own, ROOT/tasks/ID (ID the
- * task id): the task's process is cloned straight into it, its limits are
- * the cgroup's files, and its end is cgroup.kill and "populated 0" in
- * cgroup.events. Nothing a task starts can leave its cgroup (an
- * unprivileged process cannot write to cgroup.procs outside it).
+ * and then gives every exec task a cgroup of its own, ROOT/tasks/wN: the
+ * task's process is cloned straight into it, its limits are the cgroup's
+ * files, and its end is cgroup.kill and "populated 0" in cgroup.events.
+ * Nothing a task starts can leave its cgroup (an unprivileged process
+ * cannot write to cgroup.procs outside it).
+ *
+ * A cgroup is one task's at a time. Creating and removing one costs more
+ * than a tenth of a short task, so a worker keeps its last one, empty, for
+ * its next task: the usage is then the difference of the counters, the
+ * limits are written again where they differ, and memory.peak is reset
+ * (Linux 6.12; where it cannot be, a cgroup with the memory controller is
+ * used once). One that is not empty at the task's end is never used again.
  *
  * Where that is not possible (no cgroup2 mount, the root is the hierarchy's
  * own, not writable, or another tpd's), containment is "process" (pgroup.h)
@@ -61,26 +68,30 @@ const struct cgroup_info *cgroup_current(void);
 /* "cgroup" or "process": the stats field. */
 const char *cgroup_containment(void);
 
-/* One task's cgroup. */
-struct cgroup_task {
-	int dirfd;              /* the directory, for CLONE_INTO_CGROUP; -1: none */
-	int events_fd;          /* cgroup.events, polled for POLLPRI */
-	char name[32];          /* its name under ROOT/tasks */
-};
-
-/* A task cgroup's limits; 0 leaves a file as it is. */
+/* A task cgroup's limits; 0: none ("max"). */
 struct cgroup_limits {
 	uint64_t memory_bytes;  /* memory.max, with memory.swap.max 0 */
 	uint64_t pids;          /* pids.max */
 	uint64_t cpu_millicores; /* cpu.max */
 };
 
+/* One task's cgroup. */
+struct cgroup_task {
+	int dirfd;              /* the directory, for CLONE_INTO_CGROUP; -1: none */
+	int events_fd;          /* cgroup.events, polled for POLLPRI */
+	int peak_fd;            /* memory.peak (reset and read through it), or -1 */
+	char name[32];          /* its name under ROOT/tasks */
+	struct cgroup_limits applied;   /* what its files say now */
+	uint64_t base_user_us, base_system_us, base_oom; /* counters when the task began */
+	bool empty;             /* it was empty at the task's end */
+};
+
 /*
- * Creates ROOT/tasks/NAME with lim applied (a stale cgroup of that name is
- * killed and removed first). Returns 0, or -1 with *cause set.
+ * A cgroup for one task, with lim applied: the worker's kept one, or a new
+ * ROOT/tasks/wN. Returns 0, or -1 with *cause set.
  */
-int cgroup_task_create(struct cgroup_task *ct, const char *name,
-    const struct cgroup_limits *lim, char **cause);
+int cgroup_task_create(struct cgroup_task *ct, const struct cgroup_limits *lim,
+    char **cause);
 
 /* Sends sig to every process in the cgroup. */
 void cgroup_task_signal(struct cgroup_task *ct, int sig);
@@ -102,7 +113,10 @@ struct cgroup_usage {
 
 void cgroup_task_usage(struct cgroup_task *ct, struct cgroup_usage *u);
 
-/* Removes the (empty) cgroup and closes its fds. */
+/*
+ * The task is over: keeps an empty cgroup for the worker's next task, else
+ * removes it (one still holding processes stays until the next start).
+ */
 void cgroup_task_destroy(struct cgroup_task *ct);
 
 #endif

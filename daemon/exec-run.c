@@ -35,7 +35,7 @@
  * Before the spawn the worker looks up the user of run_as (passwd entry,
  * groups, HOME/USER/LOGNAME/SHELL, the home as the default cwd), turns the
  * task's limits into the cgroup's files and the child's rlimits, and
- * creates the task's cgroup, named after the task id.
+ * takes the task's cgroup (cgroup.h: the worker's kept one, or a new one).
  *
  * A slow client: task_emit blocks while this task has more than the stream
  * budget of output events not yet taken by the loop thread. Then this run
@@ -391,7 +391,6 @@ exec_cgroup_create(struct exec_run *r, char **cause)
 	const uint64_t *lim = r->x->limits;
 	unsigned have = cgroup_current()->controllers;
 	struct cgroup_limits cl = { 0 };
-	char name[32];
 
 	if ((have & CGROUP_MEMORY) && lim[CONF_LIMIT_MEMORY_BYTES] != CONF_NO_LIMIT)
 		cl.memory_bytes = lim[CONF_LIMIT_MEMORY_BYTES];
@@ -399,8 +398,7 @@ exec_cgroup_create(struct exec_run *r, char **cause)
 		cl.pids = lim[CONF_LIMIT_PIDS];
 	if ((have & CGROUP_CPU) && lim[CONF_LIMIT_CPU_CORES] != CONF_NO_LIMIT)
 		cl.cpu_millicores = lim[CONF_LIMIT_CPU_CORES];
-	snprintf(name, sizeof name, "%" PRIu64, r->t->id);
-	if (cgroup_task_create(&r->cg, name, &cl, cause) == -1)
+	if (cgroup_task_create(&r->cg, &cl, cause) == -1)
 		return -1;
 	r->in_cgroup = true;
 	return 0;
@@ -724,7 +722,7 @@ exec_run(struct task *t)
 		.err = { .name = "stderr" },
 		.wake_fd = -1,
 		.end = EXEC_END_EXITED,
-		.cg = { .dirfd = -1, .events_fd = -1 },
+		.cg = { .dirfd = -1, .events_fd = -1, .peak_fd = -1 },
 	};
 	struct spawn_request req = {
 		.argv = x->argv,
