@@ -238,7 +238,8 @@ def test_sigkill_of_daemon_cgroup_ends_tasks_at_next_start():
             d.start()
             check([p for p in pids if alive(p)] == [], "the next start left %r running" %
                   [p for p in pids if alive(p)])
-            check(re.search(r"removed 1 task cgroup\(s\) left by a previous run: 1", d.read_log()),
+            check(re.search(r"removed 1 task cgroup\(s\) left by a previous run: w\d+",
+                            d.read_log()),
                   "the start logs what it removed:\n%s" % d.read_log()[-2000:])
     finally:
         root.remove()
@@ -433,7 +434,8 @@ BURN = ("import time\nt = time.process_time()\n"
 
 def test_usage_is_plausible():
     def body(mode, root):
-        with conf_daemon(mode_conf(mode, root)) as d:
+        # one worker: with cgroups each task reuses the cgroup of the one before
+        with conf_daemon(mode_conf(mode, root), workers=1) as d:
             c = d.client()
             done = run(c, dict(kind="exec", argv=["python3", "-c", BURN]))
             u = done["result"]["usage"]
@@ -443,6 +445,9 @@ def test_usage_is_plausible():
             done = run(c, dict(kind="exec", argv=["sh", "-c", 'python3 -c "$0"; exit $?', BURN]))
             u = done["result"]["usage"]
             check(u["user_ms"] >= 150, "%s, in a child: %r" % (mode, u))
+            u = run(c, sh("true"))["result"]["usage"]
+            check(u["user_ms"] + u["system_ms"] < 100, "%s: a task's usage is its own, not "
+                  "its cgroup's history: %r" % (mode, u))
             done = run(c, sh("sleep 1000", timeout_ms=100))
             check(done["state"] == "timed_out" and set(done["result"]["usage"]) ==
                   {"user_ms", "system_ms", "max_rss_bytes"}, "%r", done)
@@ -466,14 +471,19 @@ def test_stats_names_containment():
                 check(f.read().rstrip().endswith(os.path.basename(root.path) + "/daemon"),
                       "tpd moved itself into ROOT/daemon")
             done = run(c, sh("cat /proc/self/cgroup"))
-            check(done["result"]["stdout"].rstrip().endswith("/tasks/%d" % done["task"]),
-                  "the task ran in ROOT/tasks/ID: %r", done)
-            tasks = os.path.join(root.path, "tasks")
-            check([n for n in os.listdir(tasks) if os.path.isdir(os.path.join(tasks, n))] == [],
-                  "its cgroup was removed")
+            m = re.search(r"/tasks/(w\d+)$", done["result"]["stdout"].rstrip())
+            check(m, "the task ran in ROOT/tasks/wN: %r", done)
+            # one task at a time: two running at once have two cgroups
+            r1, _ = c.submit(sh("cat /proc/self/cgroup; sleep 0.5"))
+            r2, _ = c.submit(sh("cat /proc/self/cgroup; sleep 0.5"))
+            a, b = c.done(r1)["result"]["stdout"], c.done(r2)["result"]["stdout"]
+            check(a != b, "two tasks shared a cgroup: %r %r", a, b)
+        tasks = os.path.join(root.path, "tasks")
+        check([n for n in os.listdir(tasks) if os.path.isdir(os.path.join(tasks, n))] == [],
+              "the task cgroups were removed when tpd stopped")
     finally:
         root.remove()
-    print("checked: stats containment, ROOT/daemon, ROOT/tasks/ID removed after")
+    print("checked: stats containment, ROOT/daemon, a cgroup per running task, removed after")
 
 
 run_tests(globals())
