@@ -299,6 +299,12 @@ spawn_child_main(void *arg)
 }
 
 void
+spawn_use_clone3(bool use)
+{
+	atomic_store(&spawn_no_clone3, !use);
+}
+
+void
 spawn_close_fd(int *fd)
 {
 	if (*fd != -1) {

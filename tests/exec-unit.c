@@ -848,6 +848,30 @@ test_spawn_creds(void)
 	printf("ok - spawn credentials: groups, gid, uid applied; a failed drop fails the spawn\n");
 }
 
+/* The path taken where clone3 is refused: glibc's clone(), the same child. */
+static void
+test_spawn_with_clone(void)
+{
+	char *const id[] = { "sh", "-c", "echo $(id -u) $(id -G)", NULL };
+	char *const nope[] = { "/nonexistent/tpd-prog", NULL };
+	gid_t groups[] = { 65534 };
+	struct spawn_creds nobody = { "nobody", 65534, 65534, groups, 1 };
+	const char *out;
+	char *cause = NULL;
+
+	test_current = "spawn with clone()";
+	spawn_use_clone3(false);
+	out = spawn_output(id, geteuid() == 0 ? &nobody : NULL, &cause);
+	CHECK(out != NULL, "%s", cause);
+	if (geteuid() == 0)
+		CHECK_STR(out, "65534 65534\n");
+	CHECK(spawn_output(nope, NULL, &cause) == NULL, "a missing program ran");
+	CHECK_STR(cause, "no such program: /nonexistent/tpd-prog");
+	free(cause);
+	spawn_use_clone3(true);
+	printf("ok - spawn with clone() (no clone3): runs, drops credentials, reports failures\n");
+}
+
 static void
 test_fds_and_signals(void)
 {
@@ -1228,6 +1252,7 @@ main(void)
 	test_environment();
 	test_cwd_and_spawn_errors();
 	test_spawn_creds();
+	test_spawn_with_clone();
 	test_fds_and_signals();
 	test_truncation_and_binary();
 	test_stream();
