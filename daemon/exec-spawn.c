@@ -15,10 +15,12 @@
  *    that call the child's function on its own stack: a C function cannot
  *    survive its stack pointer changing under it. clone3 has no wrapper in
  *    glibc 2.36.
- *  - glibc's clone() with CLONE_VM | CLONE_VFORK | CLONE_PIDFD elsewhere, or
- *    when clone3 is refused (ENOSYS: an old kernel, or a container's
- *    seccomp filter); then a child with a cgroup joins it itself, by
- *    writing "0" to its cgroup.procs before execve (slower: a migration).
+ *  - elsewhere, or when clone3 is refused (ENOSYS: an old kernel, or a
+ *    container's seccomp filter), clone with CLONE_PIDFD as a plain fork:
+ *    the child runs on a copy of the daemon's memory (slower, and no
+ *    stack switch to get wrong; glibc's clone() wrapper is avoided because
+ *    sanitizers intercept it), and a child with a cgroup joins it itself,
+ *    by writing "0" to its cgroup.procs before execve (a migration).
  */
 #include "config.h"
 
@@ -511,8 +513,11 @@ spawn_clone(struct spawn_child_args *a, int cgroup_fd, int *pidfd)
 		if (cgroup_fd != -1 && (a->procs_fd = openat(cgroup_fd, "cgroup.procs",
 		    O_WRONLY | O_CLOEXEC)) == -1)
 			goto out;
-		pid = clone(spawn_child_main, stack + SPAWN_STACK_SIZE,
-		    CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, a, pidfd);
+		/* the pidfd comes in parent_tid, the third argument on every ABI */
+		pid = syscall(SYS_clone, (unsigned long)(CLONE_PIDFD | SIGCHLD), 0UL,
+		    pidfd, 0UL, 0UL);
+		if (pid == 0)
+			syscall(SYS_exit_group, spawn_child_main(a));
 	}
 out:
 	saved = errno;

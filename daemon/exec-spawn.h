@@ -94,8 +94,8 @@ int spawn_start(const struct spawn_request *req, struct spawn_child *child,
 int spawn_reap(pid_t pid, int *status, struct rusage *ru);
 
 /*
- * false: start children with glibc's clone() from now on, as when clone3 is
- * refused (for the unit test of that path). Call before any spawn.
+ * false: start children with a fork-like clone from now on, as when clone3
+ * is refused (for the unit test of that path). Call before any spawn.
  */
 void spawn_use_clone3(bool use);
 

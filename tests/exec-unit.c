@@ -848,7 +848,7 @@ test_spawn_creds(void)
 	printf("ok - spawn credentials: groups, gid, uid applied; a failed drop fails the spawn\n");
 }
 
-/* The path taken where clone3 is refused: glibc's clone(), the same child. */
+/* The path taken where clone3 is refused: a fork-like clone, the same child. */
 static void
 test_spawn_with_clone(void)
 {
@@ -859,7 +859,7 @@ test_spawn_with_clone(void)
 	const char *out;
 	char *cause = NULL;
 
-	test_current = "spawn with clone()";
+	test_current = "spawn with clone";
 	spawn_use_clone3(false);
 	out = spawn_output(id, geteuid() == 0 ? &nobody : NULL, &cause);
 	CHECK(out != NULL, "%s", cause);
@@ -869,7 +869,8 @@ test_spawn_with_clone(void)
 	CHECK_STR(cause, "no such program: /nonexistent/tpd-prog");
 	free(cause);
 	spawn_use_clone3(true);
-	printf("ok - spawn with clone() (no clone3): runs, drops credentials, reports failures\n");
+	printf("ok - spawn with a fork-like clone (no clone3): runs, drops credentials, reports "
+	    "failures\n");
 }
 
 static void

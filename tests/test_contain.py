@@ -209,7 +209,7 @@ def test_escapes_of_a_task_that_exits_end_with_it():
             pidfile = os.path.join(d.dir, "pids")
             # the leader leaves at once; what it left behind escaped its group
             script = escapes_script(pidfile).replace("exec sleep 1000\n", "") + \
-                "while [ $(wc -l < %s) -lt 4 ]; do sleep 0.01; done\n" % pidfile
+                "while [ \"$(cat %s 2>/dev/null | wc -l)\" -lt 4 ]; do sleep 0.01; done\n" % pidfile
             done = run(c, sh(script))
             check(done["state"] == "succeeded", "%r", done)
             pids = read_pids(pidfile, 4)
