@@ -377,6 +377,13 @@ class Bench:
         more("exec true, 2 workers, vs xargs -P2", "tpd exec true -w 2", "xargs -P2", 1.4)
         more("exec true, 2 workers: containment cgroup vs process",
              "tpd exec true -w 2 cgroup", "tpd exec true -w 2", 0.9)
+        # the daemon's own CPU per task: steadier than tasks/s on a shared machine
+        for fig in self.results.get("tpd exec true -w 2", []) + \
+                self.results.get("tpd exec true -w 2 cgroup", []):
+            if fig.get("server_cpu_s") is not None and fig.get("ok"):
+                fig["cpu_us"] = fig["server_cpu_s"] / fig["ok"] * 1e6
+        less("exec true: tpd CPU per task, containment cgroup vs process",
+             "tpd exec true -w 2 cgroup", "tpd exec true -w 2", 1.1, "cpu_us")
         t, p = m("tpd idle"), m("floor idle")
         add("%d idle conns: daemon RSS per conn" % self.args.idle, t, p, ratio(t, p),
             "<= 1024 B", None if t is None else t <= 1024, "B")
