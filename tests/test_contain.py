@@ -426,6 +426,19 @@ def test_limit_config_errors():
     print("checked: tpd -n names bad limit keys, an unenforceable default, an unusable cgroup")
 
 
+def test_reload_refuses_an_unenforceable_limit_default():
+    with conf_daemon("[daemon]\ncontainment = process\n") as d:
+        with open(d.conf_path, "w") as f:
+            f.write("[daemon]\ncontainment = process\n[pool default]\nlimit_pids = 10\n")
+        d.signal(signal.SIGHUP)
+        eventually(lambda: "reload refused" in d.read_log(), "the reload was refused")
+        check("limit_pids: cannot be enforced here" in d.read_log(), d.read_log()[-2000:])
+        c = d.client()
+        done = run(c, sh("true"))
+        check(done["state"] == "succeeded", "tasks run as before: %r", done)
+    print("checked: SIGHUP with a limit default containment cannot enforce: refused")
+
+
 # ---------------------------------------------------------------- usage
 
 BURN = ("import time\nt = time.process_time()\n"
