@@ -9,7 +9,10 @@
  * supplementary groups, then the gid, then the uid, each checked), resource
  * limits (setrlimit), no ambient capabilities, SIGKILL when the spawning thread dies
  * (PR_SET_PDEATHSIG, set after the credentials, which would clear it), and
- * a cgroup it starts in.
+ * a cgroup it starts in. (The death signal fires when the spawning
+ * *thread* exits: that is the worker running the task, which reaps the
+ * child before it does anything else, so in practice only the daemon's
+ * death fires it.)
  *
  * The program is looked up here, in the parent, not by execvp: argv[0]
  * without a '/' is searched in the PATH of the child's environment (or
