@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cgroup.h"
 #include "conn.h"
 #include "daemon.h"
 #include "log.h"
@@ -46,7 +47,7 @@ op_stats(struct conn *c, struct request *req)
 	}
 	for (size_t i = 0; i < pools_count(); i++)
 		json_array_append_new(pools, pool_json(pools_at(i)));
-	ops_reply(c, req, EV_STATS, json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s}",
+	ops_reply(c, req, EV_STATS, json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:s}",
 	    "pools", pools, "connections", (json_int_t)conn_count(),
 	    "uptime_ms", (json_int_t)((clock_now_us() - d->started_us) / 1000),
 	    "tasks_outstanding", (json_int_t)d->outstanding,
@@ -54,6 +55,7 @@ op_stats(struct conn *c, struct request *req)
 	    "tasks_retained_bytes", (json_int_t)tasks_retained_bytes(),
 	    "results_forgotten", (json_int_t)tasks_results_forgotten(),
 	    "version", PACKAGE_VERSION,
+	    "containment", cgroup_containment(),
 	    "phase", d->phase == DAEMON_RUNNING ? "running" :
 	    d->phase == DAEMON_DRAINING ? "draining" : "stopping"));
 }

@@ -35,7 +35,7 @@ send_rejected(struct conn *c, struct request *req, const char *code, const char 
 
 /* Reads the request's "task" object into a new task; NULL after answering the error. */
 static struct task *
-parse_task(struct conn *c, struct request *req, json_t *spec)
+parse_task(struct conn *c, struct request *req, json_t *spec, const struct pools_entry *e)
 {
 	const struct task_kind *kind;
 	const char *kind_name = NULL;
@@ -59,6 +59,12 @@ parse_task(struct conn *c, struct request *req, json_t *spec)
 		return NULL;
 	}
 	t->timeout_us = timeout_ms * 1000;
+	/* what the kind may need: the pool's settings (run_as, limits) and the submitter */
+	t->pool_conf = conf_pool_find(&daemon_state->conf, e->name);
+	t->via_unix = c->is_unix;
+	t->have_creds = c->is_unix && c->have_creds;
+	t->uid = c->uid;
+	t->gid = c->gid;
 	if (kind->parse(t, spec, &msg) == -1) {
 		tasks_discard(t);
 		ops_bad_request(c, req, msg);
@@ -101,14 +107,19 @@ op_submit(struct conn *c, struct request *req)
 		    "missing field \"task\"" : "field \"task\" must be an object");
 		return;
 	}
-	if ((t = parse_task(c, req, spec)) == NULL)
-		return;
 	if ((e = pools_find(pool_name)) == NULL) {
-		tasks_discard(t);
 		char q[UTF8_QUOTE_SIZE];
 		send_rejected(c, req, ERR_NO_SUCH_POOL, "no pool named \"%s\"", utf8_quote(q, pool_name));
 		return;
 	}
+	const struct conf_pool *cp = conf_pool_find(&daemon_state->conf, e->name);
+	if (cp != NULL && cp->run_as == CONF_RUN_AS_CALLER && !(c->is_unix && c->have_creds)) {
+		conn_send_error(c, req->id, ERR_FORBIDDEN, "pool %s runs tasks as their caller "
+		    "(run_as = caller): submit on the Unix socket", e->name);
+		return;
+	}
+	if ((t = parse_task(c, req, spec, e)) == NULL)
+		return;
 	t->stream = stream;
 	if (queue_timeout_ms != 0)
 		t->job.queue_deadline_us = clock_now_us() + queue_timeout_ms * 1000;

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cgroup.h"
 #include "conf.h"
 #include "daemon.h"
 #include "exec.h"
@@ -191,6 +192,10 @@ daemon_reload(void)
 		goto refused;
 
 	reload_keep_listeners(&nc, &d->conf);
+	if (str_differs(nc.containment, d->conf.containment) ||
+	    str_differs(nc.cgroup_root, d->conf.cgroup_root))
+		log_warnx("reload: containment and cgroup_root take effect at the next start; "
+		    "containment stays %s", cgroup_containment());
 	reload_pools(&nc);
 	log_set_level(nc.log_level);
 	tasks_set_stream_budget(nc.stream_budget);

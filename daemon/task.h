@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 
@@ -24,6 +25,7 @@
 struct task;
 struct subscriber;
 struct pools_entry;
+struct conf_pool;
 
 struct task_kind {
 	const char *name;
@@ -69,6 +71,13 @@ struct task {
 	enum pool_state state;
 	uint64_t queued_us;
 	uint64_t run_us;
+
+	/* for the kind's parse (loop thread): set by op_submit before it */
+	const struct conf_pool *pool_conf; /* the pool's settings; NULL: built-in */
+	bool via_unix;              /* submitted on the Unix socket */
+	bool have_creds;            /* ... with the peer's credentials known: */
+	uid_t uid;
+	gid_t gid;
 
 	/* front end (loop thread only, except where marked) */
 	struct pool *pool;          /* the pool it was submitted to */

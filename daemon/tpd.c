@@ -17,6 +17,7 @@
 
 #include <event2/event.h>
 
+#include "cgroup.h"
 #include "conf.h"
 #include "conn.h"
 #include "daemon.h"
@@ -25,6 +26,7 @@
 #include "listen.h"
 #include "log.h"
 #include "mailbox.h"
+#include "pgroup.h"
 #include "pools.h"
 #include "sd.h"
 #include "tasks.h"
@@ -295,6 +297,9 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	case SIGHUP:
 		daemon_reload();
 		break;
+	case SIGCHLD:
+		pgroup_reap();
+		break;
 	}
 }
 
@@ -339,17 +344,45 @@ start_listeners(struct daemon *d)
 		fatalx("%s", cause);
 }
 
+static bool containment_ready; /* cgroup_setup ran: cgroup_current() is in force */
+
+/*
+ * conf.c's check of the pools' limit defaults: what the containment in force
+ * can enforce, or before it is set up (start-up, tpd -n), what the
+ * configuration being read asks for. A cgroup root that cannot be used is
+ * reported by cgroup_setup or cgroup_probe itself, not here.
+ */
+static void
+enforce_hook(const struct conf *c, struct conf_enforce *out)
+{
+	struct cgroup_info probe;
+	char *cause = NULL;
+
+	if (containment_ready) {
+		exec_enforce(cgroup_current(), out);
+		return;
+	}
+	if (cgroup_probe(c->containment, c->cgroup_root, &probe, &cause) == -1) {
+		free(cause);
+		memset(out, 0, sizeof *out);
+		return;
+	}
+	exec_enforce(&probe, out);
+}
+
 int
 main(int argc, char **argv)
 {
 	struct daemon *d = &the_daemon;
-	struct event *sigs[3], *prune;
-	const int signals[3] = { SIGTERM, SIGINT, SIGHUP };
+	struct event *sigs[4], *prune;
+	const int signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGCHLD };
+	struct cgroup_info probe;
 	struct timeval second = { 1, 0 };
 	bool check = false;
 	char *cause = NULL, *path = NULL;
 
 	daemon_state = d;
+	conf_set_enforce(enforce_hook);
 	d->flags = flags_parse(argc, argv, &path, &check);
 	conf_init(&d->conf);
 	if (conf_read(&d->conf, path, d->flags, &cause) == -1) {
@@ -357,6 +390,7 @@ main(int argc, char **argv)
 		exit(1);
 	}
 	free(path);
+	/* Containment, and the pools' limit defaults it must be able to enforce. */
 	if (check) {
 		struct tokens *tokens;
 		if (tokens_load_files(d->conf.token_file, d->conf.admin_token_file, &tokens,
@@ -365,11 +399,23 @@ main(int argc, char **argv)
 			exit(1);
 		}
 		tokens_free(tokens);
+		if (cgroup_probe(d->conf.containment, d->conf.cgroup_root, &probe, &cause) == -1) {
+			if (d->conf.path != NULL)
+				fprintf(stderr, "%s: ", d->conf.path);
+			fprintf(stderr, "%s\n", cause ? cause : "out of memory");
+			exit(1);
+		}
 		printf("configuration OK\n");
 		exit(0);
 	}
 	log_init(d->conf.log_level);
-	load_auth(d);
+	load_auth(d);       /* a bad token file stops tpd before anything is set up */
+	/* Before any thread: tpd moves itself into its cgroup root's daemon/. */
+	if (cgroup_setup(d->conf.containment, d->conf.cgroup_root, &cause) == -1)
+		fatalx("%s", cause);
+	containment_ready = true;
+	if (!cgroup_current()->cgroup)
+		pgroup_init();
 	signal(SIGPIPE, SIG_IGN);
 
 	/*
@@ -391,7 +437,12 @@ main(int argc, char **argv)
 	 * as the socket appears is handled (a clean shutdown once the loop
 	 * runs), not the default action that kills tpd mid-start.
 	 */
-	for (int i = 0; i < 3; i++) {
+	/* SIGCHLD only with process containment: then tpd adopts orphans to reap */
+	for (int i = 0; i < 4; i++) {
+		if (signals[i] == SIGCHLD && cgroup_current()->cgroup) {
+			sigs[i] = NULL;
+			continue;
+		}
 		sigs[i] = evsignal_new(d->base, signals[i], signal_cb, NULL);
 		evsignal_add(sigs[i], NULL);
 	}
@@ -420,8 +471,9 @@ main(int argc, char **argv)
 	tasks_free_all();
 	exec_configure(NULL);
 	mailbox_free();
-	for (int i = 0; i < 3; i++)
-		event_free(sigs[i]);
+	for (int i = 0; i < 4; i++)
+		if (sigs[i] != NULL)
+			event_free(sigs[i]);
 	event_free(prune);
 	event_free(d->shutdown_timer);
 	event_free(d->exit_timer);

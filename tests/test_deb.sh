@@ -57,7 +57,8 @@ for path in ./usr/sbin/tpd ./etc/tpd/tpd.conf \
     ./lib/systemd/system/tpd.service ./lib/systemd/system/tpd.socket \
     ./lib/systemd/system/tpd-tcp.socket \
     ./usr/lib/sysusers.d/tpd.conf ./usr/lib/tmpfiles.d/tpd.conf \
-    ./usr/share/man/man8/tpd.8.gz ./usr/share/man/man5/tpd.conf.5.gz; do
+    ./usr/share/man/man8/tpd.8.gz ./usr/share/man/man5/tpd.conf.5.gz \
+    ./usr/share/doc/tpd/examples/tpd-run-as.conf; do
 	echo "$contents" | grep -qx "$path" || bad "$path is not in the package"
 done
 if grep -q '^bin_PROGRAMS += tpctl' "$tree/Makefile.am"; then
