@@ -102,8 +102,8 @@ session_open(struct session *s, struct tpctl *opt)
 	if (opt->token_file != NULL &&
 	    (r = session_read_token(opt->token_file, &token)) != 0)
 		return r;
-	s->link = link_open(opt->socket_path, opt->host, opt->connect_timeout_ms,
-	    &cause);
+	s->link = link_open(opt->socket_path, opt->socket_fallback, opt->host,
+	    opt->connect_timeout_ms, &cause);
 	if (s->link == NULL) {
 		tpctl_warnx("%s", cause);
 		free(cause);

@@ -28,6 +28,8 @@
 /* Global options, from the command line and the environment. */
 struct tpctl {
 	const char *socket_path;        /* -s, TPD_SOCKET, or the default rule */
+	const char *socket_fallback;    /* the system socket, when socket_path
+					   (the default rule's) does not exist */
 	const char *host;               /* -H HOST:PORT, TPD_HOST; wins over socket_path */
 	const char *token_file;         /* --token-file, TPD_TOKEN_FILE */
 	bool json;                      /* --json: print events as received */
@@ -101,12 +103,13 @@ enum link_result {
 };
 
 /*
- * Connects to a Unix socket path, or to HOST:PORT when host is set (IPv6 as
+ * Connects to a Unix socket path (or, when path does not exist and fallback
+ * is not NULL, to fallback), or to HOST:PORT when host is set (IPv6 as
  * [::1]:7420), giving up after timeout_ms. Returns NULL with *cause set to a
- * line naming the address, the error and a hint.
+ * line naming the address (the addresses tried), the error and a hint.
  */
-struct link *link_open(const char *path, const char *host, uint64_t timeout_ms,
-    char **cause);
+struct link *link_open(const char *path, const char *fallback, const char *host,
+    uint64_t timeout_ms, char **cause);
 void link_close(struct link *);
 /* The address, for messages. */
 const char *link_address(const struct link *);
