@@ -243,10 +243,10 @@ def test_ping_and_stats():
         check(b"tpd " in p.stdout and b"role admin" in p.stdout, "%r", p.stdout)
         p = expect(tpctl(d, "stats"), 0, "stats")
         lines = p.stdout.decode().splitlines()
-        check(lines[0].startswith("tpd: up "), "%r", lines)
+        check(lines[0].startswith("tpd ") and ": running, up " in lines[0], "%r", lines)
         header = lines[1].split()
-        check(header[:7] == ["POOL", "TARGET", "WORKERS", "BUSY", "QUEUED", "CAPACITY",
-                             "LIMIT"], "%r", header)
+        check(header[:8] == ["POOL", "STATE", "TARGET", "WORKERS", "BUSY", "QUEUED",
+                             "CAPACITY", "LIMIT"], "%r", header)
         row = dict(zip(header, lines[2].split()))
         check(row["POOL"] == "default" and row["TARGET"] == "3" and row["CAPACITY"] == "5",
               "%r", row)
@@ -829,14 +829,20 @@ def test_stats_table_formatting():
         p = expect(tpctl(f, "stats"), 0, "stats")
         lines = p.stdout.decode().splitlines()
         check(lines[0] == "tpd: up 3m12s, 1 connection", "%r", lines[0])
-        check(lines[1].split() == ["POOL", "TARGET", "WORKERS", "BUSY", "QUEUED", "CAPACITY",
-                                   "LIMIT", "ACCEPTED", "REJECTED", "SUCCEEDED", "FAILED",
-                                   "OLDEST"], "%r", lines[1])
-        check(lines[2].split() == ["default", "4", "4", "4", "120", "1024", "64", "123456", "7",
-                                   "123000", "3", "2.1s"], "%r", lines[2])
+        check(lines[1].split() == ["POOL", "STATE", "TARGET", "WORKERS", "BUSY", "QUEUED",
+                                   "CAPACITY", "LIMIT", "OLDEST"], "%r", lines[1])
+        check(lines[2].split() == ["default", "-", "4", "4", "4", "120", "1024", "64", "2.1s"],
+              "%r", lines[2])
         check(lines[3].split()[-1] == "-", "no queue, no age: %r", lines[3])
-        widths = {len(l) for l in lines[1:]}
-        check(len(widths) == 1, "right-aligned columns end together: %r", lines)
+        check(lines[4] == "", "a blank line between the tables: %r", lines)
+        check(lines[5].split() == ["POOL", "ACCEPTED", "QUEUED", "RUNNING", "SUCCEEDED",
+                                   "FAILED", "TIMED_OUT", "CANCELLED", "EXPIRED", "REJECTED"],
+              "%r", lines[5])
+        check(lines[6].split() == ["default", "123456", "120", "4", "123000", "3", "-", "-",
+                                   "-", "7"], "fields this daemon lacks are -: %r", lines[6])
+        for table in (lines[1:4], lines[5:8]):
+            widths = {len(l) for l in table}
+            check(len(widths) == 1, "right-aligned columns end together: %r", table)
 
 
 def test_daemon_speaking_garbage():

@@ -169,5 +169,82 @@ def test_named_socket_has_no_fallback():
         shutil.rmtree(empty)
 
 
+# ---------------------------------------------------------------- stats
+
+def stats_tables(out):
+    """tpctl stats' text: its first line, and each table as a list of {header: cell}."""
+    lines = out.decode().splitlines()
+    tables, rows, header = [], None, None
+    for line in lines[1:]:
+        if not line.strip():
+            rows = None
+            continue
+        if rows is None:
+            header, rows = line.split(), []
+            tables.append(rows)
+            continue
+        rows.append(dict(zip(header, line.split())))
+    return lines[0], tables
+
+
+def test_stats_table_adds_up():
+    """Every end has its column, and ACCEPTED is the sum of where the tasks are."""
+    with Daemon(workers=1, queue=8) as d:
+        c = d.client()
+        for task in ({"kind": "echo", "value": 1}, {"kind": "fail", "message": "no"},
+                     {"kind": "sleep", "ms": LONG_MS, "timeout_ms": 20}):
+            rid, ev = c.submit(task)
+            check(ev["event"] == "accepted", "%r", ev)
+            c.done(rid)
+        c.submit({"kind": "sleep", "ms": LONG_MS})
+        eventually(lambda: c.stats()["busy"] == 1, "the long sleep runs")
+        _, ev = c.submit({"kind": "sleep", "ms": 1})
+        check(c.request({"op": "cancel", "task": ev["task"]})["event"] == "ok", "cancel")
+        rid, _ = c.submit({"kind": "sleep", "ms": 1}, queue_timeout_ms=20)
+        check(c.done(rid)["state"] == "expired", "expired")
+        c.submit({"kind": "sleep", "ms": 1})
+        p = expect(tpctl(d, "stats"), 0, "stats")
+        first, tables = stats_tables(p.stdout)
+        check(first.startswith("tpd ") and ": running, up " in first, "%r", first)
+        check(len(tables) == 2, "two tables: %r", p.stdout)
+        now, tasks = tables[0][0], tables[1][0]
+        check(now["POOL"] == "default" and now["STATE"] == "open", "%r", now)
+        check(now["BUSY"] == "1" and now["QUEUED"] == "1", "%r", now)
+        ends = ["QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "CANCELLED", "EXPIRED"]
+        for col in ends:
+            check(tasks.get(col) == "1", "%s: %r", col, tasks)
+        check(int(tasks["ACCEPTED"]) == sum(int(tasks[col]) for col in ends) == 7,
+              "the row adds up: %r", tasks)
+        check(tasks["REJECTED"] == "0", "%r", tasks)
+
+
+def test_stats_marks_removed_pools_and_draining():
+    tmp = tempfile.mkdtemp(prefix="tpctl-conf-")
+    conf = os.path.join(tmp, "tpd.conf")
+    try:
+        with open(conf, "w") as f:
+            f.write("[pool io]\nsize = 1\n")
+        with Daemon("-c", conf) as d:
+            c = d.client()
+            c.submit({"kind": "sleep", "ms": LONG_MS}, pool="io")
+            _, ev = c.submit({"kind": "sleep", "ms": LONG_MS})
+            eventually(lambda: c.stats("io")["busy"] == 1, "the io task runs")
+            with open(conf, "w") as f:
+                f.write("# io is gone\n")
+            d.signal(signal.SIGHUP)
+            eventually(lambda: c.stats("io")["removed"], "io is removed, draining")
+            _, tables = stats_tables(expect(tpctl(d, "stats"), 0, "stats").stdout)
+            states = {row["POOL"]: row["STATE"] for row in tables[0]}
+            check(states == {"default": "open", "io": "removed"}, "%r", states)
+            # a drain: the phase is in the first line, the pools are closed
+            expect(tpctl(d, "shutdown"), 0, "shutdown (drain)")
+            first, tables = stats_tables(expect(tpctl(d, "stats"), 0, "stats").stdout)
+            check(" draining " in first, "the phase shows: %r", first)
+            states = {row["POOL"]: row["STATE"] for row in tables[0]}
+            check(states["default"] == "closed", "%r", states)
+    finally:
+        shutil.rmtree(tmp)
+
+
 if __name__ == "__main__":
     run_tests(globals())
