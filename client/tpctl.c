@@ -365,6 +365,8 @@ main(int argc, char **argv)
 	optind = 0;     /* restart getopt for the command's own options */
 	r = c->exec(&opt, argc, argv);
 	if (fflush(stdout) == EOF && r == 0) {
+		if (errno == EPIPE)
+			return EXIT_BROKEN_PIPE;        /* quietly: nobody reads */
 		fprintf(stderr, "%s: cannot write the output: %s\n", tpctl_prog,
 		    strerror(errno));
 		r = EX_IOERR;

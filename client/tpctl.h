@@ -357,12 +357,13 @@ void table_add(struct table *, const char *const *cells);
 void table_print(const struct table *, FILE *f);
 void table_free(struct table *);
 
-/* progress.c: a live progress line on a terminal. */
+/* progress.c: a live progress line on a terminal, cut to its width. */
 struct progress;
 /* A progress line on stderr, if stderr is a terminal; NULL otherwise. */
 struct progress *progress_new(size_t total);
-/* Counts one finished task (failed or not) and redraws, at most every 100ms. */
-void progress_done(struct progress *, bool failed);
+enum progress_end { PROGRESS_SUCCEEDED, PROGRESS_FAILED, PROGRESS_CANCELLED };
+/* Counts one finished task and redraws, at most every 100ms. */
+void progress_done(struct progress *, enum progress_end);
 /* Erases the line, before other output to the terminal. */
 void progress_clear(struct progress *);
 /* Redraws now. */

@@ -11,6 +11,7 @@ Tests that run tpctl as another user (nobody) need root to switch to it.
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -244,6 +245,149 @@ def test_stats_marks_removed_pools_and_draining():
             check(states["default"] == "closed", "%r", states)
     finally:
         shutil.rmtree(tmp)
+
+
+# ---------------------------------------------------------------- batch
+
+def write_file(d, name, text):
+    path = os.path.join(d.dir, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def sleep_task(ms=LONG_MS):
+    return json.dumps({"kind": "sleep", "ms": ms})
+
+
+class Tmux:
+    """A private tmux server (its own socket directory) with one detached
+    window of width x height running cmd; always closed by the caller."""
+
+    def __init__(self, cmd, width=40, height=10):
+        if shutil.which("tmux") is None:
+            raise Skip("tmux is not installed (Debian package tmux)")
+        self.dir = tempfile.mkdtemp(prefix="tpctl-tmux-")
+        self.env = dict(os.environ, TMUX_TMPDIR=self.dir)
+        self.env.pop("TMUX", None)
+        self.base = ["tmux", "-L", "test", "-f", "/dev/null"]
+        subprocess.run(self.base + ["new-session", "-d", "-x", str(width), "-y", str(height),
+                                    "-s", "t", cmd], check=True, env=self.env, timeout=TIMEOUT)
+
+    def screen(self, join=False):
+        """The window's rows, scrollback included (joined where they wrapped, with join)."""
+        p = subprocess.run(self.base + ["capture-pane", "-p", "-t", "t", "-S", "-1000"] +
+                           (["-J"] if join else []),
+                           capture_output=True, env=self.env, timeout=TIMEOUT)
+        return p.stdout.decode(errors="replace")
+
+    def wait_for(self, text):
+        eventually(lambda: text in self.screen(join=True), "%r shows in tmux" % text)
+
+    def close(self):
+        subprocess.run(self.base + ["kill-server"], capture_output=True, env=self.env,
+                       timeout=TIMEOUT)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def test_batch_progress_fits_a_narrow_terminal():
+    """At 40 columns the progress line is redrawn in place, never wrapped."""
+    with Daemon(workers=4) as d:
+        path = write_file(d, "jobs", (sleep_task(2) + "\n") * 1000)
+        t = Tmux("%s -s %s batch -j 8 %s; echo EXIT=$?; read x" % (TPCTL, d.sock, path))
+        try:
+            t.wait_for("EXIT=")
+            screen = t.screen(join=True)
+            check("EXIT=0" in screen and "1000 succeeded" in screen, "%r", screen)
+            # a line that wrapped leaves its first row behind at each redraw
+            left = re.findall(r"\[\d+/1000\][^\n]*", screen)
+            check(not left, "progress lines left on the screen: %r\n%s", left, screen)
+        finally:
+            t.close()
+
+
+def test_batch_progress_line_is_cut_to_the_width():
+    """While it runs, the line is narrower than the window, the least useful parts left out."""
+    with Daemon(workers=1) as d:
+        path = write_file(d, "jobs", (sleep_task(1) + "\n") * 5 + sleep_task() + "\n")
+        t = Tmux("%s -s %s batch -j 1 %s; echo EXIT=$?; read x" % (TPCTL, d.sock, path),
+                 width=24)
+        try:
+            t.wait_for("[5/6]")
+            rows = [r for r in t.screen().splitlines() if "[5/6]" in r]
+            check(len(rows) == 1 and len(rows[0].rstrip()) < 24, "%r", rows)
+            check(rows[0].rstrip() == "[5/6]  83%  0 failed", "%r", rows)
+        finally:
+            t.close()
+
+
+def find_running(c, upto=20):
+    for task in range(1, upto):
+        ev = c.request({"op": "status", "task": task})
+        if ev.get("state") == "running":
+            return task
+    raise AssertionError("no running task")
+
+
+def test_batch_counts_cancelled_apart():
+    with Daemon(workers=2) as d:
+        path = write_file(d, "jobs", '{"kind":"echo","value":1}\n%s\n' % sleep_task())
+        p = subprocess.Popen([TPCTL, "-s", d.sock, "batch", path], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        c = d.client()
+        eventually(lambda: c.stats()["busy"] == 1 and c.stats()["succeeded"] == 1,
+                   "the echo ended and the sleep runs")
+        task = find_running(c)
+        check(c.request({"op": "cancel", "task": task})["event"] == "ok", "cancel")
+        _, err = p.communicate(timeout=TIMEOUT)
+        err = err.decode()
+        check(p.returncode == 1, "not all succeeded: exit %d: %r", p.returncode, err)
+        check("1 succeeded, 0 failed, 1 cancelled" in err, "summary: %r", err)
+        check("%s:2: task %d cancelled" % (path, task) in err,
+              "a cancel from elsewhere is named: %r", err)
+
+
+def test_batch_into_a_closed_pipe_stops_quietly():
+    with Daemon(workers=2) as d:
+        need_exec(d)
+        c = d.client()
+        # head -2: reads two lines and leaves
+        path = write_file(d, "jobs", "sh -c 'echo x; sleep 0.2'\n" * 40)
+        p = subprocess.Popen([TPCTL, "-s", d.sock, "batch", "-j", "4", path],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        head = subprocess.Popen(["head", "-2"], stdin=p.stdout, stdout=subprocess.PIPE)
+        p.stdout.close()
+        out, _ = head.communicate(timeout=TIMEOUT)
+        err = p.stderr.read()
+        p.wait(timeout=TIMEOUT)
+        check(out == b"x\nx\n", "%r", out)
+        check(p.returncode == 141, "exit 141 (as by SIGPIPE): %d", p.returncode)
+        check(err == b"", "nothing on stderr: %r", err)
+        eventually(lambda: c.stats()["busy"] == 0, "what was in flight is cancelled")
+        check(c.stats()["accepted"] < 40, "it stopped submitting: %r", c.stats())
+        # a pipe closed from the start: the first output meets it
+        path = write_file(d, "jobs2", "echo x\n" * 40)
+        r, w = os.pipe()
+        os.close(r)
+        p = subprocess.Popen([TPCTL, "-s", d.sock, "batch", path], stdout=w,
+                             stderr=subprocess.PIPE)
+        os.close(w)
+        _, err = p.communicate(timeout=TIMEOUT)
+        check(p.returncode == 141 and err == b"", "exit %d: %r", p.returncode, err)
+
+
+def test_closed_stdout_is_exit_141_without_a_word():
+    """Any command whose output meets a closed pipe leaves as if by SIGPIPE."""
+    with Daemon() as d:
+        for args in (["stats"], ["ping"]):
+            r, w = os.pipe()
+            os.close(r)
+            p = subprocess.Popen([TPCTL, "-s", d.sock] + args, stdout=w,
+                                 stderr=subprocess.PIPE)
+            os.close(w)
+            _, err = p.communicate(timeout=TIMEOUT)
+            check(p.returncode == 141 and err == b"", "%s: exit %d: %r", args, p.returncode,
+                  err)
 
 
 if __name__ == "__main__":
