@@ -212,7 +212,7 @@ link_split_host(const char *hostport, char *buf, size_t len, char **host,
 	return 0;
 }
 
-/* Waits for a non-blocking connect; returns 0 or an errno value. */
+/* Waits for a non-blocking connect (deadline 0: for ever); returns 0 or an errno value. */
 static int
 link_wait_connect(int fd, uint64_t deadline_us)
 {
@@ -222,7 +222,8 @@ link_wait_connect(int fd, uint64_t deadline_us)
 
 	for (;;) {
 		uint64_t now = tpctl_now_us();
-		int ms = now >= deadline_us ? 0 : (int)((deadline_us - now + 999) / 1000);
+		int ms = deadline_us == 0 ? -1 : now >= deadline_us ? 0 :
+		    (int)((deadline_us - now + 999) / 1000);
 		n = poll(&pfd, 1, ms);
 		if (n == -1 && errno == EINTR)
 			continue;
@@ -258,7 +259,7 @@ link_open_tcp(const char *hostport, uint64_t timeout_ms, char **cause)
 		    gai_strerror(gai));
 		return -1;
 	}
-	deadline = tpctl_now_us() + timeout_ms * 1000;
+	deadline = timeout_ms == 0 ? 0 : tpctl_now_us() + timeout_ms * 1000;
 	for (ai = res; ai != NULL; ai = ai->ai_next) {
 		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC |
 		    SOCK_NONBLOCK, ai->ai_protocol);

@@ -81,13 +81,13 @@ taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 	case 't':
 		if (cmd_duration_arg(c, "--timeout", arg, &to->timeout_ms) == -1)
 			return -1;
-		to->timeout_set = true;
+		to->timeout_set = to->timeout_ms != 0;  /* 0: none, no timeout_ms */
 		return 1;
 	case OPT_QUEUE_TIMEOUT:
 		if (cmd_duration_arg(c, "--queue-timeout", arg,
 		    &to->queue_timeout_ms) == -1)
 			return -1;
-		to->queue_timeout_set = true;
+		to->queue_timeout_set = to->queue_timeout_ms != 0;
 		return 1;
 	case 'e':
 		return taskopt_env(to, c, arg) == -1 ? -1 : 1;
@@ -98,6 +98,11 @@ taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 		if (units_parse_size(arg, &to->output_limit, &cause) != 0) {
 			cmd_usage_error(c, "--output-limit: %s", cause != NULL ? cause : arg);
 			free(cause);
+			return -1;
+		}
+		if (to->output_limit == 0) {
+			cmd_usage_error(c, "--output-limit: %s: at least 1 byte (the "
+			    "daemon's output_limit_max caps it)", arg);
 			return -1;
 		}
 		to->output_limit_set = true;

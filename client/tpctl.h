@@ -33,7 +33,7 @@ struct tpctl {
 	const char *host;               /* -H HOST:PORT, TPD_HOST; wins over socket_path */
 	const char *token_file;         /* --token-file, TPD_TOKEN_FILE */
 	bool json;                      /* --json: print events as received */
-	uint64_t connect_timeout_ms;    /* --connect-timeout */
+	uint64_t connect_timeout_ms;    /* --connect-timeout; 0: wait for ever */
 	uint64_t answer_timeout_ms;     /* --timeout-answer; 0: wait for ever */
 	bool answer_timeout_set;        /* given on the command line */
 };
@@ -223,9 +223,9 @@ int pipeline_run(struct session *, size_t n, bool waits,
 struct taskopt {
 	const char *pool;               /* --pool */
 	uint64_t timeout_ms;            /* --timeout */
-	bool timeout_set;
+	bool timeout_set;               /* and not 0, which means none */
 	uint64_t queue_timeout_ms;      /* --queue-timeout */
-	bool queue_timeout_set;
+	bool queue_timeout_set;         /* likewise */
 	json_t *env;                    /* --env NAME=VALUE..., or NULL */
 	const char *cwd;                /* --cwd */
 	uint64_t output_limit;          /* --output-limit */
@@ -247,8 +247,9 @@ struct taskopt {
 	{ "output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT }
 #define TASKOPT_HELP \
 	"  -p, --pool P             submit to pool P (default: the daemon's \"default\")\n" \
-	"  -t, --timeout DUR        end the task after DUR (state timed_out)\n" \
-	"      --queue-timeout DUR  give up if it waits in the queue longer (expired)\n" \
+	"  -t, --timeout DUR        end the task after DUR (state timed_out; 0: never)\n" \
+	"      --queue-timeout DUR  give up if it waits in the queue longer (expired;\n" \
+	"                           0: never)\n" \
 	"  -e, --env NAME=VALUE     add to the command's environment (NAME alone:\n" \
 	"                           pass on tpctl's own value); repeatable\n" \
 	"  -C, --cwd DIR            run the command in DIR (on the daemon's host)\n" \

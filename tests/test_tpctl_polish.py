@@ -390,5 +390,93 @@ def test_closed_stdout_is_exit_141_without_a_word():
                   err)
 
 
+# ---------------------------------------------------------------- 0 is no limit
+
+def test_timeout_zero_means_no_timeout():
+    with Daemon() as d:
+        task = json.dumps({"kind": "sleep", "ms": 30})
+        for opt in ("--timeout", "--queue-timeout"):
+            expect(tpctl(d, "run", opt, "0", "--task", task), 0, "run %s 0" % opt)
+            p = expect(tpctl(d, "submit", opt, "0", "--task", task), 0, "submit %s 0" % opt)
+            check(p.stdout.strip().isdigit(), "%r", p.stdout)
+        # batch: 0 is no default; a line's own timeout_ms still holds
+        path = write_file(d, "jobs", "%s\n%s\n" % (
+            task, json.dumps({"kind": "sleep", "ms": LONG_MS, "timeout_ms": 20})))
+        p = expect(tpctl(d, "batch", "--timeout", "0", path), 1, "batch --timeout 0")
+        check(b"1 succeeded, 1 failed" in p.stderr and b"timed out" in p.stderr,
+              "%r", p.stderr)
+        # a limit of 0 bytes cannot be: a usage error before anything is sent
+        p = expect(tpctl(d, "run", "--output-limit", "0", "--", "true"), 64, "output-limit 0")
+        check(b"--output-limit: 0: at least 1 byte" in p.stderr, "%r", p.stderr)
+
+
+def tcp_states(port):
+    """The states (hex, as /proc/net/tcp has them) of the sockets connecting to port."""
+    states = []
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[2].endswith(":%04X" % port):
+                states.append(fields[3])
+    return states
+
+
+def test_connect_timeout_zero_waits_over_tcp():
+    """--connect-timeout 0 waits for a TCP connect as long as it takes."""
+    import socket
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    held = []
+    p = None
+    try:
+        # fill the backlog: further SYNs are dropped, their connects stay pending
+        while "02" not in tcp_states(port):
+            c = socket.socket()
+            c.setblocking(False)
+            held.append(c)
+            try:
+                c.connect(("127.0.0.1", port))
+            except BlockingIOError:
+                pass
+            check(len(held) < 64, "the backlog never filled")
+        pending = tcp_states(port).count("02")      # SYN_SENT
+        p = subprocess.Popen([TPCTL, "--connect-timeout", "0", "-H", "127.0.0.1:%d" % port,
+                              "ping"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        eventually(lambda: p.poll() is not None or tcp_states(port).count("02") > pending,
+                   "tpctl's connect is pending")
+        check(p.poll() is None, "tpctl gave up at once: exit %r, %r", p.returncode,
+              p.stderr.read() if p.returncode is not None else "")
+        # make room: the connect gets through when its SYN is sent again
+        for c in held:
+            c.close()
+        first, _ = listener.accept()
+        first.close()
+        listener.settimeout(TIMEOUT)
+        conn, _ = listener.accept()
+        f = conn.makefile("rwb")
+        for line in f:
+            req = json.loads(line)
+            ev = {"event": "pong"} if req["op"] == "ping" else \
+                {"event": "hello", "server": "fake", "version": "0", "protocol": 1,
+                 "role": "submit"}
+            f.write((json.dumps(dict(ev, id=req["id"])) + "\n").encode())
+            f.flush()
+            if req["op"] == "hello":
+                break
+        out, err = p.communicate(timeout=TIMEOUT)
+        conn.close()
+        check(p.returncode == 0 and out.startswith(b"pong from "), "exit %d: %r %r",
+              p.returncode, out, err)
+    finally:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
+        for c in held:
+            c.close()
+        listener.close()
+
+
 if __name__ == "__main__":
     run_tests(globals())
