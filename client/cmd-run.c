@@ -264,7 +264,7 @@ const struct cmd cmd_run = {
 	    "to end; a second one exits at once.\n"
 	    "\n"
 	    TASKOPT_HELP
-	    "  -i, --stdin              send tpctl's stdin to the command (UTF-8 text)\n"
+	    "  -i, --stdin              send tpctl's stdin to the command (text or binary)\n"
 	    "      --task JSON          run this task object instead of a command,\n"
 	    "                           e.g. '{\"kind\":\"sleep\",\"ms\":500}'\n",
 	.exec = run_exec,

@@ -134,6 +134,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_ENV              "env"
 #define FIELD_CWD              "cwd"
 #define FIELD_STDIN            "stdin"
+#define FIELD_STDIN_BASE64     "stdin_base64"   /* binary stdin, instead of stdin */
 #define FIELD_OUTPUT_LIMIT     "output_limit"
 #define FIELD_VALUE            "value"
 #define FIELD_MS               "ms"

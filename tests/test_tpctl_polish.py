@@ -478,5 +478,26 @@ def test_connect_timeout_zero_waits_over_tcp():
         listener.close()
 
 
+# ---------------------------------------------------------------- binary stdin
+
+def test_binary_stdin_reaches_the_command():
+    with Daemon() as d:
+        need_exec(d)
+        for data, what in ((bytes(range(256)) * 40, "every byte value"),
+                           (b"text\x00with a NUL\n", "UTF-8 with a NUL"),
+                           (b"\xff\xfe not UTF-8", "not UTF-8"),
+                           ("plain text, \u00e9t\u00e9\n".encode(), "text")):
+            p = expect(tpctl(d, "run", "--stdin", "--", "cat", input=data), 0, "run " + what)
+            check(p.stdout == data, "%s: %r", what, p.stdout[:100])
+            p = expect(tpctl(d, "run", "--stdin", "--", "wc", "-c", input=data), 0, "wc")
+            check(int(p.stdout) == len(data), "%s: %r", what, p.stdout)
+        # submit, then wait --output: the same bytes
+        data = b"\x00\x01\x80binary\xff"
+        task = int(expect(tpctl(d, "submit", "--stdin", "--", "cat", input=data), 0,
+                          "submit").stdout)
+        p = expect(tpctl(d, "wait", "--output", str(task)), 0, "wait --output")
+        check(p.stdout == data, "%r", p.stdout)
+
+
 if __name__ == "__main__":
     run_tests(globals())
