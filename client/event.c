@@ -200,13 +200,33 @@ event_write_field(int fd, const json_t *obj, const char *text, const char *b64)
 	return 0;
 }
 
+/* An exec task's result: it always has exit_code (null when a signal ended it). */
+static bool
+event_is_exec_result(const json_t *result)
+{
+	return json_is_object(result) &&
+	    json_object_get(result, FIELD_EXIT_CODE) != NULL;
+}
+
 int
 event_write_result_output(const json_t *done)
 {
 	json_t *result = json_object_get(done, FIELD_RESULT);
+	char *text;
+	int r;
 
-	if (!json_is_object(result))
+	if (result == NULL || json_is_null(result))
 		return 0;
+	if (!event_is_exec_result(result)) {
+		/* another kind's result: what it returned, as one line of JSON */
+		if ((text = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY)) == NULL) {
+			errno = ENOMEM;
+			return -1;
+		}
+		r = event_write_all(STDOUT_FILENO, text, strlen(text));
+		free(text);
+		return r == -1 ? -1 : event_write_all(STDOUT_FILENO, "\n", 1);
+	}
 	if (event_write_field(STDOUT_FILENO, result, FIELD_STDOUT,
 	    FIELD_STDOUT_BASE64) == -1)
 		return -1;

@@ -325,8 +325,10 @@ int event_task_exit_code(const json_t *done);
 /* One line describing a done event ("exit status 3", "killed by signal 9 (Killed)"). */
 char *event_describe_done(const json_t *done);
 /*
- * Writes the captured stdout and stderr of an exec result to fds 1 and 2
- * (decoding the _base64 forms). Returns 0, or -1 with errno (EPIPE).
+ * Writes what a finished task returned: an exec result's captured stdout
+ * and stderr to fds 1 and 2 (decoding the _base64 forms); another kind's
+ * result as one line of JSON on fd 1 (nothing for a null result, as
+ * sleep's). Returns 0, or -1 with errno (EPIPE).
  */
 int event_write_result_output(const json_t *done);
 /* Writes an output event's data to fd 1 or 2. Returns 0, or -1 with errno. */

@@ -379,7 +379,8 @@ def test_batch_into_a_closed_pipe_stops_quietly():
 def test_closed_stdout_is_exit_141_without_a_word():
     """Any command whose output meets a closed pipe leaves as if by SIGPIPE."""
     with Daemon() as d:
-        for args in (["stats"], ["ping"]):
+        for args in (["stats"], ["ping"], ["run", "--task", '{"kind":"echo","value":1}'],
+                     ["batch", write_file(d, "echo", '{"kind":"echo","value":1}\n' * 3)]):
             r, w = os.pipe()
             os.close(r)
             p = subprocess.Popen([TPCTL, "-s", d.sock] + args, stdout=w,
@@ -497,6 +498,35 @@ def test_binary_stdin_reaches_the_command():
                           "submit").stdout)
         p = expect(tpctl(d, "wait", "--output", str(task)), 0, "wait --output")
         check(p.stdout == data, "%r", p.stdout)
+
+
+# ---------------------------------------------------------------- what a task returned
+
+def test_run_prints_a_builtin_tasks_result():
+    with Daemon() as d:
+        value = {"a": [1, 2.5, None], "s": "\u00e9t\u00e9"}
+        p = expect(tpctl(d, "run", "--task", json.dumps({"kind": "echo", "value": value})), 0,
+                   "run echo")
+        check(p.stdout.count(b"\n") == 1, "one line: %r", p.stdout)
+        check(json.loads(p.stdout) == {"value": value}, "its result: %r", p.stdout)
+        check(p.stderr == b"", "%r", p.stderr)
+        # a null result prints nothing; a failure says why on stderr
+        p = expect(tpctl(d, "run", "--task", sleep_task(1)), 0, "run sleep")
+        check(p.stdout == b"", "%r", p.stdout)
+        p = expect(tpctl(d, "run", "--task", '{"kind":"fail","message":"as asked"}'), 1, "fail")
+        check(p.stdout == b"" and b"as asked" in p.stderr, "%r %r", p.stdout, p.stderr)
+        # wait --output and batch print it too
+        task = int(expect(tpctl(d, "submit", "--task", '{"kind":"echo","value":7}'), 0,
+                          "submit").stdout)
+        p = expect(tpctl(d, "wait", "--output", str(task)), 0, "wait --output")
+        check(p.stdout == b'{"value":7}\n', "%r", p.stdout)
+        path = write_file(d, "jobs", '{"kind":"echo","value":1}\n{"kind":"echo","value":2}\n')
+        p = expect(tpctl(d, "batch", "-j", "1", path), 0, "batch")
+        check(p.stdout == b'{"value":1}\n{"value":2}\n', "%r", p.stdout)
+        # --json is unchanged: the events only
+        p = expect(tpctl(d, "--json", "run", "--task", '{"kind":"echo","value":3}'), 0, "json")
+        check([json.loads(l)["event"] for l in p.stdout.splitlines()] ==
+              ["accepted", "started", "done"], "%r", p.stdout)
 
 
 if __name__ == "__main__":
