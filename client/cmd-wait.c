@@ -59,11 +59,12 @@ wait_answer(void *arg, size_t i, json_t *ev)
 	char what[64];
 
 	if (strcmp(event_name(ev), EV_DONE) == 0) {
-		if (!w->json)
-			wait_print(ev, it->task, w->output);
+		/* the task's own output first, then what tpctl says of it */
 		if (w->output && !w->json &&
 		    event_write_result_output(ev) == -1 && errno == EPIPE)
 			return EXIT_BROKEN_PIPE;
+		if (!w->json)
+			wait_print(ev, it->task, w->output);
 		it->code = event_task_exit_code(ev);
 		return PIPELINE_SETTLED;
 	}
@@ -143,6 +144,7 @@ const struct cmd cmd_wait = {
 	    "stops the waiting; the tasks go on.\n"
 	    "\n"
 	    "  -o, --output             print the output each task captured instead\n"
-	    "                           of its line (failures still go to stderr)\n",
+	    "                           of its line (then, on stderr, a line for a\n"
+	    "                           task that did not succeed)\n",
 	.exec = wait_exec,
 };

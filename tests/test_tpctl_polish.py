@@ -529,5 +529,22 @@ def test_run_prints_a_builtin_tasks_result():
               ["accepted", "started", "done"], "%r", p.stdout)
 
 
+def test_wait_output_comes_before_the_failure_line():
+    with Daemon() as d:
+        need_exec(d)
+        task = int(expect(tpctl(d, "submit", "--detach", "--", "sh", "-c",
+                                "echo out; echo err >&2; exit 3"), 0, "submit").stdout)
+        p = expect(tpctl(d, "wait", "--output", str(task)), 3, "wait --output")
+        check(p.stdout == b"out\n", "%r", p.stdout)
+        check(p.stderr.startswith(b"err\n") and
+              b"tpctl: task %d failed with exit status 3" % task in p.stderr,
+              "the task's stderr, then tpctl's line: %r", p.stderr)
+        # one stream, as on a terminal: out, err, then the line
+        both = subprocess.run([TPCTL, "-s", d.sock, "wait", "--output", str(task)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=TIMEOUT).stdout
+        check(both.startswith(b"out\nerr\ntpctl: task %d failed" % task), "%r", both)
+
+
 if __name__ == "__main__":
     run_tests(globals())
