@@ -120,6 +120,25 @@ event_task_exit_code(const json_t *done)
 	return EXIT_TASK_FAILED;
 }
 
+/*
+ * A signal's name as the daemon and doc/exec.md write it, "SIGKILL": the
+ * result's signal_name when it has one, else this system's name for the
+ * number, else "signal N".
+ */
+static const char *
+event_signal_name(const json_t *result, int64_t n, char *buf, size_t len)
+{
+	const char *name = event_str(result, FIELD_SIGNAL_NAME, NULL), *abbrev;
+
+	if (name != NULL && *name != '\0')
+		return name;
+	if (n > 0 && n < NSIG && (abbrev = sigabbrev_np((int)n)) != NULL)
+		snprintf(buf, len, "SIG%s", abbrev);
+	else
+		snprintf(buf, len, "signal %lld", (long long)n);
+	return buf;
+}
+
 char *
 event_describe_done(const json_t *done)
 {
@@ -127,7 +146,7 @@ event_describe_done(const json_t *done)
 	const char *code = event_error_code(done);
 	const char *message = event_error_message(done);
 	json_t *result = json_object_get(done, FIELD_RESULT);
-	char buf[FORMAT_DURATION_LEN], *s = NULL;
+	char buf[FORMAT_DURATION_LEN], name[32], *s = NULL;
 	int64_t n;
 	int r;
 
@@ -140,7 +159,7 @@ event_describe_done(const json_t *done)
 	else if (strcmp(code, ERR_SIGNAL) == 0) {
 		n = event_int(result, FIELD_SIGNAL, 0);
 		r = asprintf(&s, "killed by signal %lld (%s) after %s", (long long)n,
-		    n > 0 && n < NSIG ? strsignal((int)n) : "unknown", buf);
+		    event_signal_name(result, n, name, sizeof name), buf);
 	} else if (strcmp(state, STATE_TIMED_OUT) == 0)
 		r = asprintf(&s, "timed out after %s", buf);
 	else if (*message != '\0' && strcmp(message, state) != 0 &&

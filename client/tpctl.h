@@ -322,7 +322,7 @@ int event_report_error(const char *what, const json_t *ev);
  * task's exit status, 124 timed out, 128+N signal N, 1 otherwise.
  */
 int event_task_exit_code(const json_t *done);
-/* One line describing a done event ("exit status 3", "killed by signal 9 (Killed)"). */
+/* One line describing a done event ("exit status 3", "killed by signal 9 (SIGKILL)"). */
 char *event_describe_done(const json_t *done);
 /*
  * Writes what a finished task returned: an exec result's captured stdout

@@ -142,6 +142,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 /* exec results, and the streams of output events */
 #define FIELD_EXIT_CODE        "exit_code"
 #define FIELD_SIGNAL           "signal"
+#define FIELD_SIGNAL_NAME      "signal_name"    /* "SIGKILL", or null */
 #define FIELD_STDOUT           "stdout"
 #define FIELD_STDERR           "stderr"
 #define FIELD_STDOUT_BASE64    "stdout_base64"

@@ -815,7 +815,7 @@ def test_exit_codes_from_crafted_done_events():
         p = expect(tpctl(f, "run", "--", "slow"), 124, "timed out")
         check(b"task 5 timed out after 2.1s" in p.stderr, "human duration: %r", p.stderr)
         p = expect(tpctl(f, "run", "--", "killed"), 137, "signal")
-        check(b"killed by signal 9" in p.stderr, "%r", p.stderr)
+        check(b"killed by signal 9 (SIGKILL)" in p.stderr, "named as elsewhere: %r", p.stderr)
 
 
 def test_stats_table_formatting():

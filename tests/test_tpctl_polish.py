@@ -546,5 +546,23 @@ def test_wait_output_comes_before_the_failure_line():
         check(both.startswith(b"out\nerr\ntpctl: task %d failed" % task), "%r", both)
 
 
+# ---------------------------------------------------------------- signal names
+
+def test_signals_are_named_as_in_the_docs():
+    """killed by signal 9 (SIGKILL), as doc/exec.md and the daemon write it."""
+    with Daemon() as d:
+        need_exec(d)
+        for sig, name in ((9, "SIGKILL"), (15, "SIGTERM"), (6, "SIGABRT")):
+            script = "kill -%d $$" % sig
+            p = expect(tpctl(d, "run", "--", "sh", "-c", script), 128 + sig, "run " + name)
+            check(("killed by signal %d (%s) after " % (sig, name)).encode() in p.stderr,
+                  "%r", p.stderr)
+            task = int(expect(tpctl(d, "submit", "--detach", "--", "sh", "-c", script), 0,
+                              "submit").stdout)
+            p = expect(tpctl(d, "wait", str(task)), 128 + sig, "wait")
+            check(("killed by signal %d (%s) after " % (sig, name)).encode() in p.stdout,
+                  "%r", p.stdout)
+
+
 if __name__ == "__main__":
     run_tests(globals())
