@@ -44,6 +44,7 @@ struct batch {
 	size_t finished;
 	size_t succeeded, failed, cancelled, rejected;
 	bool denied;            /* an unauthenticated or forbidden error */
+	bool unauthenticated;   /* said once; the batch stops */
 	bool stopping;          /* send no more */
 	bool interrupted;
 	bool stdout_gone;       /* stdout is a closed pipe: stop as if interrupted */
@@ -143,7 +144,12 @@ batch_finish(struct batch *b, struct batch_item *it, enum batch_outcome out,
 		b->failed++;
 		if (event_exit_for_error(event_error_code(ev)) == EX_NOPERM)
 			b->denied = true;
-		if (say)
+		if (strcmp(event_error_code(ev), ERR_UNAUTHENTICATED) == 0) {
+			/* no token: every line would say so; say it once, stop */
+			if (say && !b->unauthenticated)
+				event_report_error(b->name, ev);
+			b->unauthenticated = b->stopping = true;
+		} else if (say)
 			tpctl_warnx("%s:%zu: %s (%s)", b->name, it->line,
 			    event_error_message(ev), event_error_code(ev));
 		break;

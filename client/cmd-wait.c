@@ -69,6 +69,9 @@ wait_answer(void *arg, size_t i, json_t *ev)
 		return PIPELINE_SETTLED;
 	}
 	if (strcmp(event_name(ev), EV_ERROR) == 0) {
+		/* no token: the same for every id, said once */
+		if (strcmp(event_error_code(ev), ERR_UNAUTHENTICATED) == 0)
+			return event_report_error("wait", ev);
 		snprintf(what, sizeof what, "task %lld", it->task);
 		it->code = event_report_error(what, ev);
 		return PIPELINE_SETTLED;

@@ -76,6 +76,8 @@ event_exit_for_error(const char *code)
 	return EXIT_TASK_FAILED;
 }
 
+bool event_token_presented;
+
 int
 event_report_error(const char *what, const json_t *ev)
 {
@@ -86,6 +88,10 @@ event_report_error(const char *what, const json_t *ev)
 		code = "unknown";
 	if (*message == '\0')
 		message = "the daemon gave no reason";
+	/* the daemon speaks of its protocol (a hello); say what to do here */
+	if (strcmp(code, ERR_UNAUTHENTICATED) == 0 && !event_token_presented)
+		message = "the daemon needs a token first: name the file that holds "
+		    "it with --token-file FILE (or TPD_TOKEN_FILE)";
 	if (what != NULL)
 		tpctl_warnx("%s: %s (%s)", what, message, code);
 	else

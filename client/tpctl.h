@@ -315,8 +315,14 @@ const char *event_error_code(const json_t *ev);
 const char *event_error_message(const json_t *ev);
 /* The exit code for a daemon error code: 77, 75 or 1. */
 int event_exit_for_error(const char *code);
-/* Prints "tpctl: what: message (code)"; returns event_exit_for_error. */
+/*
+ * Prints "tpctl: what: message (code)"; returns event_exit_for_error. For
+ * unauthenticated, unless a token was presented, the message says to give
+ * --token-file instead of the daemon's words about its protocol.
+ */
 int event_report_error(const char *what, const json_t *ev);
+/* The session presented a token, and the daemon took it. */
+extern bool event_token_presented;
 /*
  * The exit code a finished task stands for, as tpctl run exits: 0, the exec
  * task's exit status, 124 timed out, 128+N signal N, 1 otherwise.

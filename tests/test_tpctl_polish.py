@@ -564,5 +564,38 @@ def test_signals_are_named_as_in_the_docs():
                   "%r", p.stdout)
 
 
+# ---------------------------------------------------------------- tokens
+
+def test_token_messages_say_what_to_do_in_one_line():
+    tmp = tempfile.mkdtemp(prefix="tpctl-tok-")
+    good, wrong = os.path.join(tmp, "good"), os.path.join(tmp, "wrong")
+    for path, text in ((good, "s3cret\n"), (wrong, "guess\n")):
+        with open(path, "w") as f:
+            f.write(text)
+    try:
+        with Daemon("--token-file", good, tcp=True) as d:
+            host = "127.0.0.1:%d" % d.port
+            env = clean_env()
+            jobs = write_file(d, "jobs", '{"kind":"echo","value":1}\n' * 5)
+            for args in (["stats"], ["run", "--task", '{"kind":"echo","value":1}'],
+                         ["status", "1", "2", "3"], ["cancel", "1", "2"], ["wait", "1", "2"],
+                         ["batch", "--no-progress", jobs]):
+                p = expect(tpctl(None, "-H", host, *args, env=env), 77, " ".join(args))
+                lines = [l for l in p.stderr.decode().splitlines()
+                         if not l.startswith("batch: ")]
+                check(len(lines) == 1, "%s: one line: %r", args, lines)
+                check("--token-file" in lines[0] and "TPD_TOKEN_FILE" in lines[0] and
+                      "hello" not in lines[0], "%s: says what to do: %r", args, lines)
+            p = expect(tpctl(None, "-H", host, "--token-file", wrong, "stats", env=env), 77,
+                       "wrong token")
+            lines = p.stderr.decode().splitlines()
+            check(len(lines) == 1, "one line: %r", lines)
+            check("refused the token in %s" % wrong in lines[0] and host in lines[0],
+                  "names the file and the daemon: %r", lines)
+            expect(tpctl(None, "-H", host, "--token-file", good, "stats", env=env), 0, "good")
+    finally:
+        shutil.rmtree(tmp)
+
+
 if __name__ == "__main__":
     run_tests(globals())
