@@ -1,6 +1,7 @@
 #!/bin/sh
 # test_deb.sh: builds the Debian package from this source tree with
-# dpkg-buildpackage -us -uc -b, then checks what it installs (dpkg -c), how it
+# dpkg-buildpackage -us -uc -b, then checks what it installs (dpkg -c: the
+# programs, units, man pages and the docs of doc/), how it
 # installs it (conffiles, enabled units, sysusers, tmpfiles) and that lintian
 # reports no error. Slow (a full build), so it runs only with TPD_TEST_DEB=1.
 # Needs the Debian packages dpkg-dev, debhelper, lintian and the build
@@ -70,6 +71,18 @@ else
 	echo "note: this tree does not build tpctl yet: not looked for"
 fi
 
+# the documentation: the protocol and exec references (compressed or not),
+# the README, and the ISC copyright
+for doc in protocol.md exec.md README.md; do
+	echo "$contents" | grep -qx -e "./usr/share/doc/tpd/$doc" -e "./usr/share/doc/tpd/$doc.gz" ||
+	    bad "/usr/share/doc/tpd/$doc is not in the package"
+done
+echo "$contents" | grep -qx ./usr/share/doc/tpd/copyright || bad "no /usr/share/doc/tpd/copyright"
+dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./usr/share/doc/tpd/copyright >"$work/copyright"
+grep -qx "License: ISC" "$work/copyright" || bad "debian/copyright does not give the ISC license"
+grep -q "Copyright (c) 2026 tpd developers" "$tree/LICENSE" ||
+    bad "LICENSE does not name the copyright holders"
+
 dpkg-deb -e "$deb" "$work/control"
 grep -qx /etc/tpd/tpd.conf "$work/control/conffiles" || bad "/etc/tpd/tpd.conf is not a conffile"
 postinst="$work/control/postinst"
@@ -96,6 +109,6 @@ sed 's/^/  /' "$work/lintian.log"
 grep -q '^E:' "$work/lintian.log" && bad "lintian: errors above"
 
 if [ "$fail" = 0 ]; then
-	echo "ok: package contents, conffile, enabled units, sysusers, tmpfiles, no lintian error"
+	echo "ok: package contents, docs and copyright, conffile, enabled units, sysusers, tmpfiles, no lintian error"
 fi
 exit "$fail"
