@@ -101,11 +101,6 @@ taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 			free(cause);
 			return -1;
 		}
-		if (to->output_limit == 0) {
-			cmd_usage_error(c, "--output-limit: %s: at least 1 byte (the "
-			    "daemon's output_limit_max caps it)", arg);
-			return -1;
-		}
 		to->output_limit_set = true;
 		return 1;
 	case 'i':
