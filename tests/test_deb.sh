@@ -2,8 +2,9 @@
 # test_deb.sh: builds the Debian package from this source tree with
 # dpkg-buildpackage -us -uc -b, then checks what it installs (dpkg -c: the
 # programs, units, man pages and the docs of doc/), how it
-# installs it (conffiles, enabled units, sysusers, tmpfiles) and that lintian
-# reports no error. Slow (a full build), so it runs only with TPD_TEST_DEB=1.
+# installs it (conffiles, enabled units, sysusers, tmpfiles), that lintian
+# reports no error and that the build leaves nothing .gitignore misses.
+# Slow (a full build), so it runs only with TPD_TEST_DEB=1.
 # Needs the Debian packages dpkg-dev, debhelper, lintian and the build
 # dependencies of debian/control. No network.
 set -eu
@@ -37,6 +38,13 @@ else
 	    --exclude=./config.status --exclude=./config.log -cf - . | tar -C "$tree" -xf -
 fi
 
+# The copy as a git tree of its own, to see what the build leaves behind.
+if command -v git >/dev/null 2>&1; then
+	git -C "$tree" init -q && git -C "$tree" add -A &&
+	    git -C "$tree" -c user.name=test -c user.email=test@localhost \
+	    commit -qm "the sources" || { echo "FAIL: cannot make a git tree of the copy"; exit 1; }
+fi
+
 echo "building the package in $tree"
 if ! (cd "$tree" && env -u TPD_TEST_DEB DEB_BUILD_OPTIONS="nocheck ${DEB_BUILD_OPTIONS:-}" \
     dpkg-buildpackage -us -uc -b) >"$work/build.log" 2>&1; then
@@ -52,6 +60,12 @@ bad() {
 	echo "FAIL: $*"
 	fail=1
 }
+
+# An in-tree build leaves nothing that .gitignore does not cover.
+if [ -d "$tree/.git" ]; then
+	left=$(git -C "$tree" status --porcelain)
+	[ -z "$left" ] || bad "the build leaves files .gitignore does not cover: $(echo $left)"
+fi
 
 contents=$(dpkg -c "$deb" | awk '{ print $6 }')
 for path in ./usr/sbin/tpd ./etc/tpd/tpd.conf \
