@@ -141,7 +141,7 @@ stats_exec(struct tpctl *opt, int argc, char **argv)
 const struct cmd cmd_stats = {
 	.name = "stats",
 	.args = "",
-	.summary = "show the pools' figures as a table",
+	.summary = "show the pools' figures as tables",
 	.help =
 	    "Prints the daemon's version, phase (running, draining, stopping),\n"
 	    "uptime and connections, then two tables of one row per pool. The first\n"
