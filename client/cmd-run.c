@@ -112,8 +112,11 @@ run_done(struct run *r, const json_t *ev)
 		return EXIT_SIGNALLED + interrupt_last_signal();
 	if (r->s.opt->json)
 		return event_task_exit_code(ev);
-	/* a daemon that did not stream leaves the output in the result */
-	if (json_is_object(result)) {
+	/*
+	 * A daemon that did not stream leaves the output in the result; a
+	 * kind other than exec returns a result to print as it is.
+	 */
+	if (result != NULL && !json_is_null(result)) {
 		json_t *copy = json_deep_copy(result);
 		json_t *wrap = json_object();
 		if (r->streamed[0]) {
@@ -264,8 +267,9 @@ const struct cmd cmd_run = {
 	    "to end; a second one exits at once.\n"
 	    "\n"
 	    TASKOPT_HELP
-	    "  -i, --stdin              send tpctl's stdin to the command (UTF-8 text)\n"
+	    "  -i, --stdin              send tpctl's stdin to the command (text or binary)\n"
 	    "      --task JSON          run this task object instead of a command,\n"
-	    "                           e.g. '{\"kind\":\"sleep\",\"ms\":500}'\n",
+	    "                           e.g. '{\"kind\":\"sleep\",\"ms\":500}'; a kind\n"
+	    "                           but exec prints its result as one JSON line\n",
 	.exec = run_exec,
 };

@@ -130,7 +130,7 @@ const struct cmd cmd_submit = {
 	    "\n"
 	    "  -d, --detach             do not wait: the daemon sends no done\n"
 	    TASKOPT_HELP
-	    "  -i, --stdin              send tpctl's stdin to the command (UTF-8 text)\n"
+	    "  -i, --stdin              send tpctl's stdin to the command (text or binary)\n"
 	    "      --task JSON          submit this task object instead of a command,\n"
 	    "                           e.g. '{\"kind\":\"sleep\",\"ms\":500}'\n",
 	.exec = submit_exec,

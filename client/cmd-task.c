@@ -37,6 +37,9 @@ task_ids_answer(void *arg, size_t i, json_t *ev)
 	int code;
 
 	if (strcmp(event_name(ev), EV_ERROR) == 0) {
+		/* no token: the same for every id, said once */
+		if (strcmp(event_error_code(ev), ERR_UNAUTHENTICATED) == 0)
+			return event_report_error(t->cmd->name, ev);
 		snprintf(what, sizeof what, "%s %lld", t->cmd->name, t->ids[i]);
 		code = event_report_error(what, ev);
 		if (code == EX_NOPERM || t->worst == 0)

@@ -59,15 +59,19 @@ wait_answer(void *arg, size_t i, json_t *ev)
 	char what[64];
 
 	if (strcmp(event_name(ev), EV_DONE) == 0) {
-		if (!w->json)
-			wait_print(ev, it->task, w->output);
+		/* the task's own output first, then what tpctl says of it */
 		if (w->output && !w->json &&
 		    event_write_result_output(ev) == -1 && errno == EPIPE)
 			return EXIT_BROKEN_PIPE;
+		if (!w->json)
+			wait_print(ev, it->task, w->output);
 		it->code = event_task_exit_code(ev);
 		return PIPELINE_SETTLED;
 	}
 	if (strcmp(event_name(ev), EV_ERROR) == 0) {
+		/* no token: the same for every id, said once */
+		if (strcmp(event_error_code(ev), ERR_UNAUTHENTICATED) == 0)
+			return event_report_error("wait", ev);
 		snprintf(what, sizeof what, "task %lld", it->task);
 		it->code = event_report_error(what, ev);
 		return PIPELINE_SETTLED;
@@ -143,6 +147,7 @@ const struct cmd cmd_wait = {
 	    "stops the waiting; the tasks go on.\n"
 	    "\n"
 	    "  -o, --output             print the output each task captured instead\n"
-	    "                           of its line (failures still go to stderr)\n",
+	    "                           of its line (then, on stderr, a line for a\n"
+	    "                           task that did not succeed)\n",
 	.exec = wait_exec,
 };

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base64.h"
 #include "tpctl.h"
 #include "units.h"
 #include "wire.h"
@@ -81,13 +82,13 @@ taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 	case 't':
 		if (cmd_duration_arg(c, "--timeout", arg, &to->timeout_ms) == -1)
 			return -1;
-		to->timeout_set = true;
+		to->timeout_set = to->timeout_ms != 0;  /* 0: none, no timeout_ms */
 		return 1;
 	case OPT_QUEUE_TIMEOUT:
 		if (cmd_duration_arg(c, "--queue-timeout", arg,
 		    &to->queue_timeout_ms) == -1)
 			return -1;
-		to->queue_timeout_set = true;
+		to->queue_timeout_set = to->queue_timeout_ms != 0;
 		return 1;
 	case 'e':
 		return taskopt_env(to, c, arg) == -1 ? -1 : 1;
@@ -151,12 +152,16 @@ taskopt_apply(const struct taskopt *to, json_t *task)
 		    json_integer((json_int_t)to->output_limit));
 }
 
-/* Reads all of tpctl's stdin as the task's stdin. */
+/*
+ * Reads all of tpctl's stdin as the task's stdin: text as stdin, anything
+ * else (not UTF-8, or with a NUL, which the protocol's strings cannot
+ * hold) as stdin_base64.
+ */
 static int
 taskopt_read_stdin(const struct cmd *c, json_t *task)
 {
 	size_t len = 0, cap = 65536;
-	char *buf = malloc(cap), *nbuf;
+	char *buf = malloc(cap), *nbuf, *b64;
 	ssize_t n;
 	json_t *v;
 
@@ -190,14 +195,21 @@ taskopt_read_stdin(const struct cmd *c, json_t *task)
 			break;
 		len += (size_t)n;
 	}
-	v = json_stringn(buf, len);
-	free(buf);
-	if (v == NULL) {
-		tpctl_warnx("%s --stdin: stdin is not UTF-8 text (a task's stdin "
-		    "travels as a JSON string)", c->name);
-		return EX_DATAERR;
+	if (memchr(buf, '\0', len) == NULL && (v = json_stringn(buf, len)) != NULL) {
+		free(buf);
+		json_object_del(task, FIELD_STDIN_BASE64);
+		json_object_set_new(task, FIELD_STDIN, v);
+		return 0;
 	}
-	json_object_set_new(task, FIELD_STDIN, v);
+	b64 = base64_encode(buf, len);
+	free(buf);
+	if (b64 == NULL || (v = json_string(b64)) == NULL) {
+		free(b64);
+		return EX_OSERR;
+	}
+	free(b64);
+	json_object_del(task, FIELD_STDIN);
+	json_object_set_new(task, FIELD_STDIN_BASE64, v);
 	return 0;
 }
 

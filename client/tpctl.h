@@ -28,10 +28,12 @@
 /* Global options, from the command line and the environment. */
 struct tpctl {
 	const char *socket_path;        /* -s, TPD_SOCKET, or the default rule */
+	const char *socket_fallback;    /* the system socket, when socket_path
+					   (the default rule's) does not exist */
 	const char *host;               /* -H HOST:PORT, TPD_HOST; wins over socket_path */
 	const char *token_file;         /* --token-file, TPD_TOKEN_FILE */
 	bool json;                      /* --json: print events as received */
-	uint64_t connect_timeout_ms;    /* --connect-timeout */
+	uint64_t connect_timeout_ms;    /* --connect-timeout; 0: wait for ever */
 	uint64_t answer_timeout_ms;     /* --timeout-answer; 0: wait for ever */
 	bool answer_timeout_set;        /* given on the command line */
 };
@@ -101,12 +103,13 @@ enum link_result {
 };
 
 /*
- * Connects to a Unix socket path, or to HOST:PORT when host is set (IPv6 as
+ * Connects to a Unix socket path (or, when path does not exist and fallback
+ * is not NULL, to fallback), or to HOST:PORT when host is set (IPv6 as
  * [::1]:7420), giving up after timeout_ms. Returns NULL with *cause set to a
- * line naming the address, the error and a hint.
+ * line naming the address (the addresses tried), the error and a hint.
  */
-struct link *link_open(const char *path, const char *host, uint64_t timeout_ms,
-    char **cause);
+struct link *link_open(const char *path, const char *fallback, const char *host,
+    uint64_t timeout_ms, char **cause);
 void link_close(struct link *);
 /* The address, for messages. */
 const char *link_address(const struct link *);
@@ -220,9 +223,9 @@ int pipeline_run(struct session *, size_t n, bool waits,
 struct taskopt {
 	const char *pool;               /* --pool */
 	uint64_t timeout_ms;            /* --timeout */
-	bool timeout_set;
+	bool timeout_set;               /* and not 0, which means none */
 	uint64_t queue_timeout_ms;      /* --queue-timeout */
-	bool queue_timeout_set;
+	bool queue_timeout_set;         /* likewise */
 	json_t *env;                    /* --env NAME=VALUE..., or NULL */
 	const char *cwd;                /* --cwd */
 	uint64_t output_limit;          /* --output-limit */
@@ -244,8 +247,9 @@ struct taskopt {
 	{ "output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT }
 #define TASKOPT_HELP \
 	"  -p, --pool P             submit to pool P (default: the daemon's \"default\")\n" \
-	"  -t, --timeout DUR        end the task after DUR (state timed_out)\n" \
-	"      --queue-timeout DUR  give up if it waits in the queue longer (expired)\n" \
+	"  -t, --timeout DUR        end the task after DUR (state timed_out; 0: never)\n" \
+	"      --queue-timeout DUR  give up if it waits in the queue longer (expired;\n" \
+	"                           0: never)\n" \
 	"  -e, --env NAME=VALUE     add to the command's environment (NAME alone:\n" \
 	"                           pass on tpctl's own value); repeatable\n" \
 	"  -C, --cwd DIR            run the command in DIR (on the daemon's host)\n" \
@@ -311,18 +315,26 @@ const char *event_error_code(const json_t *ev);
 const char *event_error_message(const json_t *ev);
 /* The exit code for a daemon error code: 77, 75 or 1. */
 int event_exit_for_error(const char *code);
-/* Prints "tpctl: what: message (code)"; returns event_exit_for_error. */
+/*
+ * Prints "tpctl: what: message (code)"; returns event_exit_for_error. For
+ * unauthenticated, unless a token was presented, the message says to give
+ * --token-file instead of the daemon's words about its protocol.
+ */
 int event_report_error(const char *what, const json_t *ev);
+/* The session presented a token, and the daemon took it. */
+extern bool event_token_presented;
 /*
  * The exit code a finished task stands for, as tpctl run exits: 0, the exec
  * task's exit status, 124 timed out, 128+N signal N, 1 otherwise.
  */
 int event_task_exit_code(const json_t *done);
-/* One line describing a done event ("exit status 3", "killed by signal 9 (Killed)"). */
+/* One line describing a done event ("exit status 3", "killed by signal 9 (SIGKILL)"). */
 char *event_describe_done(const json_t *done);
 /*
- * Writes the captured stdout and stderr of an exec result to fds 1 and 2
- * (decoding the _base64 forms). Returns 0, or -1 with errno (EPIPE).
+ * Writes what a finished task returned: an exec result's captured stdout
+ * and stderr to fds 1 and 2 (decoding the _base64 forms); another kind's
+ * result as one line of JSON on fd 1 (nothing for a null result, as
+ * sleep's). Returns 0, or -1 with errno (EPIPE).
  */
 int event_write_result_output(const json_t *done);
 /* Writes an output event's data to fd 1 or 2. Returns 0, or -1 with errno. */
@@ -354,12 +366,13 @@ void table_add(struct table *, const char *const *cells);
 void table_print(const struct table *, FILE *f);
 void table_free(struct table *);
 
-/* progress.c: a live progress line on a terminal. */
+/* progress.c: a live progress line on a terminal, cut to its width. */
 struct progress;
 /* A progress line on stderr, if stderr is a terminal; NULL otherwise. */
 struct progress *progress_new(size_t total);
-/* Counts one finished task (failed or not) and redraws, at most every 100ms. */
-void progress_done(struct progress *, bool failed);
+enum progress_end { PROGRESS_SUCCEEDED, PROGRESS_FAILED, PROGRESS_CANCELLED };
+/* Counts one finished task and redraws, at most every 100ms. */
+void progress_done(struct progress *, enum progress_end);
 /* Erases the line, before other output to the terminal. */
 void progress_clear(struct progress *);
 /* Redraws now. */

@@ -1,7 +1,8 @@
 /*
- * wire.h: what tpd and tpctl share of the wire (SPEC section 2): the names of
- * ops, events, fields, states and error codes, the framing, and the rule that
- * finds the default socket. One place, so the two programs cannot drift apart.
+ * wire.h: what tpd and tpctl share of the wire (doc/protocol.md): the names
+ * of ops, events, fields, states and error codes, the framing, and the rule
+ * that finds the default socket. One place, so the two programs cannot drift
+ * apart.
  */
 #ifndef TPD_WIRE_H
 #define TPD_WIRE_H
@@ -78,16 +79,20 @@
 #define ROLE_ADMIN  "admin"
 #define ROLE_SUBMIT "submit"
 
+/* The system daemon's socket: tpd.socket's, and tpd's own as root. */
+#define WIRE_SYSTEM_SOCKET "/run/tpd/tpd.sock"
+
 /*
- * The default Unix socket (SPEC section 1): $RUNTIME_DIRECTORY/tpd.sock under
- * systemd, else /run/tpd/tpd.sock as root, else $XDG_RUNTIME_DIR/tpd.sock,
- * else /tmp/tpd-$UID/tpd.sock. Writes into buf; returns buf, or NULL when the
- * path does not fit.
+ * The default Unix socket: $RUNTIME_DIRECTORY/tpd.sock under systemd, else
+ * WIRE_SYSTEM_SOCKET as root, else $XDG_RUNTIME_DIR/tpd.sock, else
+ * /tmp/tpd-$UID/tpd.sock. tpd listens there; tpctl connects there, and to
+ * WIRE_SYSTEM_SOCKET when that path does not exist. Writes into buf;
+ * returns buf, or NULL when the path does not fit.
  */
 char *wire_default_socket_path(char *buf, size_t len);
 
 /*
- * Fields of requests, events and tasks (SPEC section 2), and the task kinds.
+ * Fields of requests, events and tasks, and the task kinds.
  * An event names itself in FIELD_EVENT.
  */
 #define FIELD_OP               "op"
@@ -129,6 +134,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_ENV              "env"
 #define FIELD_CWD              "cwd"
 #define FIELD_STDIN            "stdin"
+#define FIELD_STDIN_BASE64     "stdin_base64"   /* binary stdin, instead of stdin */
 #define FIELD_OUTPUT_LIMIT     "output_limit"
 #define FIELD_VALUE            "value"
 #define FIELD_MS               "ms"
@@ -136,6 +142,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 /* exec results, and the streams of output events */
 #define FIELD_EXIT_CODE        "exit_code"
 #define FIELD_SIGNAL           "signal"
+#define FIELD_SIGNAL_NAME      "signal_name"    /* "SIGKILL", or null */
 #define FIELD_STDOUT           "stdout"
 #define FIELD_STDERR           "stderr"
 #define FIELD_STDOUT_BASE64    "stdout_base64"
