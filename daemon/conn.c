@@ -25,12 +25,18 @@
  * writing. A client whose unsent output passes max_output_buffer is
  * disconnected; its tasks go on.
  *
- * A closed connection is freed, and its socket closed, by a zero-length
- * timer: after the callback that closed it has returned (callers may still
- * look at it after conn_send), and after the loop next polled. With epoll's
- * changelist, removing the event from epoll waits for that poll; closing the
- * socket first would let a worker's new descriptor (a pipe of an exec task)
- * take its number before epoll_ctl runs on it.
+ * A connection's memory: conn_close takes a connection off every list that
+ * can lead to it (the idmap, the dirty list), and puts it on the graveyard,
+ * which a zero-length timer empties. The invariant: a connection is freed
+ * only when nothing can reach it any more: it is dead, on no list but the
+ * graveyard, its event deleted, and no callback of the loop pass that
+ * closed it can still hold it (callers may look at it after conn_send).
+ * Freeing also waits for the loop to poll once after the close: with
+ * epoll's changelist, removing the event from epoll waits for that poll,
+ * and closing the socket first would let a worker's new descriptor (a pipe
+ * of an exec task) take its number before epoll_ctl runs on it. So the
+ * reaper frees only the connections that were already dead when it last
+ * ran: between that run and this one the loop polled.
  */
 #include "config.h"
 
@@ -76,9 +82,10 @@ static struct idmap *conns;
 static uint64_t next_conn_id = 1;
 static size_t nunflushed;           /* live connections with unsent output */
 static struct conn *dirty_head;     /* to write at the end of the iteration */
-static struct conn *graveyard;      /* closed, to free */
+static struct conn *graveyard;      /* closed since the reaper last ran */
+static struct conn *doomed;         /* closed before it last ran: freed when it runs next */
 static struct event *flush_ev;      /* writes the dirty */
-static struct event *reap_ev;       /* frees the dead, in the next iteration */
+static struct event *reap_ev;       /* frees the doomed, in the next iteration */
 static bool flush_scheduled;
 static char scratch[CONN_SCRATCH];
 
@@ -254,6 +261,42 @@ conn_drop_input(struct conn *c)
 	c->in = NULL;
 }
 
+/* Puts c on the list of connections to write at the end of the loop pass. */
+static void
+dirty_add(struct conn *c)
+{
+	if (c->prev_dirty != NULL)
+		return;
+	c->next_dirty = dirty_head;
+	if (dirty_head != NULL)
+		dirty_head->prev_dirty = &c->next_dirty;
+	c->prev_dirty = &dirty_head;
+	dirty_head = c;
+	conn_schedule_flush();
+}
+
+static void
+dirty_remove(struct conn *c)
+{
+	if (c->prev_dirty == NULL)
+		return;
+	*c->prev_dirty = c->next_dirty;
+	if (c->next_dirty != NULL)
+		c->next_dirty->prev_dirty = c->prev_dirty;
+	c->next_dirty = NULL;
+	c->prev_dirty = NULL;
+}
+
+/* Runs the reaper in the next loop pass, if it is not already due. */
+static void
+reap_schedule(void)
+{
+	struct timeval now = { 0, 0 };
+
+	if (!evtimer_pending(reap_ev, NULL))
+		evtimer_add(reap_ev, &now);
+}
+
 static void
 conn_free(struct conn *c)
 {
@@ -275,15 +318,13 @@ conn_close(struct conn *c, const char *why)
 	conn_set_events(c, 0);
 	conn_drop_output(c);
 	conn_drop_input(c);
+	dirty_remove(c);
 	if (why != NULL)
 		log_info("connection %llu (%s) closed: %s", (unsigned long long)c->id, conn_peer(c),
 		    why);
-	if (graveyard == NULL) {
-		struct timeval now = { 0, 0 };
-		evtimer_add(reap_ev, &now);
-	}
 	c->next_dead = graveyard;
 	graveyard = c;
+	reap_schedule();
 }
 
 /* A closing connection goes once nothing is owed and everything was written. */
@@ -398,12 +439,8 @@ conn_sent(struct conn *c, bool ok)
 		conn_close(c, "out of memory for its output");
 		return;
 	}
-	if (!c->dirty && !(c->events & EV_WRITE)) {
-		c->dirty = true;
-		c->next_dirty = dirty_head;
-		dirty_head = c;
-		conn_schedule_flush();
-	}
+	if (!(c->events & EV_WRITE))
+		dirty_add(c);
 }
 
 /*
@@ -687,24 +724,29 @@ conn_flush_cb(evutil_socket_t fd, short what, void *arg)
 	mailbox_poll(); /* dones already back join this write (no new flush is scheduled) */
 	flush_scheduled = false;
 	while ((c = dirty_head) != NULL) {
-		dirty_head = c->next_dirty;
-		c->next_dirty = NULL;
-		c->dirty = false;
+		dirty_remove(c);
 		if (conn_can_write(c))
 			conn_write(c);
 	}
 }
 
-/* The loop polled since these were closed: their sockets can go. */
+/*
+ * Frees the connections that were dead when this last ran (the loop polled
+ * since), and dooms those closed since, for the next run.
+ */
 static void
 conn_reap_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c;
 
-	while ((c = graveyard) != NULL) {
-		graveyard = c->next_dead;
+	while ((c = doomed) != NULL) {
+		doomed = c->next_dead;
 		conn_free(c);
 	}
+	doomed = graveyard;
+	graveyard = NULL;
+	if (doomed != NULL)
+		reap_schedule();
 	daemon_maybe_exit();
 }
 
@@ -743,6 +785,10 @@ conn_close_all(void)
 	}
 	while ((c = graveyard) != NULL) {
 		graveyard = c->next_dead;
+		conn_free(c);
+	}
+	while ((c = doomed) != NULL) {
+		doomed = c->next_dead;
 		conn_free(c);
 	}
 	dirty_head = NULL;

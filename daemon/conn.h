@@ -41,15 +41,15 @@ struct conn {
 	bool closing;          /* the peer ended its input: close once nothing is owed */
 	bool output_broken;    /* writing failed: answers are dropped, input still read */
 	bool discarding;       /* dropping the rest of an over-long line */
-	bool dirty;            /* on the list of connections to flush */
 	short events;          /* what the event is armed for: EV_READ, EV_WRITE */
 	uint8_t peer_family;   /* TCP peers: AF_INET or AF_INET6 (see conn_peer) */
 	uint16_t peer_port;
 	uint8_t peer_addr[16];
 	struct conn_in *in;    /* the start of a line whose newline has not come */
 	struct conn_out *out;  /* output not yet written; NULL when none */
-	struct conn *next_dirty;
-	struct conn *next_dead;
+	struct conn *next_dirty;  /* the list of connections to flush... */
+	struct conn **prev_dirty; /* ...which c is on when this is not NULL */
+	struct conn *next_dead;   /* the graveyard (dead connections to free) */
 	alignas(max_align_t) unsigned char evspace[]; /* its struct event */
 };
 
