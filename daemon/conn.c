@@ -6,13 +6,14 @@
  * they hold bytes: an idle connection costs its struct and an idmap entry.
  *
  * Reading: one read() per readiness into a scratch buffer shared by every
- * connection (the loop is single-threaded). Complete lines are handled
- * straight from it; only the start of a line whose newline has not come is
- * kept, in c->in. Each byte is searched for a newline once, so a long line
- * arriving in pieces is scanned once. A line longer than max_request_bytes is
- * answered with request_too_large as soon as the limit is passed, and the
- * rest of it is dropped as it arrives: nothing is buffered beyond the limit,
- * and the connection stays usable after the next newline.
+ * connection (the loop is single-threaded), split into lines by framing.c:
+ * complete lines are handled straight from it, only the start of a line
+ * whose newline has not come is kept, and each byte is searched for a
+ * newline once. A line longer than max_request_bytes is answered with
+ * request_too_large as soon as the limit is passed, and the rest of it is
+ * dropped as it arrives: nothing is buffered beyond the limit, and the
+ * connection stays usable after the next newline. The held bytes are freed
+ * with the connection, never while a line of it is being handled.
  *
  * Writing: answers are appended to c->out and the connection is put on a
  * dirty list; one event, activated once per batch, runs after the callbacks
@@ -54,6 +55,7 @@
 
 #include "conn.h"
 #include "daemon.h"
+#include "framing.h"
 #include "idmap.h"
 #include "log.h"
 #include "mailbox.h"
@@ -62,15 +64,8 @@
 
 #define CONN_SCRATCH (64 * 1024)  /* bytes taken from a socket per read */
 #define CONN_OUT_MIN 2048         /* first allocation of an output buffer */
-#define CONN_IN_MIN 256           /* first allocation of a held partial line */
 #define CONN_SEND_GUESS 256       /* room asked for before encoding an event */
 #define CONN_LINES_PER_WRITE 32   /* a long run of lines is answered in parts this long */
-
-/* The start of a request line whose newline has not come yet. */
-struct conn_in {
-	size_t len, cap;
-	char data[];
-};
 
 /* Unsent output: bytes [off, len) of data. */
 struct conn_out {
@@ -88,6 +83,7 @@ static struct event *flush_ev;      /* writes the dirty */
 static struct event *reap_ev;       /* frees the doomed, in the next iteration */
 static bool flush_scheduled;
 static char scratch[CONN_SCRATCH];
+static unsigned lines_this_read;    /* lines handled from the current read */
 
 static void conn_io_cb(evutil_socket_t, short, void *);
 static void conn_flush_cb(evutil_socket_t, short, void *);
@@ -257,8 +253,7 @@ conn_drop_output(struct conn *c)
 static void
 conn_drop_input(struct conn *c)
 {
-	free(c->in);
-	c->in = NULL;
+	framing_reset(&c->in);
 }
 
 /* Puts c on the list of connections to write at the end of the loop pass. */
@@ -317,7 +312,6 @@ conn_close(struct conn *c, const char *why)
 	idmap_remove(conns, c->id);
 	conn_set_events(c, 0);
 	conn_drop_output(c);
-	conn_drop_input(c);
 	dirty_remove(c);
 	if (why != NULL)
 		log_info("connection %llu (%s) closed: %s", (unsigned long long)c->id, conn_peer(c),
@@ -566,48 +560,6 @@ conn_write(struct conn *c)
 		daemon_maybe_exit();
 }
 
-/* A complete line of len bytes is longer than the limit. */
-static void
-conn_line_over_limit(struct conn *c, size_t len, size_t max)
-{
-	conn_send_error(c, NULL, ERR_REQUEST_TOO_LARGE,
-	    "request line of %zu bytes is longer than max_request_bytes (%zu bytes)", len, max);
-}
-
-/* The held start of a line passed the limit: answer now, drop the rest up to its newline. */
-static void
-conn_line_too_long(struct conn *c, size_t max)
-{
-	conn_drop_input(c);
-	c->discarding = true;
-	conn_send_error(c, NULL, ERR_REQUEST_TOO_LARGE,
-	    "request line is longer than max_request_bytes (%zu bytes); "
-	    "it is dropped up to its newline", max);
-}
-
-/* Appends to the held start of a line (the total stays within the limit). */
-static int
-in_add(struct conn *c, const char *p, size_t n)
-{
-	struct conn_in *in = c->in;
-	size_t need = (in != NULL ? in->len : 0) + n, cap;
-
-	if (in == NULL || in->cap < need) {
-		cap = in != NULL ? in->cap * 2 : CONN_IN_MIN;
-		if (cap < need)
-			cap = need;
-		if ((in = realloc(in, sizeof *in + cap)) == NULL)
-			return -1;
-		if (c->in == NULL)
-			in->len = 0;
-		in->cap = cap;
-		c->in = in;
-	}
-	memcpy(in->data + in->len, p, n);
-	in->len += n;
-	return 0;
-}
-
 /*
  * In a long run of lines from one read, sends what is answered so far every
  * CONN_LINES_PER_WRITE lines, with the dones already back: the client can
@@ -624,58 +576,44 @@ conn_write_early(struct conn *c)
 		conn_write(c);
 }
 
+/* The framing's callback: one request line, or one past max_request_bytes. */
+static enum framing_next
+conn_line(void *arg, enum framing_event ev, const char *line, size_t len)
+{
+	struct conn *c = arg;
+	size_t max = daemon_state->conf.max_request_bytes;
+
+	switch (ev) {
+	case FRAMING_LINE:
+		ops_dispatch(c, line, len);
+		break;
+	case FRAMING_TOO_LONG:
+		conn_send_error(c, NULL, ERR_REQUEST_TOO_LARGE, "request line of %zu bytes is "
+		    "longer than max_request_bytes (%zu bytes)", len, max);
+		break;
+	case FRAMING_CUT:
+		conn_send_error(c, NULL, ERR_REQUEST_TOO_LARGE, "request line is longer than "
+		    "max_request_bytes (%zu bytes); it is dropped up to its newline", max);
+		break;
+	}
+	if (c->dead || c->closing)
+		return FRAMING_STOP;
+	if (++lines_this_read % CONN_LINES_PER_WRITE == 0) {
+		conn_write_early(c);
+		if (c->dead)
+			return FRAMING_STOP;
+	}
+	return FRAMING_GO;
+}
+
 /* Handles n bytes just read: every complete line, keeping the start of the last. */
 static void
 conn_take_input(struct conn *c, const char *p, size_t n)
 {
-	const char *end = p + n, *nl;
-	size_t max = daemon_state->conf.max_request_bytes;
-	unsigned lines = 0;
-
-	if (c->discarding || c->in != NULL) {
-		/* the rest of a line begun before: memchr sees each byte once */
-		nl = memchr(p, '\n', n);
-		if (c->discarding) {
-			if (nl == NULL)
-				return;
-			c->discarding = false;
-		} else if (nl == NULL) {
-			if (c->in->len + n > max)
-				conn_line_too_long(c, max);
-			else if (in_add(c, p, n) == -1)
-				conn_close(c, "out of memory for its input");
-			return;
-		} else if (c->in->len + (size_t)(nl - p) > max) {
-			size_t len = c->in->len + (size_t)(nl - p);
-			conn_drop_input(c);
-			conn_line_over_limit(c, len, max);
-		} else if (in_add(c, p, (size_t)(nl - p)) == -1) {
-			conn_close(c, "out of memory for its input");
-			return;
-		} else {
-			struct conn_in *in = c->in;
-			c->in = NULL; /* handling the line may close c */
-			ops_dispatch(c, in->data, in->len);
-			free(in);
-		}
-		p = nl + 1;
-	}
-	while (p < end && !c->dead && !c->closing) {
-		if ((nl = memchr(p, '\n', (size_t)(end - p))) == NULL) {
-			if ((size_t)(end - p) > max)
-				conn_line_too_long(c, max);
-			else if (in_add(c, p, (size_t)(end - p)) == -1)
-				conn_close(c, "out of memory for its input");
-			return;
-		}
-		if ((size_t)(nl - p) > max)
-			conn_line_over_limit(c, (size_t)(nl - p), max);
-		else
-			ops_dispatch(c, p, (size_t)(nl - p));
-		p = nl + 1;
-		if (++lines % CONN_LINES_PER_WRITE == 0 && p < end)
-			conn_write_early(c);
-	}
+	lines_this_read = 0;
+	if (framing_feed(&c->in, p, n, daemon_state->conf.max_request_bytes, conn_line, c) ==
+	    FRAMING_NOMEM && !c->dead)
+		conn_close(c, "out of memory for its input");
 }
 
 /* One read: lines, the end of input or an error. */

@@ -14,13 +14,14 @@
 
 #include <jansson.h>
 
+#include "framing.h"
+
 enum conn_role {
 	CONN_ROLE_NONE,   /* TCP before hello presented a token */
 	CONN_ROLE_SUBMIT,
 	CONN_ROLE_ADMIN,
 };
 
-struct conn_in;
 struct conn_out;
 
 /*
@@ -40,12 +41,11 @@ struct conn {
 	bool dead;             /* closed; freed from a deferred callback */
 	bool closing;          /* the peer ended its input: close once nothing is owed */
 	bool output_broken;    /* writing failed: answers are dropped, input still read */
-	bool discarding;       /* dropping the rest of an over-long line */
 	short events;          /* what the event is armed for: EV_READ, EV_WRITE */
 	uint8_t peer_family;   /* TCP peers: AF_INET or AF_INET6 (see conn_peer) */
 	uint16_t peer_port;
 	uint8_t peer_addr[16];
-	struct conn_in *in;    /* the start of a line whose newline has not come */
+	struct framing in;     /* the start of a line whose newline has not come */
 	struct conn_out *out;  /* output not yet written; NULL when none */
 	struct conn *next_dirty;  /* the list of connections to flush... */
 	struct conn **prev_dirty; /* ...which c is on when this is not NULL */
