@@ -23,21 +23,47 @@
  * it is answered every CONN_LINES_PER_WRITE lines, so the client can send
  * more while the loop works through the rest.
  * Only when the socket does not take everything is the event armed for
- * writing. A client whose unsent output passes max_output_buffer is
- * disconnected; its tasks go on.
+ * writing.
+ *
+ * Flow control: a client that reads is never cut off for the size of its
+ * answers, and one that does not read costs bounded memory.
+ *  - The output buffer takes an answer only while nothing is held back
+ *    before it and the answer fits under max_output_buffer, or the buffer
+ *    is empty: an answer goes whole into the buffer, so one event larger
+ *    than the cap still reaches a client that reads, alone. (An event whose
+ *    size is known only once encoded, a small one, goes in while the buffer
+ *    is under the cap.) Otherwise the answer is held back, in order, on
+ *    c->out's held list: a done by reference (its shared text, blob.h, and
+ *    its request's id: one copy of the text however many connections are
+ *    owed it), any other line as its text. As the socket takes bytes, held
+ *    answers move into the buffer by the same rule.
+ *  - While the buffer is full or anything is held back, the connection's
+ *    requests are not dispatched: the line being handled is finished, the
+ *    rest of that read waits in the framing (at most one read), and the
+ *    socket is not read. Reading resumes, held lines first, once nothing is
+ *    held back and the buffer is down to half the cap (the low-water mark:
+ *    a client that reads gets a full buffer's worth per pause, not one line).
+ *  - A task's stream events that are held back keep their weight on the
+ *    task's stream budget until they move into the buffer, so the worker
+ *    producing them blocks in mailbox_post_stream: a task's output is paced
+ *    by its reader, and its done, sent after its output, stays behind it.
+ * A connection's memory is thus its buffer (at most the cap plus one
+ * answer), the rest of one read, and the held list: one small item per done
+ * owed (the text is shared) plus the stream events that budgets bound.
  *
  * A connection's memory: conn_close takes a connection off every list that
- * can lead to it (the idmap, the dirty list), and puts it on the graveyard,
- * which a zero-length timer empties. The invariant: a connection is freed
- * only when nothing can reach it any more: it is dead, on no list but the
- * graveyard, its event deleted, and no callback of the loop pass that
- * closed it can still hold it (callers may look at it after conn_send).
- * Freeing also waits for the loop to poll once after the close: with
- * epoll's changelist, removing the event from epoll waits for that poll,
- * and closing the socket first would let a worker's new descriptor (a pipe
- * of an exec task) take its number before epoll_ctl runs on it. So the
- * reaper frees only the connections that were already dead when it last
- * ran: between that run and this one the loop polled.
+ * can lead to it (the idmap, the dirty list), drops its output and held
+ * answers, and puts it on the graveyard, which a zero-length timer empties.
+ * The invariant: a connection is freed only when nothing can reach it any
+ * more: it is dead, on no list but the graveyard, its event deleted, and no
+ * callback of the loop pass that closed it can still hold it (callers may
+ * look at it after conn_send, a line of it may be being handled). Freeing
+ * also waits for the loop to poll once after the close: with epoll's
+ * changelist, removing the event from epoll waits for that poll, and
+ * closing the socket first would let a worker's new descriptor (a pipe of
+ * an exec task) take its number before epoll_ctl runs on it. So the reaper
+ * frees only the connections that were already dead when it last ran:
+ * between that run and this one the loop polled.
  */
 #include "config.h"
 
@@ -53,29 +79,47 @@
 
 #include <event2/event.h>
 
+#include "blob.h"
 #include "conn.h"
 #include "daemon.h"
+#include "fmt.h"
 #include "framing.h"
 #include "idmap.h"
 #include "log.h"
 #include "mailbox.h"
 #include "ops.h"
+#include "pool.h"
 #include "wire.h"
 
 #define CONN_SCRATCH (64 * 1024)  /* bytes taken from a socket per read */
 #define CONN_OUT_MIN 2048         /* first allocation of an output buffer */
 #define CONN_SEND_GUESS 256       /* room asked for before encoding an event */
 #define CONN_LINES_PER_WRITE 32   /* a long run of lines is answered in parts this long */
+#define CONN_ID_INLINE 128        /* a request id this long is formatted on the stack */
 
-/* Unsent output: bytes [off, len) of data. */
+/* An answer held back while the output buffer is full (see the top of the file). */
+struct conn_item {
+	struct conn_item *next;
+	struct blob *body;      /* a done: its shared text, after the "{" */
+	json_t *id;             /* a done: its request's id, or NULL */
+	conn_sent_fn sent;      /* a stream event: called once it is in the buffer or dropped */
+	uint64_t key;           /* sent's arguments */
+	size_t weight;
+	size_t len;             /* any other line: its bytes, newline included */
+	char line[];
+};
+
+/* Output waiting: bytes [off, len) of data unsent, then the held answers. */
 struct conn_out {
 	size_t off, len, cap;
+	struct conn_item *held, *held_tail;
+	size_t nheld;
 	char data[];
 };
 
 static struct idmap *conns;
 static uint64_t next_conn_id = 1;
-static size_t nunflushed;           /* live connections with unsent output */
+static size_t nunflushed;           /* live connections with output waiting */
 static struct conn *dirty_head;     /* to write at the end of the iteration */
 static struct conn *graveyard;      /* closed since the reaper last ran */
 static struct conn *doomed;         /* closed before it last ran: freed when it runs next */
@@ -88,6 +132,7 @@ static unsigned lines_this_read;    /* lines handled from the current read */
 static void conn_io_cb(evutil_socket_t, short, void *);
 static void conn_flush_cb(evutil_socket_t, short, void *);
 static void conn_reap_cb(evutil_socket_t, short, void *);
+static void conn_resume_input(struct conn *);
 
 static struct event *
 conn_event(struct conn *c)
@@ -240,14 +285,47 @@ conn_pending(const struct conn *c)
 	return c->out != NULL ? c->out->len - c->out->off : 0;
 }
 
+/* The output takes no more: over the cap, or answers already held back. */
+static bool
+conn_out_full(const struct conn *c)
+{
+	return c->out != NULL && (c->out->held != NULL ||
+	    conn_pending(c) >= daemon_state->conf.max_output_buffer);
+}
+
+/* Down to the low-water mark: nothing held back, at most half the cap in the buffer. */
+static bool
+conn_out_drained(const struct conn *c)
+{
+	return c->out == NULL || (c->out->held == NULL &&
+	    conn_pending(c) <= daemon_state->conf.max_output_buffer / 2);
+}
+
+/* Frees a held answer; a stream event's budget is given back. */
+static void
+item_free(struct conn_item *it)
+{
+	if (it->sent != NULL)
+		it->sent(it->key, it->weight);
+	blob_release(it->body);
+	json_decref(it->id);
+	free(it);
+}
+
 static void
 conn_drop_output(struct conn *c)
 {
-	if (c->out != NULL) {
-		free(c->out);
-		c->out = NULL;
-		nunflushed--;
+	struct conn_item *it;
+
+	if (c->out == NULL)
+		return;
+	while ((it = c->out->held) != NULL) {
+		c->out->held = it->next;
+		item_free(it);
 	}
+	free(c->out);
+	c->out = NULL;
+	nunflushed--;
 }
 
 static void
@@ -325,7 +403,7 @@ conn_close(struct conn *c, const char *why)
 static void
 close_if_finished(struct conn *c)
 {
-	if (c->closing && c->awaiting == 0 && conn_pending(c) == 0)
+	if (c->closing && c->awaiting == 0 && c->out == NULL)
 		conn_close(c, NULL);
 }
 
@@ -345,29 +423,7 @@ conn_owed_done(struct conn *c)
 		c->awaiting--;
 }
 
-/*
- * Before adding an event: a client whose unsent backlog already passed the
- * cap has stopped reading, and is disconnected. Checking before rather than
- * after lets one event larger than the cap (a big done) through to a client
- * that keeps up, while a client that does not is bounded to the cap plus one
- * event.
- */
-static bool
-over_output_cap(struct conn *c)
-{
-	size_t pending = conn_pending(c);
-	size_t cap = daemon_state->conf.max_output_buffer;
-
-	if (pending <= cap)
-		return false;
-	log_warnx("connection %llu (%s): %zu bytes of unsent output passed "
-	    "max_output_buffer (%zu): disconnecting; its tasks go on",
-	    (unsigned long long)c->id, conn_peer(c), pending, cap);
-	conn_close(c, NULL);
-	return true;
-}
-
-/* Makes room for n more bytes of output; -1 when memory ran out. */
+/* Makes room for n more bytes in the output buffer; -1 when memory ran out. */
 static int
 out_reserve(struct conn *c, size_t n)
 {
@@ -380,6 +436,8 @@ out_reserve(struct conn *c, size_t n)
 			return -1;
 		o->off = o->len = 0;
 		o->cap = cap;
+		o->held = o->held_tail = NULL;
+		o->nheld = 0;
 		c->out = o;
 		nunflushed++;
 		return 0;
@@ -407,34 +465,70 @@ out_reserve(struct conn *c, size_t n)
 	return 0;
 }
 
-static int
-out_add(struct conn *c, const char *p, size_t n)
+/* Appends n bytes to the output buffer (room was reserved). */
+static void
+out_put(struct conn *c, const char *p, size_t n)
 {
-	if (out_reserve(c, n) == -1)
-		return -1;
 	memcpy(c->out->data + c->out->len, p, n);
 	c->out->len += n;
-	return 0;
 }
 
-/* Before adding output: false when it must be dropped (dead, broken, over the cap). */
-static bool
-conn_can_send(struct conn *c)
+/*
+ * A request id as JSON text: in buf (size bytes) when it fits, else
+ * malloc'd in *heap (the caller frees it). NULL when it cannot be encoded.
+ */
+static const char *
+id_json(json_t *id, char *buf, size_t size, size_t *len, char **heap)
 {
-	return !c->dead && !c->output_broken && !over_output_cap(c);
-}
+	size_t n;
 
-/* After adding output (ok: it all went in): queues c for the flush. */
-static void
-conn_sent(struct conn *c, bool ok)
-{
-	if (!ok) {
-		/* a line cut short would break the framing: the client cannot go on */
-		conn_close(c, "out of memory for its output");
-		return;
+	*heap = NULL;
+	if (json_is_integer(id)) {
+		struct fmt f = fmt_init(buf, size);
+		fmt_i64(&f, json_integer_value(id));
+		*len = fmt_len(&f, buf);
+		return buf;
 	}
-	if (!(c->events & EV_WRITE))
-		dirty_add(c);
+	if ((n = json_dumpb(id, buf, size, JSON_ENCODE_ANY | JSON_COMPACT)) == 0)
+		return NULL;
+	if (n > size) {
+		if ((*heap = malloc(n)) == NULL ||
+		    json_dumpb(id, *heap, n, JSON_ENCODE_ANY | JSON_COMPACT) != n) {
+			free(*heap);
+			*heap = NULL;
+			return NULL;
+		}
+		*len = n;
+		return *heap;
+	}
+	*len = n;
+	return buf;
+}
+
+/* Copies a done into the output buffer: "{", "id":id, then body. -1 when out of memory. */
+static int
+out_add_done(struct conn *c, json_t *id, const struct blob *body)
+{
+	char idbuf[CONN_ID_INLINE], *heap = NULL;
+	const char *idtext = NULL;
+	size_t idlen = 0;
+
+	if (id != NULL && (idtext = id_json(id, idbuf, sizeof idbuf, &idlen, &heap)) == NULL)
+		return -1; /* a parsed id always encodes: only memory can lack */
+	if (out_reserve(c, 1 + (idtext != NULL ? 6 + idlen : 0) + body->len + 1) == -1) {
+		free(heap);
+		return -1;
+	}
+	out_put(c, "{", 1);
+	if (idtext != NULL) {
+		out_put(c, "\"id\":", 5);
+		out_put(c, idtext, idlen);
+		out_put(c, ",", 1);
+	}
+	out_put(c, body->data, body->len);
+	out_put(c, "\n", 1);
+	free(heap);
+	return 0;
 }
 
 /*
@@ -465,30 +559,173 @@ out_add_json(struct conn *c, json_t *event)
 	return 0;
 }
 
+/* Moves held answers into the buffer while it is under the cap. -1 when out of memory. */
+static int
+out_refill(struct conn *c)
+{
+	size_t cap = daemon_state->conf.max_output_buffer;
+	struct conn_item *it;
+
+	while ((it = c->out->held) != NULL && conn_pending(c) < cap) {
+		if (it->body != NULL && conn_pending(c) > 0 && it->body->len > cap - conn_pending(c))
+			break; /* a done that does not fit waits for the room, or to go alone */
+		if (it->body != NULL) {
+			if (out_add_done(c, it->id, it->body) == -1)
+				return -1;
+		} else if (out_reserve(c, it->len) == -1)
+			return -1;
+		else
+			out_put(c, it->line, it->len);
+		if ((c->out->held = it->next) == NULL)
+			c->out->held_tail = NULL;
+		c->out->nheld--;
+		item_free(it);
+	}
+	return 0;
+}
+
+/* Before adding output: false when it must be dropped (dead, or writing failed). */
+static bool
+conn_can_send(const struct conn *c)
+{
+	return !c->dead && !c->output_broken;
+}
+
+/*
+ * True when an answer of about len bytes may go into the buffer now: nothing
+ * is held back, and it fits under the cap, or the buffer is empty (one
+ * answer larger than the cap goes alone). For answers whose size is not
+ * known before they are encoded (small ones), len is 0.
+ */
+static bool
+out_takes(const struct conn *c, size_t len)
+{
+	size_t pending = conn_pending(c), cap = daemon_state->conf.max_output_buffer;
+
+	return c->out == NULL || (c->out->held == NULL && pending < cap &&
+	    (len <= cap - pending || pending == 0));
+}
+
+/* After adding output (ok: it all went in): queues c for the flush. */
+static void
+conn_sent(struct conn *c, bool ok)
+{
+	if (!ok) {
+		/* a line cut short would break the framing: the client cannot go on */
+		conn_close(c, "out of memory for its output");
+		return;
+	}
+	if (!(c->events & EV_WRITE))
+		dirty_add(c);
+}
+
+/* Holds back a new answer of len bytes of text (after the item); NULL when out of memory. */
+static struct conn_item *
+hold(struct conn *c, size_t len)
+{
+	struct conn_item *it = calloc(1, sizeof *it + len);
+
+	if (it == NULL) {
+		conn_close(c, "out of memory for its output");
+		return NULL;
+	}
+	/* held only behind a full buffer: c->out exists, and c is dirty or armed for writing */
+	if (c->out->held_tail != NULL)
+		c->out->held_tail->next = it;
+	else
+		c->out->held = it;
+	c->out->held_tail = it;
+	c->out->nheld++;
+	return it;
+}
+
+/* Holds back an event, encoded now; sent (if any) is called when it leaves the list. */
+static void
+hold_json(struct conn *c, json_t *event, conn_sent_fn sent, uint64_t key, size_t weight)
+{
+	size_t n = json_dumpb(event, NULL, 0, JSON_COMPACT);
+	struct conn_item *it;
+
+	if (n == 0) {
+		log_warnx("connection %llu (%s): an event could not be encoded: dropped",
+		    (unsigned long long)c->id, conn_peer(c));
+		if (sent != NULL)
+			sent(key, weight);
+		return;
+	}
+	if ((it = hold(c, n + 1)) == NULL) {
+		if (sent != NULL)
+			sent(key, weight);
+		return;
+	}
+	json_dumpb(event, it->line, n, JSON_COMPACT);
+	it->line[n] = '\n';
+	it->len = n + 1;
+	it->sent = sent;
+	it->key = key;
+	it->weight = weight;
+}
+
 void
 conn_send(struct conn *c, json_t *event)
 {
 	if (!conn_can_send(c))
 		return;
-	conn_sent(c, out_add_json(c, event) == 0);
+	if (out_takes(c, 0))
+		conn_sent(c, out_add_json(c, event) == 0);
+	else
+		hold_json(c, event, NULL, 0, 0);
 }
 
 void
 conn_send_line(struct conn *c, const char *line, size_t len)
 {
+	struct conn_item *it;
+
 	if (!conn_can_send(c))
 		return;
-	conn_sent(c, out_reserve(c, len + 1) == 0 && out_add(c, line, len) == 0 &&
-	    out_add(c, "\n", 1) == 0);
+	if (out_takes(c, len + 1)) {
+		bool ok = out_reserve(c, len + 1) == 0;
+		if (ok) {
+			out_put(c, line, len);
+			out_put(c, "\n", 1);
+		}
+		conn_sent(c, ok);
+	} else if ((it = hold(c, len + 1)) != NULL) {
+		memcpy(it->line, line, len);
+		it->line[len] = '\n';
+		it->len = len + 1;
+	}
 }
 
 void
-conn_send_raw(struct conn *c, const char *a, size_t alen, const char *b, size_t blen)
+conn_send_done(struct conn *c, json_t *id, struct blob *body)
 {
+	struct conn_item *it;
+
 	if (!conn_can_send(c))
 		return;
-	conn_sent(c, out_reserve(c, alen + blen + 1) == 0 && out_add(c, a, alen) == 0 &&
-	    out_add(c, b, blen) == 0 && out_add(c, "\n", 1) == 0);
+	if (out_takes(c, body->len))
+		conn_sent(c, out_add_done(c, id, body) == 0);
+	else if ((it = hold(c, 0)) != NULL) {
+		it->body = blob_hold(body);
+		it->id = json_incref(id);
+	}
+}
+
+void
+conn_send_stream(struct conn *c, json_t *event, conn_sent_fn sent, uint64_t key, size_t weight)
+{
+	if (!conn_can_send(c)) {
+		sent(key, weight);
+		return;
+	}
+	if (!out_takes(c, weight)) {
+		hold_json(c, event, sent, key, weight);
+		return;
+	}
+	conn_sent(c, out_add_json(c, event) == 0);
+	sent(key, weight);
 }
 
 void
@@ -507,6 +744,14 @@ conn_send_error(struct conn *c, json_t *id, const char *code, const char *fmt, .
 	json_decref(ev);
 }
 
+/* Stops dispatching c's requests and reading its socket (its output is full). */
+static void
+conn_pause_input(struct conn *c)
+{
+	c->paused = true;
+	conn_set_events(c, (short)(c->events & ~EV_READ));
+}
+
 /* Writing failed: the client can no longer receive, but what it sent before going still counts. */
 static void
 conn_output_failed(struct conn *c, int err)
@@ -520,10 +765,13 @@ conn_output_failed(struct conn *c, int err)
 		conn_close(c, NULL);
 		return;
 	}
-	conn_set_events(c, EV_READ);
+	conn_set_events(c, (short)(c->events & ~EV_WRITE));
+	if (c->paused)
+		conn_resume_input(c);
+	else
+		conn_set_events(c, EV_READ);
 }
 
-/* Writes what is pending with one send(); arms the event for writing if some is left. */
 /* c has output to send now: alive, and not waiting for the socket to take more. */
 static bool
 conn_can_write(const struct conn *c)
@@ -531,6 +779,11 @@ conn_can_write(const struct conn *c)
 	return !c->dead && c->out != NULL && !(c->events & EV_WRITE);
 }
 
+/*
+ * Writes what is pending with one send(), then moves held answers into the
+ * room it made; arms the event for writing if anything is left. Once the
+ * output is down to the low-water mark, a paused connection reads again.
+ */
 static void
 conn_write(struct conn *c)
 {
@@ -548,15 +801,23 @@ conn_write(struct conn *c)
 		n = 0;
 	}
 	o->off += (size_t)n;
-	if (o->off < o->len) {
-		conn_set_events(c, (short)(c->events | EV_WRITE));
+	if (o->off == o->len)
+		o->off = o->len = 0;
+	if (o->held != NULL && out_refill(c) == -1) {
+		conn_close(c, "out of memory for its output");
 		return;
 	}
-	conn_drop_output(c);
-	conn_set_events(c, (short)(c->events & ~EV_WRITE));
-	if (c->closing)
-		close_if_finished(c);
-	if (daemon_state->phase == DAEMON_EXITING)
+	if (conn_pending(c) > 0)
+		conn_set_events(c, (short)(c->events | EV_WRITE));
+	else {
+		conn_drop_output(c);
+		conn_set_events(c, (short)(c->events & ~EV_WRITE));
+		if (c->closing)
+			close_if_finished(c);
+	}
+	if (c->paused && !c->dead && conn_out_drained(c))
+		conn_resume_input(c);
+	if (c->out == NULL && daemon_state->phase == DAEMON_EXITING)
 		daemon_maybe_exit();
 }
 
@@ -576,7 +837,11 @@ conn_write_early(struct conn *c)
 		conn_write(c);
 }
 
-/* The framing's callback: one request line, or one past max_request_bytes. */
+/*
+ * The framing's callback: one request line, or one past max_request_bytes.
+ * After it, a full output pauses the connection (the framing keeps the
+ * rest of the read).
+ */
 static enum framing_next
 conn_line(void *arg, enum framing_event ev, const char *line, size_t len)
 {
@@ -598,6 +863,10 @@ conn_line(void *arg, enum framing_event ev, const char *line, size_t len)
 	}
 	if (c->dead || c->closing)
 		return FRAMING_STOP;
+	if (conn_out_full(c)) {
+		conn_pause_input(c);
+		return FRAMING_PAUSE;
+	}
 	if (++lines_this_read % CONN_LINES_PER_WRITE == 0) {
 		conn_write_early(c);
 		if (c->dead)
@@ -610,18 +879,55 @@ conn_line(void *arg, enum framing_event ev, const char *line, size_t len)
 static void
 conn_take_input(struct conn *c, const char *p, size_t n)
 {
+	enum framing_result r;
+
 	lines_this_read = 0;
-	if (framing_feed(&c->in, p, n, daemon_state->conf.max_request_bytes, conn_line, c) ==
-	    FRAMING_NOMEM && !c->dead)
+	c->dispatching = true;
+	r = framing_feed(&c->in, p, n, daemon_state->conf.max_request_bytes, conn_line, c);
+	c->dispatching = false;
+	if (r == FRAMING_NOMEM && !c->dead)
 		conn_close(c, "out of memory for its input");
+}
+
+/*
+ * The output drained to the low-water mark: dispatch the lines a pause
+ * kept, then read the socket again (unless those lines filled it again).
+ * Not while a line of c is being handled: the pause ends at its return.
+ */
+static void
+conn_resume_input(struct conn *c)
+{
+	enum framing_result r;
+
+	if (!c->paused || c->dispatching || c->dead)
+		return;
+	c->paused = false;
+	lines_this_read = 0;
+	c->dispatching = true;
+	r = framing_resume(&c->in, daemon_state->conf.max_request_bytes, conn_line, c);
+	c->dispatching = false;
+	if (c->dead)
+		return;
+	if (r == FRAMING_NOMEM) {
+		conn_close(c, "out of memory for its input");
+		return;
+	}
+	if (!c->paused && !c->closing)
+		conn_set_events(c, (short)(c->events | EV_READ));
 }
 
 /* One read: lines, the end of input or an error. */
 static void
 conn_read(struct conn *c)
 {
-	ssize_t n = read(c->fd, scratch, sizeof scratch);
+	ssize_t n;
 
+	if (conn_out_full(c)) {
+		/* answers from elsewhere (dones) filled it: read again once it drains */
+		conn_pause_input(c);
+		return;
+	}
+	n = read(c->fd, scratch, sizeof scratch);
 	if (n > 0) {
 		conn_take_input(c, scratch, (size_t)n);
 		return;
