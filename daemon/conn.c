@@ -51,6 +51,13 @@
  * answer), the rest of one read, and the held list: one small item per done
  * owed (the text is shared) plus the stream events that budgets bound.
  *
+ * A client that reads nothing while its output waits is disconnected after
+ * output_stall_timeout (its tasks go on). A connection whose socket did not
+ * take all its output, the one case where the event is armed for writing,
+ * is on the stuck list with the time its socket last took bytes; one sweep
+ * timer, pending only while that list is not empty, closes those past the
+ * timeout. An idle connection has neither a timer nor a time stamp.
+ *
  * A connection's memory: conn_close takes a connection off every list that
  * can lead to it (the idmap, the dirty list), drops its output and held
  * answers, and puts it on the graveyard, which a zero-length timer empties.
@@ -114,6 +121,7 @@ struct conn_out {
 	size_t off, len, cap;
 	struct conn_item *held, *held_tail;
 	size_t nheld;
+	uint64_t progress_us;   /* stuck: when the socket last took bytes */
 	char data[];
 };
 
@@ -125,6 +133,8 @@ static struct conn *graveyard;      /* closed since the reaper last ran */
 static struct conn *doomed;         /* closed before it last ran: freed when it runs next */
 static struct event *flush_ev;      /* writes the dirty */
 static struct event *reap_ev;       /* frees the doomed, in the next iteration */
+static struct conn *stuck_head;     /* sockets that did not take all their output */
+static struct event *stall_ev;      /* sweeps them for output_stall_timeout */
 static bool flush_scheduled;
 static char scratch[CONN_SCRATCH];
 static unsigned lines_this_read;    /* lines handled from the current read */
@@ -132,6 +142,7 @@ static unsigned lines_this_read;    /* lines handled from the current read */
 static void conn_io_cb(evutil_socket_t, short, void *);
 static void conn_flush_cb(evutil_socket_t, short, void *);
 static void conn_reap_cb(evutil_socket_t, short, void *);
+static void conn_stall_cb(evutil_socket_t, short, void *);
 static void conn_resume_input(struct conn *);
 
 static struct event *
@@ -243,6 +254,10 @@ conn_new(int fd, bool is_unix, const struct sockaddr *sa)
 		close(fd);
 		return NULL;
 	}
+	if (stall_ev == NULL && (stall_ev = evtimer_new(d->base, conn_stall_cb, NULL)) == NULL) {
+		close(fd);
+		return NULL;
+	}
 	if ((c = calloc(1, sizeof *c + event_get_struct_event_size())) == NULL) {
 		close(fd);
 		return NULL;
@@ -312,11 +327,56 @@ item_free(struct conn_item *it)
 	free(it);
 }
 
+/* Arms the stall sweep, a quarter of the timeout away (10 ms to 1 s). */
+static void
+stall_schedule(void)
+{
+	uint64_t ms = daemon_state->conf.output_stall_timeout_ms / 4;
+	struct timeval tv;
+
+	if (daemon_state->conf.output_stall_timeout_ms == 0 || evtimer_pending(stall_ev, NULL))
+		return;
+	if (ms < 10)
+		ms = 10;
+	if (ms > 1000)
+		ms = 1000;
+	tv.tv_sec = (time_t)(ms / 1000);
+	tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+	evtimer_add(stall_ev, &tv);
+}
+
+/* c's socket did not take all its output (progress_us is set). */
+static void
+stuck_add(struct conn *c)
+{
+	if (c->prev_stuck != NULL)
+		return;
+	c->next_stuck = stuck_head;
+	if (stuck_head != NULL)
+		stuck_head->prev_stuck = &c->next_stuck;
+	c->prev_stuck = &stuck_head;
+	stuck_head = c;
+	stall_schedule();
+}
+
+static void
+stuck_remove(struct conn *c)
+{
+	if (c->prev_stuck == NULL)
+		return;
+	*c->prev_stuck = c->next_stuck;
+	if (c->next_stuck != NULL)
+		c->next_stuck->prev_stuck = c->prev_stuck;
+	c->next_stuck = NULL;
+	c->prev_stuck = NULL;
+}
+
 static void
 conn_drop_output(struct conn *c)
 {
 	struct conn_item *it;
 
+	stuck_remove(c);
 	if (c->out == NULL)
 		return;
 	while ((it = c->out->held) != NULL) {
@@ -807,9 +867,12 @@ conn_write(struct conn *c)
 		conn_close(c, "out of memory for its output");
 		return;
 	}
-	if (conn_pending(c) > 0)
+	if (conn_pending(c) > 0) {
+		if (n > 0 || c->prev_stuck == NULL)
+			c->out->progress_us = clock_now_us();
 		conn_set_events(c, (short)(c->events | EV_WRITE));
-	else {
+		stuck_add(c);
+	} else {
 		conn_drop_output(c);
 		conn_set_events(c, (short)(c->events & ~EV_WRITE));
 		if (c->closing)
@@ -994,6 +1057,31 @@ conn_reap_cb(evutil_socket_t fd, short what, void *arg)
 	daemon_maybe_exit();
 }
 
+/*
+ * Closes the connections whose socket took none of their output for
+ * output_stall_timeout; runs while any socket is stuck.
+ */
+static void
+conn_stall_cb(evutil_socket_t fd, short what, void *arg)
+{
+	uint64_t timeout_ms = daemon_state->conf.output_stall_timeout_ms, now = clock_now_us();
+	struct conn *c, *next;
+
+	for (c = stuck_head; c != NULL && timeout_ms != 0; c = next) {
+		next = c->next_stuck;
+		if (now - c->out->progress_us < timeout_ms * 1000)
+			continue;
+		log_warnx("connection %llu (%s): its socket took no output for %llu ms "
+		    "(output_stall_timeout) with %zu bytes and %zu answers waiting: "
+		    "disconnecting; its tasks go on", (unsigned long long)c->id, conn_peer(c),
+		    (unsigned long long)((now - c->out->progress_us) / 1000), conn_pending(c),
+		    c->out->nheld);
+		conn_close(c, NULL);
+	}
+	if (stuck_head != NULL)
+		stall_schedule();
+}
+
 bool
 conn_all_flushed(void)
 {
@@ -1044,6 +1132,11 @@ conn_close_all(void)
 		event_free(reap_ev);
 		reap_ev = NULL;
 	}
+	if (stall_ev != NULL) {
+		event_free(stall_ev);
+		stall_ev = NULL;
+	}
+	stuck_head = NULL;
 	flush_scheduled = false;
 	idmap_free(conns);
 	conns = NULL;

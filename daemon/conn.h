@@ -52,6 +52,8 @@ struct conn {
 	struct conn_out *out;  /* output not yet written; NULL when none */
 	struct conn *next_dirty;  /* the list of connections to flush... */
 	struct conn **prev_dirty; /* ...which c is on when this is not NULL */
+	struct conn *next_stuck;  /* the list of connections whose socket is full... */
+	struct conn **prev_stuck; /* ...which c is on when this is not NULL */
 	struct conn *next_dead;   /* the graveyard (dead connections to free) */
 	alignas(max_align_t) unsigned char evspace[]; /* its struct event */
 };

@@ -53,7 +53,8 @@ usage(FILE *f)
 	    "      --pool SPEC          another pool, NAME:SIZE[:CAPACITY[:LIMIT]]\n"
 	    "      --log-level LEVEL    error, warning, notice, info or debug\n"
 	    "      --max-connections N, --max-request-bytes SIZE, --max-output-buffer SIZE,\n"
-	    "      --result-ttl DUR, --result-retain N, --shutdown-timeout DUR,\n"
+	    "      --output-stall-timeout DUR, --result-ttl DUR, --result-retain N,\n"
+	    "      --shutdown-timeout DUR,\n"
 	    "      --socket-mode MODE, --socket-group GROUP, --admin-group GROUP,\n"
 	    "      --token-file FILE, --admin-token-file FILE\n"
 	    "                           as the [daemon] keys of tpd.conf(5)\n"
@@ -67,6 +68,7 @@ enum {
 	OPT_LOG_LEVEL = 256, OPT_VERSION, OPT_POOL, OPT_LIMIT, OPT_MAX_CONNECTIONS,
 	OPT_MAX_REQUEST, OPT_MAX_OUTPUT, OPT_RESULT_TTL, OPT_RESULT_RETAIN, OPT_SHUTDOWN_TIMEOUT,
 	OPT_SOCKET_MODE, OPT_SOCKET_GROUP, OPT_ADMIN_GROUP, OPT_TOKEN_FILE, OPT_ADMIN_TOKEN_FILE,
+	OPT_OUTPUT_STALL,
 };
 
 static const struct option long_options[] = {
@@ -83,6 +85,7 @@ static const struct option long_options[] = {
 	{ "max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS },
 	{ "max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST },
 	{ "max-output-buffer", required_argument, NULL, OPT_MAX_OUTPUT },
+	{ "output-stall-timeout", required_argument, NULL, OPT_OUTPUT_STALL },
 	{ "result-ttl", required_argument, NULL, OPT_RESULT_TTL },
 	{ "result-retain", required_argument, NULL, OPT_RESULT_RETAIN },
 	{ "shutdown-timeout", required_argument, NULL, OPT_SHUTDOWN_TIMEOUT },
@@ -220,6 +223,9 @@ apply_flags(int argc, char **argv, struct conf *c, bool only_early, bool *check)
 			break;
 		case OPT_MAX_REQUEST: c->max_request_bytes = parse_size_flag("--max-request-bytes", optarg); break;
 		case OPT_MAX_OUTPUT: c->max_output_buffer = parse_size_flag("--max-output-buffer", optarg); break;
+		case OPT_OUTPUT_STALL:
+			c->output_stall_timeout_ms = parse_duration_flag("--output-stall-timeout", optarg);
+			break;
 		case OPT_RESULT_TTL: c->result_ttl_ms = parse_duration_flag("--result-ttl", optarg); break;
 		case OPT_RESULT_RETAIN: c->result_retain = parse_count("--result-retain", optarg, 0, 1u << 24); break;
 		case OPT_SHUTDOWN_TIMEOUT:

@@ -70,6 +70,7 @@ test_every_key(void)
 	    "max_connections = 10\n"
 	    "max_request_bytes = 64k\n"
 	    "max_output_buffer = 1M\n"
+	    "output_stall_timeout = 90s\n"
 	    "result_ttl = 5min\n"
 	    "result_retain = 7\n"
 	    "shutdown_timeout = 30s\n"
@@ -112,6 +113,7 @@ test_every_key(void)
 	EXPECT(c.max_connections == 10);
 	EXPECT(c.max_request_bytes == 65536);
 	EXPECT(c.max_output_buffer == 1024 * 1024);
+	EXPECT(c.output_stall_timeout_ms == 90000);
 	EXPECT(c.result_ttl_ms == 5 * 60 * 1000);
 	EXPECT(c.result_retain == 7);
 	EXPECT(c.shutdown_timeout_ms == 30000);

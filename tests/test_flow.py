@@ -264,4 +264,101 @@ def test_memory_stays_bounded_for_10000_waits_on_mebibyte_results_read_slowly():
             check(grown < 160, "tpd grew by %.1f MiB", grown)
 
 
+def test_a_client_reading_nothing_is_disconnected_after_the_stall_timeout_and_its_task_goes_on():
+    # A streaming task prints 2.5 MB to a client that reads none of it: the
+    # task is paced, then the client is disconnected once its socket took
+    # nothing for output_stall_timeout (logged with the reason); the task
+    # then runs to its end and wait returns its whole result.
+    size = 2500000
+    with Daemon("--max-output-buffer", "256k", "--output-stall-timeout", "300ms") as d:
+        slow = d.client()
+        task = mib_of_a()
+        task["argv"][2] = "head -c %d /dev/zero | tr '\\0' y" % size
+        task["output_limit"] = 3000000
+        rid, acc = slow.submit(task, stream=True)
+        w = d.client()
+        done = w.request({"op": "wait", "task": acc["task"]}, "done", timeout=TIMEOUT * 2)
+        check(done["state"] == "succeeded" and done["result"]["stdout"] == "y" * size,
+              "the task went on to its end: %r", done.get("error"))
+        log = d.read_log()
+        check("(output_stall_timeout)" in log and "disconnecting; its tasks go on" in log,
+              "the disconnect is logged with its reason")
+        try:
+            while True:
+                slow.recv()
+        except EOFError:
+            pass
+        line = [l for l in log.splitlines() if "output_stall_timeout" in l][0]
+        print("logged: %s" % line[line.index("connection"):])
+
+
+def test_a_client_that_reads_slowly_is_never_disconnected_by_the_stall_timeout():
+    # The same 2.5 MB read in small pieces with pauses shorter than the
+    # timeout: the socket keeps taking bytes, so the client gets it all.
+    size = 2500000
+    timeout_s = 1.0 * SLOW
+    with Daemon("--max-output-buffer", "64k", "--output-stall-timeout",
+                "%dms" % (timeout_s * 1000)) as d:
+        s = connect(d, rcvbuf=8192)
+        task = mib_of_a()
+        task["argv"][2] = "head -c %d /dev/zero | tr '\\0' y" % size
+        task["output_limit"] = 3000000
+        s.sendall((json.dumps({"op": "submit", "id": 1, "task": task, "stream": True}) +
+                   "\n").encode())
+        import time
+        buf, got = b"", 0
+        while True:
+            ev, buf = read_until(s, buf, lambda e: True)
+            if ev["event"] == "output":
+                got += len(ev["data"])
+                time.sleep(timeout_s / 20)
+            if ev["event"] == "done":
+                break
+        check(got == size and ev["state"] == "succeeded", "%d bytes, %r", got, ev.get("error"))
+        check("output_stall_timeout" not in d.read_log(), "a reading client was disconnected")
+
+
+def test_a_client_holding_output_does_not_hold_the_exit():
+    # A client owed 2,000 dones of 10 KiB that reads none of them (and no
+    # stall timeout): a drain ends every task, then the daemon exits when
+    # its exit flush time passes, not never.
+    with Daemon("--output-stall-timeout", "0") as d:
+        c = d.client()
+        rid, acc = c.submit({"kind": "echo", "value": "w" * 10240})
+        c.done(rid)
+        s = connect(d, rcvbuf=4096)
+        s.sendall(b'{"op":"wait","task":%d}\n' % acc["task"] * 2000)
+        c.request({"op": "shutdown"})
+        check(d.wait_exit(timeout=TIMEOUT + 5) == 0, "exit 0")
+        check("clients did not read their last events" in d.read_log(), "the exit flush timed out")
+
+
+def test_a_half_closed_client_gets_every_held_answer_then_eof():
+    # 3,000 pipelined waits on 10 KiB results, then the client shuts down
+    # its writing side and reads through a small buffer: the requests are answered as it
+    # reads (the daemon pauses reading them in between), all of them, in
+    # order, and then the connection is closed.
+    n = 3000
+    with Daemon() as d:
+        c = d.client()
+        rid, acc = c.submit({"kind": "echo", "value": "h" * 10240})
+        c.done(rid)
+        s = connect(d, rcvbuf=8192)
+        reqs = b"".join(b'{"op":"wait","id":%d,"task":%d}\n{"op":"ping","id":"p%d"}\n'
+                        % (i, acc["task"], i) for i in range(n))
+        sender = threading.Thread(target=lambda: (s.sendall(reqs), s.shutdown(socket.SHUT_WR)),
+                                  daemon=True)
+        sender.start()
+        f = s.makefile("rb")
+        ids = []
+        while True:
+            line = f.readline()
+            if not line:
+                break
+            ids.append(json.loads(line)["id"])
+        sender.join(TIMEOUT)
+        want = [x for i in range(n) for x in (i, "p%d" % i)]
+        check(ids == want, "%d answers of %d, in order: %s", len(ids), len(want), ids == want)
+
+
 run_tests(globals())
