@@ -593,7 +593,8 @@ out_add_done(struct conn *c, json_t *id, const struct blob *body)
 
 /*
  * Encodes event straight into the output's free space (twice only when it
- * does not fit). -1 when memory ran out.
+ * does not fit). -1 when memory ran out, -2 when the event cannot be
+ * encoded (nothing was added).
  */
 static int
 out_add_json(struct conn *c, json_t *event)
@@ -603,16 +604,13 @@ out_add_json(struct conn *c, json_t *event)
 	if (out_reserve(c, CONN_SEND_GUESS) == -1)
 		return -1;
 	room = c->out->cap - c->out->len;
-	if ((n = json_dumpb(event, c->out->data + c->out->len, room, JSON_COMPACT)) == 0) {
-		/* nothing was added: the stream stays whole without this event */
-		log_warnx("connection %llu (%s): an event could not be encoded: dropped",
-		    (unsigned long long)c->id, conn_peer(c));
-		return 0;
-	}
+	if ((n = json_dumpb(event, c->out->data + c->out->len, room, JSON_COMPACT)) == 0)
+		return -2;
 	if (n + 1 > room) {
-		if (out_reserve(c, n + 1) == -1 ||
-		    json_dumpb(event, c->out->data + c->out->len, n, JSON_COMPACT) != n)
+		if (out_reserve(c, n + 1) == -1)
 			return -1;
+		if (json_dumpb(event, c->out->data + c->out->len, n, JSON_COMPACT) != n)
+			return -2;
 	}
 	c->out->len += n;
 	c->out->data[c->out->len++] = '\n';
@@ -699,6 +697,53 @@ hold(struct conn *c, size_t len)
 	return it;
 }
 
+/*
+ * An event that cannot be encoded (a string in it is not UTF-8), or NULL (an
+ * event that could not be built): the request still gets an answer, an
+ * error "internal" with the event's id (null when it is not known), and
+ * the daemon's log says so. Never a line cut short, never silence.
+ */
+static void
+conn_send_unencodable(struct conn *c, json_t *event)
+{
+	json_t *id = event != NULL ? json_object_get(event, "id") : NULL;
+	const char *name = event != NULL ? json_string_value(json_object_get(event, "event")) : NULL;
+	char idbuf[CONN_ID_INLINE], *heap = NULL, *line;
+	const char *idtext = NULL;
+	size_t idlen = 0, len;
+	struct fmt f;
+
+	if (name != NULL && (strlen(name) > 32 || strspn(name, "abcdefghijklmnopqrstuvwxyz_") !=
+	    strlen(name)))
+		name = NULL; /* not one of ours: not worth quoting */
+	log_warnx("connection %llu (%s): %s%s%s could not be %s: answered with an "
+	    "internal error", (unsigned long long)c->id, conn_peer(c),
+	    name != NULL ? "a \"" : "an event", name != NULL ? name : "",
+	    name != NULL ? "\" event" : "", event != NULL ? "encoded as JSON" : "built");
+	if (id != NULL)
+		idtext = id_json(id, idbuf, sizeof idbuf, &idlen, &heap);
+	if (idtext == NULL) {
+		idtext = "null";
+		idlen = 4;
+	}
+	len = 160 + idlen;
+	if ((line = malloc(len)) == NULL) {
+		free(heap);
+		conn_close(c, "out of memory for its output");
+		return;
+	}
+	f = fmt_init(line, len);
+	fmt_str(&f, "{\"event\":\"error\",\"id\":");
+	fmt_mem(&f, idtext, idlen);
+	fmt_str(&f, ",\"error\":{\"code\":\"" ERR_INTERNAL "\",\"message\":\"");
+	fmt_str(&f, event != NULL ? "the answer could not be encoded as JSON" :
+	    "the answer could not be built");
+	fmt_str(&f, " (a fault of tpd, logged)\"}}");
+	conn_send_line(c, line, fmt_len(&f, line));
+	free(line);
+	free(heap);
+}
+
 /* Holds back an event, encoded now; sent (if any) is called when it leaves the list. */
 static void
 hold_json(struct conn *c, json_t *event, conn_sent_fn sent, uint64_t key, size_t weight)
@@ -707,10 +752,9 @@ hold_json(struct conn *c, json_t *event, conn_sent_fn sent, uint64_t key, size_t
 	struct conn_item *it;
 
 	if (n == 0) {
-		log_warnx("connection %llu (%s): an event could not be encoded: dropped",
-		    (unsigned long long)c->id, conn_peer(c));
 		if (sent != NULL)
 			sent(key, weight);
+		conn_send_unencodable(c, event);
 		return;
 	}
 	if ((it = hold(c, n + 1)) == NULL) {
@@ -726,13 +770,29 @@ hold_json(struct conn *c, json_t *event, conn_sent_fn sent, uint64_t key, size_t
 	it->weight = weight;
 }
 
+/* Adds event to the buffer, or answers for it when it cannot be encoded. */
+static void
+send_json_now(struct conn *c, json_t *event)
+{
+	int r = out_add_json(c, event);
+
+	if (r == -2) {
+		/* nothing went in (a buffer just made for it is filled by the answer) */
+		conn_send_unencodable(c, event);
+		return;
+	}
+	conn_sent(c, r == 0);
+}
+
 void
 conn_send(struct conn *c, json_t *event)
 {
 	if (!conn_can_send(c))
 		return;
-	if (out_takes(c, 0))
-		conn_sent(c, out_add_json(c, event) == 0);
+	if (event == NULL)
+		conn_send_unencodable(c, NULL);
+	else if (out_takes(c, 0))
+		send_json_now(c, event);
 	else
 		hold_json(c, event, NULL, 0, 0);
 }
@@ -784,7 +844,7 @@ conn_send_stream(struct conn *c, json_t *event, conn_sent_fn sent, uint64_t key,
 		hold_json(c, event, sent, key, weight);
 		return;
 	}
-	conn_sent(c, out_add_json(c, event) == 0);
+	send_json_now(c, event);
 	sent(key, weight);
 }
 

@@ -320,15 +320,20 @@ def test_a_client_that_reads_slowly_is_never_disconnected_by_the_stall_timeout()
 
 def test_a_client_holding_output_does_not_hold_the_exit():
     # A client owed 2,000 dones of 10 KiB that reads none of them (and no
-    # stall timeout): a drain ends every task, then the daemon exits when
-    # its exit flush time passes, not never.
+    # stall timeout): a drain ends the task, then the daemon exits when its
+    # exit flush time passes, not never.
     with Daemon("--output-stall-timeout", "0") as d:
+        go = os.path.join(d.dir, "go")
         c = d.client()
-        rid, acc = c.submit({"kind": "echo", "value": "w" * 10240})
-        c.done(rid)
+        task = mib_of_a()
+        task["argv"][2] = ("while [ ! -e %s ]; do sleep 0.01; done; head -c 10240 /dev/zero | "
+                           "tr '\\0' w" % go)
+        _, acc = c.submit(task)
         s = connect(d, rcvbuf=4096)
-        s.sendall(b'{"op":"wait","task":%d}\n' % acc["task"] * 2000)
-        c.request({"op": "shutdown"})
+        s.sendall(b'{"op":"wait","task":%d}\n' % acc["task"] * 2000 + b'{"op":"ping","id":1}\n')
+        read_until(s, b"", lambda e: e.get("id") == 1)   # every wait is subscribed
+        check(c.request({"op": "shutdown"})["event"] == "ok", "shutdown")
+        open(go, "w").close()
         check(d.wait_exit(timeout=TIMEOUT + 5) == 0, "exit 0")
         check("clients did not read their last events" in d.read_log(), "the exit flush timed out")
 
@@ -359,6 +364,30 @@ def test_a_half_closed_client_gets_every_held_answer_then_eof():
         sender.join(TIMEOUT)
         want = [x for i in range(n) for x in (i, "p%d" % i)]
         check(ids == want, "%d answers of %d, in order: %s", len(ids), len(want), ids == want)
+
+
+def test_an_answer_that_cannot_be_encoded_becomes_an_internal_error_not_silence():
+    # An op name of 2-byte characters is quoted in the unknown_op message cut
+    # at 64 bytes; a cut in the middle of a character makes an answer that
+    # cannot be built as JSON. The request must still be answered, before
+    # the next one, and the daemon must say so in its log.
+    with Daemon() as d:
+        c = d.client()
+        op = "x" + "\u00e9" * 40      # byte 64 is inside a character
+        c.send_raw((json.dumps({"op": op, "id": 7}) + "\n" +
+                    json.dumps({"op": "ping", "id": 8}) + "\n").encode())
+        first = c.recv()
+        check(first["event"] == "error", "the bad request got no answer: %r", first)
+        second = c.recv()
+        check(second == {"event": "pong", "id": 8}, "%r", second)
+        code = first["error"]["code"]
+        if code == "internal":
+            # the event was never built, so its id is not known
+            check(first["id"] in (7, None), "%r", first)
+            check("answered with an internal error" in d.read_log(), "not logged")
+        else:
+            check(code == "unknown_op" and first["id"] == 7, "%r", first)
+        print("answered with %r" % first)
 
 
 run_tests(globals())
