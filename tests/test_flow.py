@@ -9,7 +9,7 @@ import socket
 import subprocess
 import threading
 
-from tpdtest import SLOW, TIMEOUT, TPCTL, Daemon, check, run_tests
+from tpdtest import SLOW, TIMEOUT, TPCTL, Daemon, check, eventually, run_tests
 
 MIB = 1024 * 1024
 
@@ -26,12 +26,22 @@ def mib_of_a(n=1):
 
 
 def connect(d, rcvbuf=None):
-    s = socket.socket(socket.AF_UNIX)
-    if rcvbuf is not None:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    s.settimeout(TIMEOUT)
-    s.connect(d.sock)
-    return s
+    """A raw connection; a Unix connect() fails at once while the daemon's
+    backlog is full (others connecting fast), so that one is retried."""
+    import time
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        s = socket.socket(socket.AF_UNIX)
+        if rcvbuf is not None:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        s.settimeout(TIMEOUT)
+        try:
+            s.connect(d.sock)
+            return s
+        except BlockingIOError:
+            s.close()
+            check(time.monotonic() < deadline, "the daemon's backlog stayed full")
+            time.sleep(0.001)
 
 
 def read_until(s, buf, pred):
@@ -48,60 +58,60 @@ def read_until(s, buf, pred):
         buf += chunk
 
 
-class Churn:
-    """Clients that connect and close as fast as they can, in a thread."""
-
-    def __init__(self, d):
-        self.d = d
-        self.stop = threading.Event()
-        self.count = 0
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-
-    def run(self):
-        while not self.stop.is_set():
-            try:
-                s = socket.socket(socket.AF_UNIX)
-                s.connect(self.d.sock)
-                s.close()
-                self.count += 1
-            except OSError:
-                pass
-
-    def end(self):
-        self.stop.set()
-        self.thread.join(TIMEOUT)
-        return self.count
-
-
 def test_a_connection_closed_with_output_due_is_not_used_after_it_is_freed():
-    # A client pipelines 100,000 waits on one task and never reads their
-    # answers; when the task ends, its dones pass max_output_buffer while
-    # other clients connect and close (each close arms the reaping of dead
-    # connections). The slow connection must not be freed while the list of
-    # connections to write still holds it; the ASan build reports it if it is.
+    # A client pipelines 100,000 waits on a task and never reads their
+    # answers; when the task ends, their dones come in the same loop pass as
+    # the reaping of another client's close. The slow connection must not
+    # be freed while anything (the list of connections to write, its held
+    # answers) can still reach it; the ASan build reports it if it is.
+    #
+    # The interleaving is forced: one loop pass takes both the close of an
+    # idle client and the cancel of the queued task (whose done is posted
+    # at once), sent back to back while the daemon is busy reading a flood
+    # of silent requests, and nothing in that pass writes (the cancel comes
+    # from a client that shut down its reading side), so the done is
+    # handled at the start of the next pass, before the reaper, which
+    # runs before the write of that pass.
     n = 100000
     with Daemon(workers=1) as d:
         ctl = d.client()
+        _, blocker = ctl.submit({"kind": "sleep", "ms": 600000})
         for round in range(3):
-            _, acc = ctl.submit({"kind": "sleep", "ms": 600000})
+            _, acc = ctl.submit({"kind": "sleep", "ms": 1})
             task = acc["task"]
+            check(acc["queued"] == 0 and ctl.request({"op": "status", "task": task})["state"] ==
+                  "queued", "the task waits behind the blocker")
             slow = connect(d, rcvbuf=4096)
-            req = b'{"op":"wait","task":%d}\n' % task
-            slow.sendall(req * n + b'{"op":"ping","id":"last"}\n')
-            # Every wait is subscribed once its ping is answered (nothing else
+            slow.sendall(b'{"op":"wait","task":%d}\n' % task * n + b'{"op":"ping","id":0}\n')
+            # Every wait is subscribed once the ping is answered (nothing else
             # is written to it before the task ends).
-            read_until(slow, b"", lambda e: e.get("id") == "last")
-            churn = Churn(d)
-            done = ctl.request({"op": "cancel", "task": task}, "ok")
-            check(done["task"] == task, "%r", done)
+            read_until(slow, b"", lambda e: e.get("id") == 0)
+            # A client whose answers cannot be written: its requests write nothing.
+            mute = connect(d)
+            mute.shutdown(socket.SHUT_RD)
+            broken = d.read_log().count("cannot write")
+            mute.sendall(b'{"op":"ping"}\n')
+            eventually(lambda: d.read_log().count("cannot write") > broken, "its pong fails")
+            idle = connect(d)
+            idle.sendall(b'{"op":"ping","id":1}\n')
+            read_until(idle, b"", lambda e: e.get("id") == 1)
+            # A flood of waits on the blocker: read for a while, answering nothing.
+            flood = connect(d)
+            flood_reqs = b'{"op":"wait","task":%d}\n' % blocker["task"] * n
+            flood.sendall(flood_reqs[:len(flood_reqs) // 4])
+            rest = threading.Thread(target=flood.sendall, args=(flood_reqs[len(flood_reqs) // 4:],),
+                                    daemon=True)
+            rest.start()
+            mute.sendall(b'{"op":"cancel","task":%d}\n' % task)
+            idle.close()
             w = ctl.request({"op": "wait", "task": task}, "done")
             check(w["state"] == "cancelled", "%r", w)
+            rest.join(TIMEOUT)
             check(ctl.request({"op": "ping"})["event"] == "pong", "tpd serves after the done")
-            slow.close()
-            print("round %d: %d waits answered (or held) while %d clients came and went"
-                  % (round, n, churn.end()))
+            for s in (slow, mute, flood):
+                s.close()
         check(ctl.request({"op": "ping"})["event"] == "pong", "tpd lives on")
+        print("3 rounds of %d waits answered (or held) next to a close being reaped" % n)
 
 
 def test_tpctl_batch_of_tasks_printing_a_mebibyte_each_is_not_disconnected():
