@@ -54,9 +54,8 @@ usage(FILE *f)
 	    "      --log-level LEVEL    error, warning, notice, info or debug\n"
 	    "      --max-connections N, --max-request-bytes SIZE, --max-output-buffer SIZE,\n"
 	    "      --output-stall-timeout DUR, --result-ttl DUR, --result-retain N,\n"
-	    "      --shutdown-timeout DUR,\n"
-	    "      --socket-mode MODE, --socket-group GROUP, --admin-group GROUP,\n"
-	    "      --token-file FILE, --admin-token-file FILE\n"
+	    "      --shutdown-timeout DUR, --socket-mode MODE, --socket-group GROUP,\n"
+	    "      --admin-group GROUP, --token-file FILE, --admin-token-file FILE\n"
 	    "                           as the [daemon] keys of tpd.conf(5)\n"
 	    "      --version            print the version and exit\n"
 	    "  -h, --help               print this help and exit\n",
