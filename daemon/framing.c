@@ -196,6 +196,8 @@ framing_feed(struct framing *f, const char *p, size_t n, size_t max, framing_fn 
 	enum framing_result r;
 	size_t used;
 
+	if (n == 0)
+		return framing_resume(f, max, fn, arg);
 	if (f->buf != NULL && f->buf->pending > 0) {
 		/* Bytes wait from a pause: these go behind them. */
 		struct framing_buf *b = f->buf;

@@ -45,7 +45,8 @@ enum framing_event {
 enum framing_next {
 	FRAMING_GO,       /* go on with the next line */
 	FRAMING_PAUSE,    /* stop after this line; keep the rest for framing_resume */
-	FRAMING_STOP,     /* stop and drop the rest of the bytes given */
+	FRAMING_STOP,     /* stop and drop the rest of the bytes given (the stream is
+	                     then at an unknown point: reset f before feeding more) */
 };
 
 /*
@@ -66,7 +67,7 @@ enum framing_result {
 /*
  * Splits n bytes at p into lines, calling fn for each. max is the longest
  * line accepted, in bytes (at least 1); it may change between calls. When
- * bytes wait from a pause they are split first.
+ * bytes wait from a pause they are split first. p may be NULL when n is 0.
  */
 enum framing_result framing_feed(struct framing *f, const char *p, size_t n, size_t max,
     framing_fn fn, void *arg);

@@ -241,6 +241,23 @@ test_feeding_while_paused(void)
 	framing_reset(&f);
 }
 
+/* Feeding nothing (even from NULL) changes nothing. */
+static void
+test_empty_feed(void)
+{
+	static struct log got;
+	struct framing f = FRAMING_INIT;
+
+	test_current = "empty feed";
+	memset(&got, 0, sizeof got);
+	CHECK(framing_feed(&f, NULL, 0, MAX, record, &got) == FRAMING_DONE && f.buf == NULL,
+	    "nothing held");
+	CHECK(framing_feed(&f, "par", 3, MAX, record, &got) == FRAMING_DONE &&
+	    framing_feed(&f, NULL, 0, MAX, record, &got) == FRAMING_DONE &&
+	    framing_held(&f) == 3 && got.n == 0, "the held start stays");
+	framing_reset(&f);
+}
+
 /* A stop drops the rest of what was given; what was held before it is gone too. */
 static void
 test_stop(void)
@@ -307,6 +324,7 @@ main(void)
 	test_every_pair_of_cuts();
 	test_byte_at_a_time();
 	test_feeding_while_paused();
+	test_empty_feed();
 	test_stop();
 	test_pause_at_a_cut();
 	test_limit_changes();
