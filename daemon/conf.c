@@ -58,6 +58,7 @@ conf_init(struct conf *c)
 	c->max_connections = 1024;
 	c->max_request_bytes = 1024 * 1024;
 	c->max_output_buffer = 8 * 1024 * 1024;
+	c->output_stall_timeout_ms = 60 * 1000;
 	c->result_ttl_ms = 10 * 60 * 1000;
 	c->result_retain = 10000;
 	c->result_retain_bytes = 256 * 1024 * 1024;
@@ -272,6 +273,8 @@ static const struct conf_key conf_keys[] = {
 	{ SECT_DAEMON, "max_connections", KIND_COUNT, D(max_connections), 1, 1048576, 0, NULL },
 	{ SECT_DAEMON, "max_request_bytes", KIND_SIZE, D(max_request_bytes), 256, GIB, 0, NULL },
 	{ SECT_DAEMON, "max_output_buffer", KIND_SIZE, D(max_output_buffer), 64 * KIB, GIB, 0, NULL },
+	{ SECT_DAEMON, "output_stall_timeout", KIND_DURATION, D(output_stall_timeout_ms), 0, DAY, 0,
+	    NULL },
 	{ SECT_DAEMON, "result_ttl", KIND_DURATION, D(result_ttl_ms), 0, 30 * DAY, 0, NULL },
 	{ SECT_DAEMON, "result_retain", KIND_COUNT, D(result_retain), 0, 10000000, 0, NULL },
 	{ SECT_DAEMON, "result_retain_bytes", KIND_SIZE, D(result_retain_bytes), 0, 1024 * GIB, 0, NULL },

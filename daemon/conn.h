@@ -1,6 +1,6 @@
 /*
  * conn.h: one client connection: NDJSON framing with a line limit, the
- * peer's identity and role, and output with a cap. Loop thread only.
+ * peer's identity and role, and output with flow control. Loop thread only.
  */
 #ifndef TPD_CONN_H
 #define TPD_CONN_H
@@ -14,13 +14,15 @@
 
 #include <jansson.h>
 
+#include "framing.h"
+
 enum conn_role {
 	CONN_ROLE_NONE,   /* TCP before hello presented a token */
 	CONN_ROLE_SUBMIT,
 	CONN_ROLE_ADMIN,
 };
 
-struct conn_in;
+struct blob;
 struct conn_out;
 
 /*
@@ -41,16 +43,19 @@ struct conn {
 	bool dead;             /* closed; freed from a deferred callback */
 	bool closing;          /* the peer ended its input: close once nothing is owed */
 	bool output_broken;    /* writing failed: answers are dropped, input still read */
-	bool discarding;       /* dropping the rest of an over-long line */
-	bool dirty;            /* on the list of connections to flush */
+	bool paused;           /* output over max_output_buffer: requests are not read */
+	bool dispatching;      /* a line of it is being handled */
 	short events;          /* what the event is armed for: EV_READ, EV_WRITE */
 	uint8_t peer_family;   /* TCP peers: AF_INET or AF_INET6 (see conn_peer) */
 	uint16_t peer_port;
 	uint8_t peer_addr[16];
-	struct conn_in *in;    /* the start of a line whose newline has not come */
+	struct framing in;     /* the start of a line whose newline has not come */
 	struct conn_out *out;  /* output not yet written; NULL when none */
-	struct conn *next_dirty;
-	struct conn *next_dead;
+	struct conn *next_dirty;  /* the list of connections to flush... */
+	struct conn **prev_dirty; /* ...which c is on when this is not NULL */
+	struct conn *next_stuck;  /* the list of connections whose socket is full... */
+	struct conn **prev_stuck; /* ...which c is on when this is not NULL */
+	struct conn *next_dead;   /* the graveyard (dead connections to free) */
 	alignas(max_align_t) unsigned char evspace[]; /* its struct event */
 };
 
@@ -71,14 +76,39 @@ int conn_fd(const struct conn *);
  */
 const char *conn_peer(const struct conn *);
 
-/* Sends one event (a JSON object) as a line. */
+/*
+ * Every send goes out whole, in the order of the calls. While c's unsent
+ * output is at max_output_buffer or more, an answer is held back, in order,
+ * and copied into the output only as the client reads; meanwhile c's
+ * requests are not read (flow control, see conn.c).
+ */
+
+/*
+ * Sends one event (a JSON object) as a line. An event that cannot be
+ * encoded (or NULL, an event that could not be built) is answered with an
+ * error "internal" carrying the event's id, and logged.
+ */
 void conn_send(struct conn *, json_t *event);
 
 /* Sends a ready line (without the trailing newline). */
 void conn_send_line(struct conn *, const char *line, size_t len);
 
-/* Sends a line made of two parts (without the trailing newline). */
-void conn_send_raw(struct conn *, const char *a, size_t alen, const char *b, size_t blen);
+/*
+ * Sends a done: "{", "id":id (when id is not NULL), then body, the shared
+ * text of the event after its "{" (blob.h). A done held back holds body
+ * and id, not the task.
+ */
+void conn_send_done(struct conn *, json_t *id, struct blob *body);
+
+/*
+ * Sends a stream event of a task (started, output) as conn_send does, then
+ * calls sent(key, weight) once the event is in the output buffer, or
+ * dropped (c gone or broken): while it is held back, the task's stream
+ * budget stays taken, so the worker producing the output blocks.
+ */
+typedef void (*conn_sent_fn)(uint64_t key, size_t weight);
+void conn_send_stream(struct conn *, json_t *event, conn_sent_fn sent, uint64_t key,
+    size_t weight);
 
 /* Sends {"event":"error","id":id,"error":{"code":code,"message":...}}. */
 void conn_send_error(struct conn *, json_t *id, const char *code, const char *fmt, ...)
@@ -96,7 +126,7 @@ void conn_close_after_flush(struct conn *);
 /* A done owed to c is being sent: a closing c goes once that is written. */
 void conn_owed_done(struct conn *c);
 
-/* True when no connection has unsent output (used before exiting). */
+/* True when no connection has unsent or held output (used before exiting). */
 bool conn_all_flushed(void);
 
 /* Closes every connection (at exit). */

@@ -9,8 +9,8 @@
  *    friends), new pools start, pools gone from the file stop accepting and
  *    drain, then go away ("default" always exists);
  *  - log_level, limits read at use (max_connections, max_request_bytes,
- *    max_output_buffer, result_ttl, result_retain, result_retain_bytes,
- *    max_subscriptions, shutdown_timeout), [exec]
+ *    max_output_buffer, output_stall_timeout, result_ttl, result_retain,
+ *    result_retain_bytes, max_subscriptions, shutdown_timeout), [exec]
  *    (exec_configure), stream_budget, tokens and admin_group take effect for
  *    what comes next;
  *  - the listeners stay as they are: socket, socket_mode, socket_group and

@@ -22,6 +22,7 @@
 
 #include "pool.h"
 
+struct blob;
 struct task;
 struct subscriber;
 struct pools_entry;
@@ -88,7 +89,9 @@ struct task {
 	struct subscriber *subscribers; /* wait requests for its done */
 	atomic_bool started;        /* set by the worker when run begins */
 	bool finished;              /* done processed on the loop thread */
-	char *done_body;            /* the done event without "id", once finished */
+	struct blob *done_text;     /* the done event without "{" and "id", once finished
+	                               (shared with the connections still owed it) */
+	const char *done_body;      /* its text */
 	size_t done_len;            /* its length */
 	const char *final_state;    /* wire name of the terminal state */
 	uint64_t finished_us;

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-
+#include "blob.h"
 #include "conn.h"
 #include "daemon.h"
 #include "fmt.h"
@@ -199,7 +199,7 @@ tasks_discard(struct task *t)
 {
 	task_lighten(t);
 	free(t->pool_name);
-	free(t->done_body);
+	blob_release(t->done_text);
 	free(t);
 }
 
@@ -248,39 +248,20 @@ tasks_state(const struct task *t)
 }
 
 /*
- * Sends t's done line, with id in front, to the connection named conn_id (if
- * still there); owed says the connection was counting on it.
+ * Sends t's done, with id in front, to the connection named conn_id (if
+ * still there); owed says the connection was counting on it. The text is
+ * shared: a connection that cannot take it yet holds it, not the task.
  */
 static void
 send_done(const struct task *t, uint64_t conn_id, json_t *id, bool owed)
 {
 	struct conn *c = conn_find(conn_id);
-	char *idtext, *prefix;
 
 	if (c == NULL || c->dead)
 		return;
 	if (owed)
 		conn_owed_done(c);
-	if (id == NULL) {
-		conn_send_raw(c, "{", 1, t->done_body, t->done_len);
-		return;
-	}
-	if (json_is_integer(id)) {
-		char head[48];
-		struct fmt f = fmt_init(head, sizeof head);
-		fmt_str(&f, "{\"id\":");
-		fmt_i64(&f, json_integer_value(id));
-		fmt_mem(&f, ",", 1);
-		conn_send_raw(c, head, fmt_len(&f, head), t->done_body, t->done_len);
-		return;
-	}
-	idtext = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
-	if (idtext == NULL || asprintf(&prefix, "{\"id\":%s,", idtext) == -1)
-		prefix = NULL;
-	if (prefix != NULL)
-		conn_send_raw(c, prefix, strlen(prefix), t->done_body, t->done_len);
-	free(prefix);
-	free(idtext);
+	conn_send_done(c, id, t->done_text);
 }
 
 void
@@ -360,29 +341,28 @@ done_error(const struct task *t)
 
 /* The done event's text while it is built: jansson writes into it as it goes. */
 struct body {
-	char *p;
-	size_t len, cap;
+	struct blob *t;
 	bool failed;
 };
 
 static void
 body_add(struct body *b, const char *s, size_t n)
 {
+	struct blob *t = b->t;
+
 	if (b->failed)
 		return;
-	if (b->cap - b->len < n + 1) {
-		size_t cap = b->cap * 2 > b->len + n + 1 ? b->cap * 2 : b->len + n + 1;
-		char *p = realloc(b->p, cap);
+	if (t->cap - t->len < n) {
+		size_t cap = t->cap * 2 > t->len + n ? t->cap * 2 : t->len + n;
 
-		if (p == NULL) {
+		if ((t = blob_grow(t, cap)) == NULL) {
 			b->failed = true;
 			return;
 		}
-		b->p = p;
-		b->cap = cap;
+		b->t = t;
 	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
+	memcpy(t->data + t->len, s, n);
+	t->len += n;
 }
 
 static void
@@ -456,7 +436,7 @@ build_done_body(struct task *t)
 	json_t *error = done_error(t);
 	char head[256];
 	struct fmt f = fmt_init(head, sizeof head);
-	struct body b = { NULL, 0, 0, false };
+	struct body b = { NULL, false };
 
 	t->final_state = pool_state_name(t->state);
 	fmt_str(&f, "\"event\":\"done\",\"task\":");
@@ -471,7 +451,7 @@ build_done_body(struct task *t)
 	fmt_ms(&f, t->run_us);
 	if (fmt_len(&f, head) == 0)
 		abort(); /* pool names are at most 64 bytes: the head always fits */
-	if ((b.p = malloc(b.cap = 512)) == NULL)
+	if ((b.t = blob_new(512)) == NULL)
 		abort(); /* out of memory with a done to deliver: fail loudly */
 	body_add(&b, head, fmt_len(&f, head));
 	if (t->result != NULL) {
@@ -486,15 +466,9 @@ build_done_body(struct task *t)
 	body_add(&b, "}", 1);
 	if (b.failed)
 		abort();
-	b.p[b.len] = '\0'; /* body_add always leaves room for it */
-	if (b.cap - b.len > 4096) {
-		/* A large result: the retained text should not keep the doubling's slack. */
-		char *fit = realloc(b.p, b.len + 1);
-		if (fit != NULL)
-			b.p = fit;
-	}
-	t->done_body = b.p;
-	t->done_len = b.len;
+	t->done_text = blob_fit(b.t);
+	t->done_body = t->done_text->data;
+	t->done_len = t->done_text->len;
 	/* Nothing reads the result once it is text: free it here rather than on the loop. */
 	json_decref(t->result);
 	t->result = NULL;
@@ -551,18 +525,40 @@ task_finish(struct task *t)
 	daemon_maybe_exit();
 }
 
-/* Adds "id" and "task" to a stream event and sends it to the submitter. */
+/*
+ * A stream event of the task keyed id left for its connection's socket
+ * buffer (or with the connection): its bytes no longer count against the
+ * task's stream budget. A task that finished meanwhile has no budget left
+ * to give back.
+ */
 static void
-task_stream_event(struct task *t, json_t *event)
+stream_event_sent(uint64_t id, size_t weight)
+{
+	struct task *t = tasks != NULL ? idmap_get(tasks, id) : NULL;
+
+	if (t != NULL && !t->finished)
+		mailbox_stream_processed(t, weight);
+}
+
+/*
+ * Adds "id" and "task" to a stream event and sends it to the submitter. Its
+ * weight stays on the task's stream budget until the connection takes it:
+ * a connection over max_output_buffer holds it back, and the worker that
+ * produces the task's output blocks.
+ */
+static void
+task_stream_event(struct task *t, json_t *event, size_t weight)
 {
 	struct conn *c;
 
-	if (t->conn_id == 0 || !t->stream || (c = conn_find(t->conn_id)) == NULL)
+	if (t->conn_id == 0 || !t->stream || (c = conn_find(t->conn_id)) == NULL) {
+		mailbox_stream_processed(t, weight);
 		return;
+	}
 	if (t->request_id != NULL)
 		json_object_set(event, "id", t->request_id);
 	json_object_set_new(event, "task", json_integer((json_int_t)t->id));
-	conn_send(c, event);
+	conn_send_stream(c, event, stream_event_sent, t->id, weight);
 }
 
 void
@@ -570,9 +566,8 @@ tasks_handle_mail(struct mail *m)
 {
 	switch (m->kind) {
 	case MAIL_EVENT:
-		task_stream_event(m->task, m->event);
+		task_stream_event(m->task, m->event, m->weight);
 		json_decref(m->event);
-		mailbox_stream_processed(m->task, m->weight);
 		break;
 	case MAIL_DONE:
 		task_finish(m->task); /* m lives inside the task */
