@@ -18,6 +18,7 @@
 
 #include "cgroup.h"
 #include "log.h"
+#include "wire.h"
 
 /* How long the start-up waits for a leftover task cgroup to empty. */
 #define CGROUP_LEFTOVER_WAIT_MS 5000
@@ -48,7 +49,7 @@ cgroup_current(void)
 const char *
 cgroup_containment(void)
 {
-	return cgroup_state.cgroup ? "cgroup" : "process";
+	return cgroup_state.cgroup ? CONTAINMENT_CGROUP : CONTAINMENT_PROCESS;
 }
 
 static uint64_t

@@ -24,6 +24,7 @@ enum conn_role {
 
 struct blob;
 struct conn_out;
+struct proto_text;
 
 /*
  * Kept small: an idle connection is this struct, its libevent event (in
@@ -84,33 +85,33 @@ const char *conn_peer(const struct conn *);
  */
 
 /*
- * Sends one event (a JSON object) as a line. An event that cannot be
- * encoded (or NULL, an event that could not be built) is answered with an
- * error "internal" carrying the event's id, and logged.
+ * Sends an event's text (proto.h) as a line, and frees the text. A text
+ * that could not be written (not proto_text_ok) is answered with an error
+ * "internal" carrying the event's id (proto_encode_unsent), and logged.
  */
-void conn_send(struct conn *, json_t *event);
-
-/* Sends a ready line (without the trailing newline). */
-void conn_send_line(struct conn *, const char *line, size_t len);
+void conn_send_text(struct conn *, struct proto_text *);
 
 /*
- * Sends a done: "{", "id":id (when id is not NULL), then body, the shared
- * text of the event after its "{" (blob.h). A done held back holds body
- * and id, not the task.
+ * Sends a done: the head for its id (proto_encode_done_head), then body,
+ * the shared text of the event after its "{" (blob.h). A done held back
+ * holds body and id, not the task.
  */
 void conn_send_done(struct conn *, json_t *id, struct blob *body);
 
 /*
- * Sends a stream event of a task (started, output) as conn_send does, then
- * calls sent(key, weight) once the event is in the output buffer, or
- * dropped (c gone or broken): while it is held back, the task's stream
- * budget stays taken, so the worker producing the output blocks.
+ * Sends a stream event of a task (started, output) as conn_send_text
+ * does, then calls sent(key, weight) once the event is in the output
+ * buffer, or dropped (c gone or broken): while it is held back, the task's
+ * stream budget stays taken, so the worker producing the output blocks.
  */
 typedef void (*conn_sent_fn)(uint64_t key, size_t weight);
-void conn_send_stream(struct conn *, json_t *event, conn_sent_fn sent, uint64_t key,
+void conn_send_stream(struct conn *, struct proto_text *, conn_sent_fn sent, uint64_t key,
     size_t weight);
 
-/* Sends {"event":"error","id":id,"error":{"code":code,"message":...}}. */
+/*
+ * Sends an error event (proto_encode_error) with a formatted message, cut
+ * at a character boundary when longer than 511 bytes (conn.c).
+ */
 void conn_send_error(struct conn *, json_t *id, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

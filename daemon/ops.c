@@ -17,9 +17,9 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "fmt.h"
 #include "log.h"
 #include "ops.h"
+#include "proto.h"
 #include "tokens.h"
 #include "utf8.h"
 #include "wire.h"
@@ -77,78 +77,6 @@ ops_initial_role(const struct conn *c)
 }
 
 void
-ops_reply(struct conn *c, struct request *req, const char *event, json_t *extra)
-{
-	json_t *ev = NULL;
-
-	/* extra is a json_pack result: NULL when it could not be built */
-	if (extra == NULL || (ev = json_object()) == NULL ||
-	    json_object_set_new(ev, "event", json_string(event)) == -1 ||
-	    (req->id != NULL && json_object_set(ev, "id", req->id) == -1) ||
-	    json_object_update(ev, extra) == -1) {
-		json_decref(ev);
-		json_decref(extra);
-		conn_send_error(c, req->id, ERR_INTERNAL, "the %s event could not be built "
-		    "(out of memory)", event);
-		return;
-	}
-	json_decref(extra);
-	conn_send(c, ev);
-	json_decref(ev);
-}
-
-size_t
-ops_id_text(json_t *id, char *buf, size_t len)
-{
-	if (json_is_integer(id)) {
-		struct fmt f = fmt_init(buf, len);
-		fmt_i64(&f, json_integer_value(id));
-		return fmt_len(&f, buf);
-	}
-	return json_dumpb(id, buf, len, JSON_ENCODE_ANY | JSON_COMPACT);
-}
-
-void
-ops_reply_fields(struct conn *c, json_t *id, const char *event, const char *fields)
-{
-	char line[512], idbuf[256], *idtext = idbuf, *buf = line, *heap_id = NULL;
-	size_t idlen = 0, need;
-
-	if (id != NULL) {
-		idlen = ops_id_text(id, idbuf, sizeof idbuf);
-		if (idlen == 0 || idlen >= sizeof idbuf) { /* a very long string id */
-			if ((idtext = heap_id = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT)) == NULL)
-				return;
-			idlen = strlen(idtext);
-		}
-	}
-	/* {"event":"E","id":I,F} */
-	need = 16 + strlen(event) + (id != NULL ? 6 + idlen : 0) +
-	    (fields != NULL ? 1 + strlen(fields) : 0);
-	if (need > sizeof line && (buf = malloc(need)) == NULL) {
-		free(heap_id);
-		return;
-	}
-	struct fmt f = fmt_init(buf, need);
-	fmt_str(&f, "{\"event\":\"");
-	fmt_str(&f, event);
-	fmt_mem(&f, "\"", 1);
-	if (id != NULL) {
-		fmt_str(&f, ",\"id\":");
-		fmt_mem(&f, idtext, idlen);
-	}
-	if (fields != NULL) {
-		fmt_mem(&f, ",", 1);
-		fmt_str(&f, fields);
-	}
-	fmt_mem(&f, "}", 1);
-	conn_send_line(c, buf, fmt_len(&f, buf));
-	if (buf != line)
-		free(buf);
-	free(heap_id);
-}
-
-void
 ops_bad_request(struct conn *c, struct request *req, char *msg)
 {
 	conn_send_error(c, req->id, ERR_BAD_REQUEST, "%s", msg ? msg : "bad request");
@@ -158,21 +86,20 @@ ops_bad_request(struct conn *c, struct request *req, char *msg)
 void
 op_hello(struct conn *c, struct request *req)
 {
-	static const char *const fields[] = { "op", "id", "token", "client", NULL };
 	struct daemon *d = daemon_state;
-	const char *token = NULL, *client = NULL, *token_name = NULL;
+	struct proto_hello h;
+	struct proto_text pt;
+	const char *token_name = NULL;
 	enum tokens_role token_role;
 	char *msg = NULL;
 
-	if (proto_check_fields(req->root, fields, "a hello request", &msg) == -1 ||
-	    proto_get_string(req->root, "token", false, &token, &msg) == -1 ||
-	    proto_get_string(req->root, "client", false, &client, &msg) == -1) {
+	if (proto_read_hello(req, &h, &msg) == -1) {
 		ops_bad_request(c, req, msg);
 		return;
 	}
-	if (token != NULL && !c->is_unix) {
+	if (h.token != NULL && !c->is_unix) {
 		/* compared with every token in constant time (tokens_match) */
-		if (!tokens_match(d->tokens, token, strlen(token), &token_name, &token_role)) {
+		if (!tokens_match(d->tokens, h.token, strlen(h.token), &token_name, &token_role)) {
 			log_warnx("connection %llu (%s): hello with a token that is not accepted",
 			    (unsigned long long)c->id, conn_peer(c));
 			conn_send_error(c, req->id, ERR_UNAUTHENTICATED, "token not accepted");
@@ -193,27 +120,27 @@ op_hello(struct conn *c, struct request *req)
 		log_info("connection %llu (%s): hello with token %s, role %s%s%s",
 		    (unsigned long long)c->id, conn_peer(c), token_name,
 		    c->role == CONN_ROLE_ADMIN ? ROLE_ADMIN : ROLE_SUBMIT,
-		    client != NULL ? ", client " : "", client != NULL ? utf8_quote(q, client) : "");
-	} else if (client != NULL)
+		    h.client != NULL ? ", client " : "",
+		    h.client != NULL ? utf8_quote(q, h.client) : "");
+	} else if (h.client != NULL)
 		log_debug("connection %llu (%s) is %s", (unsigned long long)c->id, conn_peer(c),
-		    client);
-	ops_reply(c, req, EV_HELLO, json_pack("{s:s, s:s, s:i, s:s}",
-	    "server", WIRE_SERVER_NAME, "version", PACKAGE_VERSION,
-	    "protocol", WIRE_PROTOCOL_VERSION,
-	    "role", c->role == CONN_ROLE_ADMIN ? ROLE_ADMIN : ROLE_SUBMIT));
+		    h.client);
+	proto_encode_hello(&pt, req->id, c->role == CONN_ROLE_ADMIN ? ROLE_ADMIN : ROLE_SUBMIT);
+	conn_send_text(c, &pt);
 }
 
 void
 op_ping(struct conn *c, struct request *req)
 {
-	static const char *const fields[] = { "op", "id", NULL };
+	struct proto_text pt;
 	char *msg = NULL;
 
-	if (proto_check_fields(req->root, fields, "a ping request", &msg) == -1) {
+	if (proto_read_plain(req, &msg) == -1) {
 		ops_bad_request(c, req, msg);
 		return;
 	}
-	ops_reply_fields(c, req->id, EV_PONG, NULL);
+	proto_encode_pong(&pt, req->id);
+	conn_send_text(c, &pt);
 }
 
 /* Says no, with the reason, when the connection's role is short of the op's. */
@@ -246,6 +173,20 @@ allowed(struct conn *c, struct request *req, const struct op *op)
 	return false;
 }
 
+/* unknown_op, naming the ops of the table. */
+static void
+unknown_op(struct conn *c, const struct request *req)
+{
+	char q[UTF8_QUOTE_SIZE], names[256] = "";
+	size_t off = 0;
+
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+		off += (size_t)snprintf(names + off, off < sizeof names ? sizeof names - off : 0,
+		    "%s%s", i > 0 ? ", " : "", ops[i].name);
+	conn_send_error(c, req->id, ERR_UNKNOWN_OP, "unknown op \"%s\" (ops: %s)",
+	    utf8_quote(q, req->op), names);
+}
+
 void
 ops_dispatch(struct conn *c, const char *line, size_t len)
 {
@@ -271,8 +212,6 @@ ops_dispatch(struct conn *c, const char *line, size_t len)
 			proto_request_free(&req);
 			return;
 		}
-	char q[UTF8_QUOTE_SIZE];
-	conn_send_error(c, req.id, ERR_UNKNOWN_OP, "unknown op \"%s\" (ops: hello, ping, "
-	    "submit, wait, status, cancel, stats, resize, shutdown)", utf8_quote(q, req.op));
+	unknown_op(c, &req);
 	proto_request_free(&req);
 }

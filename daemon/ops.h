@@ -20,23 +20,6 @@ void ops_dispatch(struct conn *c, const char *line, size_t len);
 /* Sends an error for a request whose fields were wrong (msg is freed). */
 void ops_bad_request(struct conn *c, struct request *req, char *msg);
 
-/*
- * Sends {"event":name,"id":...} plus the fields of extra (stolen): a
- * json_pack result, so NULL means it could not be built, and the request
- * is answered with an internal error instead.
- */
-void ops_reply(struct conn *c, struct request *req, const char *event, json_t *extra);
-
-/*
- * The fast path for frequent events: sends {"event":event,"id":...,fields}
- * where fields is a ready JSON fragment ("\"task\":7,...") or NULL. No
- * json_t is built.
- */
-void ops_reply_fields(struct conn *c, json_t *id, const char *event, const char *fields);
-
-/* Writes the JSON text of a string or integer id into buf; returns its length, 0 if it does not fit. */
-size_t ops_id_text(json_t *id, char *buf, size_t len);
-
 /* The handlers. */
 void op_hello(struct conn *, struct request *);
 void op_ping(struct conn *, struct request *);

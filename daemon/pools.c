@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "log.h"
 #include "pools.h"
 
@@ -32,11 +30,7 @@ pools_add(const struct conf_pool *cp, char **cause)
 			*cause = NULL;
 		return -1;
 	}
-	json_t *js = json_string(cp->name);
-	e->name_json = json_dumps(js, JSON_ENCODE_ANY);
-	json_decref(js);
 	if ((e->pool = pool_create(&pc, cause)) == NULL) {
-		free(e->name_json);
 		free(e->name);
 		free(e);
 		return -1;
@@ -92,7 +86,6 @@ pools_free_entry(size_t i)
 	/* Every task is done, so the workers leave at once: this join is short. */
 	pool_shutdown(e->pool, POOL_DRAIN, NULL);
 	pool_free(e->pool);
-	free(e->name_json);
 	free(e->name);
 	free(e);
 	memmove(&entries[i], &entries[i + 1], (nentries - i - 1) * sizeof entries[0]);

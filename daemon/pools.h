@@ -14,7 +14,6 @@
 
 struct pools_entry {
 	char *name;
-	char *name_json;    /* the name as a JSON string, quotes and escapes included */
 	struct pool *pool;
 	bool removed;       /* closed by a reload; freed once drained */
 	unsigned long outstanding; /* accepted tasks whose done is not yet processed */

@@ -413,21 +413,21 @@ exec_parse(struct task *t, json_t *spec, char **cause)
 
 	*cause = NULL;
 	json_object_foreach(spec, key, value) {
-		if (strcmp(key, "kind") == 0 || strcmp(key, "timeout_ms") == 0)
+		if (strcmp(key, FIELD_KIND) == 0 || strcmp(key, FIELD_TIMEOUT_MS) == 0)
 			continue;
-		else if (strcmp(key, "argv") == 0)
+		else if (strcmp(key, FIELD_ARGV) == 0)
 			argv = value;
-		else if (strcmp(key, "env") == 0)
+		else if (strcmp(key, FIELD_ENV) == 0)
 			env = value;
-		else if (strcmp(key, "cwd") == 0)
+		else if (strcmp(key, FIELD_CWD) == 0)
 			cwd = value;
-		else if (strcmp(key, "stdin") == 0)
+		else if (strcmp(key, FIELD_STDIN) == 0)
 			in = value;
-		else if (strcmp(key, "stdin_base64") == 0)
+		else if (strcmp(key, FIELD_STDIN_BASE64) == 0)
 			in64 = value;
-		else if (strcmp(key, "output_limit") == 0)
+		else if (strcmp(key, FIELD_OUTPUT_LIMIT) == 0)
 			limit = value;
-		else if (strcmp(key, "limits") == 0)
+		else if (strcmp(key, FIELD_LIMITS) == 0)
 			limits = value;
 		else {
 			char q[UTF8_QUOTE_SIZE];
@@ -518,7 +518,7 @@ exec_free(struct task *t)
 }
 
 const struct task_kind task_kind_exec = {
-	.name = "exec",
+	.name = KIND_EXEC,
 	.parse = exec_parse,
 	.run = exec_run,
 	.cancel = exec_cancel,

@@ -104,8 +104,11 @@ struct task {
 	struct mail *done_mail;
 };
 
-/* The kind named name, or NULL. */
+/* The kind named name, or NULL (task-kinds.c). */
 const struct task_kind *task_kind_find(const char *name);
+
+/* The kinds' names, "exec, echo, ...", for messages (task-kinds.c). */
+const char *task_kind_names(void);
 
 /* True once cancel was asked (worker side poll). */
 bool task_cancelled(const struct task *t);

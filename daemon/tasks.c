@@ -19,9 +19,9 @@
 #include "blob.h"
 #include "conn.h"
 #include "daemon.h"
-#include "fmt.h"
 #include "idmap.h"
 #include "log.h"
+#include "proto.h"
 #include "tasks.h"
 #include "wire.h"
 
@@ -38,19 +38,6 @@ static size_t nretained;
 static size_t retained_bytes;       /* what the retained cost (retained_cost) */
 static uint64_t results_forgotten;  /* forgotten before result_ttl for result_retain_bytes */
 static atomic_size_t stream_budget = 256 * 1024;
-
-static const struct task_kind *const kinds[] = {
-	&task_kind_exec, &task_kind_echo, &task_kind_sleep, &task_kind_spin, &task_kind_fail,
-};
-
-const struct task_kind *
-task_kind_find(const char *name)
-{
-	for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-		if (strcmp(kinds[i]->name, name) == 0)
-			return kinds[i];
-	return NULL;
-}
 
 bool
 task_cancelled(const struct task *t)
@@ -106,7 +93,7 @@ task_work(struct pool_job *j)
 
 	atomic_store(&t->started, true);
 	if (t->stream && !t->kind->announces_start)
-		task_emit(t, json_pack("{s:s}", "event", EV_STARTED), 0);
+		task_emit(t, proto_event_started(0), 0);
 	return t->kind->run(t);
 }
 
@@ -302,171 +289,101 @@ tasks_cancel(struct task *t)
 	mailbox_wake_streams(); /* a run blocked on its stream budget sees the cancel */
 }
 
-/* The error a done carries: the kind's own, or the state's name for states the pool decided. */
-static json_t *
-done_error(const struct task *t)
+/* The wire name of a terminal state. */
+static const char *
+state_name(enum pool_state state)
 {
-	const char *code = t->error_code;
-	const char *message = t->error_message;
-	char buf[160];
-
-	if (t->state == POOL_SUCCEEDED)
-		return NULL;
-	if (code == NULL) {
-		switch (t->state) {
-		case POOL_CANCELLED:
-			code = ERR_CANCELLED;
-			snprintf(buf, sizeof buf, "task was cancelled %s",
-			    t->run_us > 0 || atomic_load(&t->started) ? "while running" : "before it started");
-			break;
-		case POOL_EXPIRED:
-			code = ERR_EXPIRED;
-			snprintf(buf, sizeof buf, "task waited %.3f ms in the queue, past its "
-			    "queue_timeout_ms, and never started", t->queued_us / 1000.0);
-			break;
-		case POOL_TIMED_OUT:
-			code = ERR_TIMED_OUT;
-			snprintf(buf, sizeof buf, "task ran past its timeout_ms");
-			break;
-		default:
-			code = ERR_TASK_FAILED;
-			snprintf(buf, sizeof buf, "task failed");
-			break;
-		}
-		if (message == NULL)
-			message = buf;
+	switch (state) {
+	case POOL_SUCCEEDED:
+		return STATE_SUCCEEDED;
+	case POOL_FAILED:
+		return STATE_FAILED;
+	case POOL_TIMED_OUT:
+		return STATE_TIMED_OUT;
+	case POOL_CANCELLED:
+		return STATE_CANCELLED;
+	case POOL_EXPIRED:
+		return STATE_EXPIRED;
 	}
-	return json_pack("{s:s, s:s}", "code", code, "message", message ? message : code);
-}
-
-/* The done event's text while it is built: jansson writes into it as it goes. */
-struct body {
-	struct blob *t;
-	bool failed;
-};
-
-static void
-body_add(struct body *b, const char *s, size_t n)
-{
-	struct blob *t = b->t;
-
-	if (b->failed)
-		return;
-	if (t->cap - t->len < n) {
-		size_t cap = t->cap * 2 > t->len + n ? t->cap * 2 : t->len + n;
-
-		if ((t = blob_grow(t, cap)) == NULL) {
-			b->failed = true;
-			return;
-		}
-		b->t = t;
-	}
-	memcpy(t->data + t->len, s, n);
-	t->len += n;
-}
-
-static void
-body_str(struct body *b, const char *s)
-{
-	body_add(b, s, strlen(s));
-}
-
-static int
-body_dump_cb(const char *s, size_t n, void *arg)
-{
-	struct body *b = arg;
-
-	body_add(b, s, n);
-	return b->failed ? -1 : 0;
-}
-
-/* A key that needs no escaping in JSON. */
-static bool
-key_is_plain(const char *k)
-{
-	for (; *k != '\0'; k++)
-		if (!(*k >= 'a' && *k <= 'z') && !(*k >= 'A' && *k <= 'Z') &&
-		    !(*k >= '0' && *k <= '9') && *k != '_')
-			return false;
-	return true;
+	return STATE_FAILED;
 }
 
 /*
- * Appends v as JSON. jansson checks every object it dumps for reference
- * loops (a snprintf and a hash table per object), which cost more than the
- * rest of an echo task: a result or error is an object of our own plain
- * keys, so its members are dumped one by one. Any other object is left to
- * jansson whole.
+ * The error a done carries: the kind's own, or for states the pool decided
+ * the state's, with a message written into buf. NULL code: no error.
  */
 static void
-body_dump(struct body *b, json_t *v)
+done_error(const struct task *t, const char **code, const char **message, char *buf,
+    size_t len)
 {
-	const char *key;
-	json_t *member;
-	bool first = true;
-
-	if (json_is_object(v)) {
-		json_object_foreach(v, key, member)
-			if (!key_is_plain(key))
-				goto whole;
-		body_add(b, "{", 1);
-		json_object_foreach(v, key, member) {
-			body_str(b, first ? "\"" : ",\"");
-			body_str(b, key);
-			body_add(b, "\":", 2);
-			json_dump_callback(member, body_dump_cb, b, JSON_ENCODE_ANY | JSON_COMPACT);
-			first = false;
-		}
-		body_add(b, "}", 1);
+	*code = t->error_code;
+	*message = t->error_message;
+	if (t->state == POOL_SUCCEEDED) {
+		*code = *message = NULL;
 		return;
 	}
-whole:
-	json_dump_callback(v, body_dump_cb, b, JSON_ENCODE_ANY | JSON_COMPACT);
+	if (*code != NULL)
+		return;
+	switch (t->state) {
+	case POOL_CANCELLED:
+		*code = ERR_CANCELLED;
+		snprintf(buf, len, "task was cancelled %s",
+		    t->run_us > 0 || atomic_load(&t->started) ? "while running" : "before it started");
+		break;
+	case POOL_EXPIRED:
+		*code = ERR_EXPIRED;
+		snprintf(buf, len, "task waited %.3f ms in the queue, past its "
+		    "queue_timeout_ms, and never started", t->queued_us / 1000.0);
+		break;
+	case POOL_TIMED_OUT:
+		*code = ERR_TIMED_OUT;
+		snprintf(buf, len, "task ran past its timeout_ms");
+		break;
+	default:
+		*code = ERR_TASK_FAILED;
+		snprintf(buf, len, "task failed");
+		break;
+	}
+	if (*message == NULL)
+		*message = buf;
+}
+
+void
+tasks_view(const struct task *t, struct proto_task *v)
+{
+	memset(v, 0, sizeof *v);
+	v->id = t->id;
+	v->pool = t->pool_name;
+	v->state = tasks_state(t);
+	v->queued_ahead = t->job.queued_ahead;
+	v->finished = t->finished;
+	v->queued_us = t->queued_us;
+	v->run_us = t->run_us;
 }
 
 /*
- * Builds the done event once, as the text after "{" and an optional "id",
- * in one pass: the result is dumped straight after the head. Runs on the
- * thread that ended the task, which owns the outcome until the mail reaches
- * the loop; the pool's name_json is immutable.
+ * Builds the done event once, as the text after "{" and an optional "id"
+ * (proto_encode_done). Runs on the thread that ended the task, which owns
+ * the outcome until the mail reaches the loop; the pool's name is
+ * immutable.
  */
 static void
 build_done_body(struct task *t)
 {
-	json_t *error = done_error(t);
-	char head[256];
-	struct fmt f = fmt_init(head, sizeof head);
-	struct body b = { NULL, false };
+	struct proto_task v;
+	char buf[160];
 
-	t->final_state = pool_state_name(t->state);
-	fmt_str(&f, "\"event\":\"done\",\"task\":");
-	fmt_u64(&f, t->id);
-	fmt_str(&f, ",\"pool\":");
-	fmt_str(&f, t->pool_entry->name_json);
-	fmt_str(&f, ",\"state\":\"");
-	fmt_str(&f, t->final_state);
-	fmt_str(&f, "\",\"queued_ms\":");
-	fmt_ms(&f, t->queued_us);
-	fmt_str(&f, ",\"run_ms\":");
-	fmt_ms(&f, t->run_us);
-	if (fmt_len(&f, head) == 0)
-		abort(); /* pool names are at most 64 bytes: the head always fits */
-	if ((b.t = blob_new(512)) == NULL)
-		abort(); /* out of memory with a done to deliver: fail loudly */
-	body_add(&b, head, fmt_len(&f, head));
-	if (t->result != NULL) {
-		body_str(&b, ",\"result\":");
-		body_dump(&b, t->result);
-	}
-	if (error != NULL) {
-		body_str(&b, ",\"error\":");
-		body_dump(&b, error);
-		json_decref(error);
-	}
-	body_add(&b, "}", 1);
-	if (b.failed)
-		abort();
-	t->done_text = blob_fit(b.t);
+	t->final_state = state_name(t->state);
+	memset(&v, 0, sizeof v);
+	v.id = t->id;
+	v.pool = t->pool_name;
+	v.state = t->final_state;
+	v.finished = true;
+	v.queued_us = t->queued_us;
+	v.run_us = t->run_us;
+	v.result = t->result;
+	done_error(t, &v.error_code, &v.error_message, buf, sizeof buf);
+	t->done_text = proto_encode_done(&v);
 	t->done_body = t->done_text->data;
 	t->done_len = t->done_text->len;
 	/* Nothing reads the result once it is text: free it here rather than on the loop. */
@@ -551,14 +468,14 @@ task_stream_event(struct task *t, json_t *event, size_t weight)
 {
 	struct conn *c;
 
+	struct proto_text pt;
+
 	if (t->conn_id == 0 || !t->stream || (c = conn_find(t->conn_id)) == NULL) {
 		mailbox_stream_processed(t, weight);
 		return;
 	}
-	if (t->request_id != NULL)
-		json_object_set(event, "id", t->request_id);
-	json_object_set_new(event, "task", json_integer((json_int_t)t->id));
-	conn_send_stream(c, event, stream_event_sent, t->id, weight);
+	proto_encode_stream(&pt, event, t->request_id, t->id);
+	conn_send_stream(c, &pt, stream_event_sent, t->id, weight);
 }
 
 void

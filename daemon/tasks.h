@@ -16,6 +16,7 @@
 #include "task.h"
 
 struct conn;
+struct proto_task;
 
 /* A new task of kind, not yet submitted. */
 struct task *tasks_new(const struct task_kind *kind);
@@ -36,6 +37,9 @@ struct task *tasks_find(uint64_t id);
 
 /* The wire name of t's state now: queued, running, or its terminal state. */
 const char *tasks_state(const struct task *t);
+
+/* What the events about t say of it now (proto.h); result and error are the done's. */
+void tasks_view(const struct task *t, struct proto_task *v);
 
 /*
  * Sends t's done to c now (t finished) or when it finishes. A wait on an
