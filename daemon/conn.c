@@ -76,6 +76,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdalign.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +105,40 @@
 #define CONN_OUT_MIN 2048         /* first allocation of an output buffer */
 #define CONN_LINES_PER_WRITE 32   /* a long run of lines is answered in parts this long */
 #define CONN_ERROR_MAX 512        /* bytes of an error message, cut at a character boundary */
+
+/*
+ * Kept small: an idle connection is this struct, its libevent event (in
+ * evspace) and an idmap entry. Buffers exist only while they hold bytes.
+ */
+struct conn {
+	uint64_t id;
+	int fd;
+	uid_t uid;             /* Unix peers with have_creds */
+	gid_t gid;
+	pid_t pid;
+	enum conn_role role;
+	unsigned awaiting;     /* dones still owed to this connection (submits and waits) */
+	unsigned waits;        /* of those, waits (max_subscriptions) */
+	bool is_unix;
+	bool have_creds;       /* Unix peers: uid/gid/pid are known */
+	bool dead;             /* closed; freed from a deferred callback */
+	bool closing;          /* the peer ended its input: close once nothing is owed */
+	bool output_broken;    /* writing failed: answers are dropped, input still read */
+	bool paused;           /* output over max_output_buffer: requests are not read */
+	bool dispatching;      /* a line of it is being handled */
+	short events;          /* what the event is armed for: EV_READ, EV_WRITE */
+	uint8_t peer_family;   /* TCP peers: AF_INET or AF_INET6 (see conn_peer) */
+	uint16_t peer_port;
+	uint8_t peer_addr[16];
+	struct framing in;     /* the start of a line whose newline has not come */
+	struct conn_out *out;  /* output not yet written; NULL when none */
+	struct conn *next_dirty;  /* the list of connections to flush... */
+	struct conn **prev_dirty; /* ...which c is on when this is not NULL */
+	struct conn *next_stuck;  /* the list of connections whose socket is full... */
+	struct conn **prev_stuck; /* ...which c is on when this is not NULL */
+	struct conn *next_dead;   /* the graveyard (dead connections to free) */
+	alignas(max_align_t) unsigned char evspace[]; /* its struct event */
+};
 
 /* An answer held back while the output buffer is full (see the top of the file). */
 struct conn_item {
@@ -271,7 +306,6 @@ conn_new(int fd, bool is_unix, const struct sockaddr *sa)
 		read_peer_creds(c);
 	else
 		keep_peer_addr(c, sa);
-	c->role = ops_initial_role(c);
 	evutil_make_socket_nonblocking(fd);
 	if (idmap_put(conns, c->id, c) == -1) {
 		close(fd);
@@ -478,11 +512,66 @@ conn_close_after_flush(struct conn *c)
 	close_if_finished(c);
 }
 
+uint64_t
+conn_id(const struct conn *c)
+{
+	return c->id;
+}
+
+bool
+conn_is_unix(const struct conn *c)
+{
+	return c->is_unix;
+}
+
+bool
+conn_creds(const struct conn *c, uid_t *uid, gid_t *gid, pid_t *pid)
+{
+	if (!c->is_unix || !c->have_creds)
+		return false;
+	if (uid != NULL)
+		*uid = c->uid;
+	if (gid != NULL)
+		*gid = c->gid;
+	if (pid != NULL)
+		*pid = c->pid;
+	return true;
+}
+
+enum conn_role
+conn_role(const struct conn *c)
+{
+	return c->role;
+}
+
 void
-conn_owed_done(struct conn *c)
+conn_set_role(struct conn *c, enum conn_role role)
+{
+	c->role = role;
+}
+
+void
+conn_done_owed(struct conn *c, bool wait)
+{
+	c->awaiting++;
+	if (wait)
+		c->waits++;
+}
+
+void
+conn_done_settled(struct conn *c, bool wait)
 {
 	if (c->awaiting > 0)
 		c->awaiting--;
+	if (wait && c->waits > 0)
+		c->waits--;
+	close_if_finished(c);   /* a done that went out is waited for in conn_write */
+}
+
+unsigned
+conn_waits(const struct conn *c)
+{
+	return c->waits;
 }
 
 /* Makes room for n more bytes in the output buffer; -1 when memory ran out. */
@@ -812,8 +901,6 @@ conn_write(struct conn *c)
 	if (n == -1) {
 		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
 			conn_output_failed(c, errno);
-			if (daemon_state->phase == DAEMON_EXITING)
-				daemon_maybe_exit();
 			return;
 		}
 		n = 0;
@@ -838,8 +925,6 @@ conn_write(struct conn *c)
 	}
 	if (c->paused && !c->dead && conn_out_drained(c))
 		conn_resume_input(c);
-	if (c->out == NULL && daemon_state->phase == DAEMON_EXITING)
-		daemon_maybe_exit();
 }
 
 /*
@@ -1012,7 +1097,6 @@ conn_reap_cb(evutil_socket_t fd, short what, void *arg)
 	graveyard = NULL;
 	if (doomed != NULL)
 		reap_schedule();
-	daemon_maybe_exit();
 }
 
 /*

@@ -5,7 +5,6 @@
 #ifndef TPD_CONN_H
 #define TPD_CONN_H
 
-#include <stdalign.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -13,8 +12,6 @@
 #include <sys/types.h>
 
 #include <jansson.h>
-
-#include "framing.h"
 
 enum conn_role {
 	CONN_ROLE_NONE,   /* TCP before hello presented a token */
@@ -26,42 +23,38 @@ struct blob;
 struct conn_out;
 struct proto_text;
 
-/*
- * Kept small: an idle connection is this struct, its libevent event (in
- * evspace) and an idmap entry. Buffers exist only while they hold bytes.
- */
-struct conn {
-	uint64_t id;
-	int fd;
-	uid_t uid;             /* Unix peers with have_creds */
-	gid_t gid;
-	pid_t pid;
-	enum conn_role role;
-	unsigned awaiting;     /* dones still owed to this connection (submits and waits) */
-	unsigned subscriptions; /* waits pending on unfinished tasks (max_subscriptions) */
-	bool is_unix;
-	bool have_creds;       /* Unix peers: uid/gid/pid are known */
-	bool dead;             /* closed; freed from a deferred callback */
-	bool closing;          /* the peer ended its input: close once nothing is owed */
-	bool output_broken;    /* writing failed: answers are dropped, input still read */
-	bool paused;           /* output over max_output_buffer: requests are not read */
-	bool dispatching;      /* a line of it is being handled */
-	short events;          /* what the event is armed for: EV_READ, EV_WRITE */
-	uint8_t peer_family;   /* TCP peers: AF_INET or AF_INET6 (see conn_peer) */
-	uint16_t peer_port;
-	uint8_t peer_addr[16];
-	struct framing in;     /* the start of a line whose newline has not come */
-	struct conn_out *out;  /* output not yet written; NULL when none */
-	struct conn *next_dirty;  /* the list of connections to flush... */
-	struct conn **prev_dirty; /* ...which c is on when this is not NULL */
-	struct conn *next_stuck;  /* the list of connections whose socket is full... */
-	struct conn **prev_stuck; /* ...which c is on when this is not NULL */
-	struct conn *next_dead;   /* the graveyard (dead connections to free) */
-	alignas(max_align_t) unsigned char evspace[]; /* its struct event */
-};
+struct conn;
 
-/* Wraps an accepted socket; sa is the peer's address (for TCP peers' logs). */
+/*
+ * Wraps an accepted socket; sa is the peer's address (for TCP peers' logs).
+ * Its role is CONN_ROLE_NONE until conn_set_role (the listener's, auth.c).
+ */
 struct conn *conn_new(int fd, bool is_unix, const struct sockaddr *sa);
+
+/* The connection's number: what a task keeps of it (the connection may go first). */
+uint64_t conn_id(const struct conn *);
+
+/* True for a Unix socket's peer. */
+bool conn_is_unix(const struct conn *);
+
+/* A Unix peer's credentials (SO_PEERCRED); false when they are not known (TCP). */
+bool conn_creds(const struct conn *, uid_t *uid, gid_t *gid, pid_t *pid);
+
+/* The role the connection has now (auth.c decides it). */
+enum conn_role conn_role(const struct conn *);
+void conn_set_role(struct conn *, enum conn_role);
+
+/*
+ * The dones owed to c: a submit that is not detached, or a wait (then also
+ * counted in conn_waits, against max_subscriptions), owes c one until it is
+ * sent, or until its task goes without one. A connection whose peer ended
+ * its input closes once nothing is owed and everything is written.
+ */
+void conn_done_owed(struct conn *, bool wait);
+void conn_done_settled(struct conn *, bool wait);
+
+/* The waits pending on c. */
+unsigned conn_waits(const struct conn *);
 
 /* The connection with this id, or NULL if it is gone. */
 struct conn *conn_find(uint64_t id);
@@ -123,9 +116,6 @@ void conn_close(struct conn *, const char *why);
  * owed was written (a client may half-close and still read its results).
  */
 void conn_close_after_flush(struct conn *);
-
-/* A done owed to c is being sent: a closing c goes once that is written. */
-void conn_owed_done(struct conn *c);
 
 /* True when no connection has unsent or held output (used before exiting). */
 bool conn_all_flushed(void);

@@ -53,7 +53,7 @@ op_stats(struct conn *c, struct request *req)
 	st.pools = pools;
 	st.connections = conn_count();
 	st.uptime_ms = (clock_now_us() - d->started_us) / 1000;
-	st.tasks_outstanding = d->outstanding;
+	st.tasks_outstanding = tasks_outstanding();
 	st.tasks_retained = tasks_retained();
 	st.tasks_retained_bytes = tasks_retained_bytes();
 	st.results_forgotten = tasks_results_forgotten();
@@ -101,7 +101,7 @@ op_resize(struct conn *c, struct request *req)
 	}
 	pool_snapshot(e->pool, &s);
 	log_info("pool %s resized to %u by connection %llu (%s); %u workers now", e->name,
-	    s.target, (unsigned long long)c->id, conn_peer(c), s.workers);
+	    s.target, (unsigned long long)conn_id(c), conn_peer(c), s.workers);
 	proto_encode_resized(&pt, req->id, e->name, s.target, s.workers);
 	conn_send_text(c, &pt);
 }
@@ -118,7 +118,7 @@ op_shutdown(struct conn *c, struct request *req)
 		return;
 	}
 	log_notice("shutdown (%s) asked by connection %llu (%s)", sd.mode,
-	    (unsigned long long)c->id, conn_peer(c));
+	    (unsigned long long)conn_id(c), conn_peer(c));
 	proto_encode_shutting_down(&pt, req->id, sd.mode);
 	conn_send_text(c, &pt);
 	daemon_begin_shutdown(sd.now);

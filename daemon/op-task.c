@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "conf.h"
+#include "conn-sink.h"
 #include "daemon.h"
 #include "ops.h"
 #include "pools.h"
@@ -34,10 +35,12 @@ send_rejected(struct conn *c, struct request *req, const char *code, const char 
 
 /* Reads the request's "task" object into a new task; NULL after answering the error. */
 static struct task *
-parse_task(struct conn *c, struct request *req, json_t *spec, const struct pools_entry *e)
+parse_task(struct conn *c, struct request *req, json_t *spec, const struct pools_entry *e,
+    uint64_t *timeout_ms)
 {
 	const struct task_kind *kind;
 	struct proto_task_spec ts;
+	struct task_context ctx;
 	struct task *t;
 	char *msg = NULL;
 
@@ -51,22 +54,19 @@ parse_task(struct conn *c, struct request *req, json_t *spec, const struct pools
 		    "(kinds: %s)", utf8_quote(q, ts.kind), task_kind_names());
 		return NULL;
 	}
-	if ((t = tasks_new(kind)) == NULL) {
-		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
-		return NULL;
-	}
-	t->timeout_us = ts.timeout_ms * 1000;
 	/* what the kind may need: the pool's settings (run_as, limits) and the submitter */
-	t->pool_conf = conf_pool_find(&daemon_state->conf, e->name);
-	t->via_unix = c->is_unix;
-	t->have_creds = c->is_unix && c->have_creds;
-	t->uid = c->uid;
-	t->gid = c->gid;
-	if (kind->parse(t, spec, &msg) == -1) {
-		tasks_discard(t);
-		ops_bad_request(c, req, msg);
+	memset(&ctx, 0, sizeof ctx);
+	ctx.pool_conf = conf_pool_find(&daemon_state->conf, e->name);
+	ctx.caller.via_unix = conn_is_unix(c);
+	ctx.caller.have_creds = conn_creds(c, &ctx.caller.uid, &ctx.caller.gid, NULL);
+	if ((t = task_parse(kind, spec, &ctx, &msg)) == NULL) {
+		if (msg == NULL)
+			conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
+		else
+			ops_bad_request(c, req, msg);
 		return NULL;
 	}
+	*timeout_ms = ts.timeout_ms;
 	return t;
 }
 
@@ -74,6 +74,7 @@ void
 op_submit(struct conn *c, struct request *req)
 {
 	struct proto_submit sub;
+	struct task_options o;
 	struct proto_task view;
 	struct proto_text pt;
 	struct pools_entry *e;
@@ -91,27 +92,37 @@ op_submit(struct conn *c, struct request *req)
 		return;
 	}
 	const struct conf_pool *cp = conf_pool_find(&daemon_state->conf, e->name);
-	if (cp != NULL && cp->run_as == CONF_RUN_AS_CALLER && !(c->is_unix && c->have_creds)) {
+	if (cp != NULL && cp->run_as == CONF_RUN_AS_CALLER && !conn_creds(c, NULL, NULL, NULL)) {
 		conn_send_error(c, req->id, ERR_FORBIDDEN, "pool %s runs tasks as their caller "
 		    "(run_as = caller): submit on the Unix socket", e->name);
 		return;
 	}
-	if ((t = parse_task(c, req, sub.task, e)) == NULL)
+	memset(&o, 0, sizeof o);
+	if ((t = parse_task(c, req, sub.task, e, &o.timeout_ms)) == NULL)
 		return;
-	t->stream = sub.stream;
-	if (sub.queue_timeout_ms != 0)
-		t->job.queue_deadline_us = clock_now_us() + sub.queue_timeout_ms * 1000;
-	switch (tasks_submit(t, e, c, req->id, sub.detach)) {
+	o.pool = e;
+	o.stream = sub.stream;
+	o.queue_timeout_ms = sub.queue_timeout_ms;
+	if (!sub.detach && (o.sink = conn_sink_new(c, req->id, sub.stream, false)) == NULL) {
+		task_free(t);
+		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
+		return;
+	}
+	switch (tasks_submit(t, &o)) {
 	case POOL_ACCEPTED:
 		break;
 	case POOL_REJECTED_CLOSED:
-		tasks_discard(t);
+		task_free(t);
 		send_rejected(c, req, ERR_CLOSED, "pool %s is closed: tpd is shutting down", e->name);
+		if (o.sink != NULL)
+			o.sink->ops->release(o.sink);   /* after the answer: c may be closing */
 		return;
 	case POOL_REJECTED_FULL:
-		tasks_discard(t);
+		task_free(t);
 		send_rejected(c, req, ERR_QUEUE_FULL, "pool %s is full: every worker is busy "
 		    "and its queue is at capacity", e->name);
+		if (o.sink != NULL)
+			o.sink->ops->release(o.sink);
 		return;
 	}
 	/* The answer comes before the done: the done is handled on a later loop turn. */
@@ -147,13 +158,34 @@ find_task(struct conn *c, struct request *req)
 	return t;
 }
 
+/*
+ * A finished task's done is sent at once; an unfinished one's when it
+ * comes, counted against max_subscriptions until then.
+ */
 void
 op_wait(struct conn *c, struct request *req)
 {
 	struct task *t = find_task(c, req);
+	unsigned max = daemon_state->conf.max_subscriptions;
+	struct task_sink *sink;
 
-	if (t != NULL)
-		tasks_subscribe(t, c, req->id);
+	if (t == NULL)
+		return;
+	if (t->finished) {
+		conn_send_done(c, req->id, t->done_text);
+		return;
+	}
+	if (conn_waits(c) >= max) {
+		conn_send_error(c, req->id, ERR_BAD_REQUEST, "too many waits pending on this "
+		    "connection: max_subscriptions is %u; wait until some of their tasks finish "
+		    "(or use another connection)", max);
+		return;
+	}
+	if ((sink = conn_sink_new(c, req->id, false, true)) == NULL) {
+		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
+		return;
+	}
+	tasks_add_sink(t, sink);
 }
 
 void

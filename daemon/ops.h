@@ -1,7 +1,11 @@
 /*
- * ops.h: the ops of the protocol (SPEC section 2). One table maps each op to
- * its handler and the role it needs; handlers live in op-*.c by concern.
- * Loop thread only.
+ * ops.h: the ops of the protocol (doc/protocol.md). One table (ops.c) maps
+ * each op to its handler and the role it needs; handlers live in op-*.c by
+ * concern: op-task.c (submit, wait, status, cancel), op-admin.c (stats,
+ * resize, shutdown), ops.c (hello, ping). A handler reads its fields with
+ * its proto_read_* (proto.h), acts, and answers with its proto_encode_*.
+ * A new op is a row of that table and a handler here (see proto.h for the
+ * rest). Loop thread only.
  */
 #ifndef TPD_OPS_H
 #define TPD_OPS_H
@@ -10,9 +14,6 @@
 
 #include "conn.h"
 #include "proto.h"
-
-/* The role a new connection starts with (peer credentials, listener kind). */
-enum conn_role ops_initial_role(const struct conn *c);
 
 /* Parses one request line and runs its op; every outcome is answered on c. */
 void ops_dispatch(struct conn *c, const char *line, size_t len);

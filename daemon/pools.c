@@ -11,6 +11,8 @@
 static struct pools_entry *entries[CONF_MAX_POOLS * 2];
 static size_t nentries;
 
+static void free_if_drained(struct pools_entry *);
+
 int
 pools_add(const struct conf_pool *cp, char **cause)
 {
@@ -98,11 +100,24 @@ pools_remove(struct pools_entry *e)
 	e->removed = true;
 	pool_close(e->pool, POOL_DRAIN);
 	log_info("pool %s removed: draining %lu tasks", e->name, e->outstanding);
-	pools_task_finished(e);
+	free_if_drained(e);
+}
+
+void
+pools_task_accepted(struct pools_entry *e)
+{
+	e->outstanding++;
 }
 
 void
 pools_task_finished(struct pools_entry *e)
+{
+	e->outstanding--;
+	free_if_drained(e);
+}
+
+static void
+free_if_drained(struct pools_entry *e)
 {
 	if (!e->removed || e->outstanding > 0)
 		return;

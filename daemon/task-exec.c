@@ -387,11 +387,11 @@ exec_parse_run_as(struct task *t, struct exec_task *x, char **cause)
 		return 0;
 	case CONF_RUN_AS_CALLER:
 		/* op_submit refuses TCP and credential-less peers; checked again */
-		if (!t->via_unix || !t->have_creds)
+		if (!t->caller.via_unix || !t->caller.have_creds)
 			return cause_set(cause, "pool %s runs tasks as their caller: submit "
 			    "on the Unix socket", p->name);
-		x->uid = t->uid;
-		x->gid = t->gid;
+		x->uid = t->caller.uid;
+		x->gid = t->caller.gid;
 		return 0;
 	case CONF_RUN_AS_USER:
 		if ((x->user = strdup(p->run_as_user)) == NULL)
