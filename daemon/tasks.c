@@ -206,10 +206,13 @@ tasks_view(const struct task *t, struct proto_task *v)
 	v->id = t->id;
 	v->pool = t->pool_name;
 	v->state = tasks_state(t);
-	v->queued_ahead = t->job.queued_ahead;
+	v->queued_ahead = t->job.queued_ahead;    /* set by pool_submit, on this thread */
 	v->finished = t->finished;
-	v->queued_us = t->queued_us;
-	v->run_us = t->run_us;
+	if (t->finished) {
+		/* the worker writes the times as it ends the task: read them only once it is back */
+		v->queued_us = t->queued_us;
+		v->run_us = t->run_us;
+	}
 }
 
 void
