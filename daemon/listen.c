@@ -289,6 +289,18 @@ listen_adopt(int fd, bool is_unix, const char *name, char **cause)
 	return 0;
 }
 
+size_t
+listen_count(void)
+{
+	return nlisteners;
+}
+
+const char *
+listen_name(size_t i)
+{
+	return i < nlisteners ? listeners[i]->name : NULL;
+}
+
 void
 listen_close_all(void)
 {

@@ -518,6 +518,11 @@ stop_conns(struct daemon *d)
 	conn_close_all();
 }
 
+/*
+ * The listeners: those systemd passed, else the settings' Unix socket and
+ * TCP addresses. Readiness (and each bound port) is told by READY=1 once
+ * every listener is up (start_systemd), not by the order they start in.
+ */
 static void
 start_listeners(struct daemon *d)
 {
@@ -544,13 +549,14 @@ start_listeners(struct daemon *d)
 		socket_path = NULL;
 	else if (socket_path == NULL && (socket_path = wire_default_socket_path(path, sizeof path)) == NULL)
 		fatalx("the default socket path is too long: use -s PATH");
-	/* TCP first: once the Unix socket accepts, every listener does (tests rely on it) */
-	for (size_t i = 0; !have_tcp && i < d->conf.nlisten; i++)
-		if (listen_tcp(d->conf.listen[i], &cause) == -1)
-			fatalx("%s", cause);
 	if (socket_path != NULL &&
 	    listen_unix(socket_path, d->conf.socket_mode, d->conf.socket_group, &cause) == -1)
 		fatalx("%s", cause);
+	for (size_t i = 0; !have_tcp && i < d->conf.nlisten; i++)
+		if (listen_tcp(d->conf.listen[i], &cause) == -1) {
+			listen_close_all();     /* the socket file made above goes too */
+			fatalx("%s", cause);
+		}
 }
 
 static void
@@ -585,8 +591,27 @@ stop_timers(struct daemon *d)
 static void
 start_systemd(struct daemon *d)
 {
+	char fields[4096];
+	size_t off = 0;
+
 	log_notice("tpd %s ready (%s backend)", PACKAGE_VERSION, event_base_get_method(d->base));
 	sdn_setup(d->base, &(struct sdn_hooks){ health_check, health_status, NULL });
+	/* X_TPD_LISTEN=unix PATH, =tcp HOST:PORT: each listener, the bound port included */
+	fields[0] = '\0';
+	for (size_t i = 0; i < listen_count(); i++) {
+		const char *name = listen_name(i);
+		int n;
+		if (strchr(name, '\n') != NULL)
+			continue;       /* a path with a newline would end the line */
+		n = snprintf(fields + off, sizeof fields - off, "%sX_TPD_LISTEN=%s",
+		    off > 0 ? "\n" : "", name);
+		if (n < 0 || (size_t)n >= sizeof fields - off) {
+			fields[off] = '\0';
+			break;
+		}
+		off += (size_t)n;
+	}
+	sdn_ready_fields(off > 0 ? fields : NULL);
 	sdn_ready();
 }
 
