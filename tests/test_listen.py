@@ -84,6 +84,10 @@ def test_bad_listen_address_is_a_clear_error():
         r = subprocess.run([TPD, "-f", "-s", d.sock, "-l", "localhost"], capture_output=True,
                            text=True, timeout=30, stdin=subprocess.DEVNULL)
         check(r.returncode != 0 and "HOST:PORT" in r.stderr, "%r", r.stderr)
+        r = subprocess.run([TPD, "-f", "-s", d.sock, "-l", "127.0.0.1:99999"],
+                           capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        check(r.returncode != 0 and "127.0.0.1:99999" in r.stderr, "%r", r.stderr)
+        check(not os.path.exists(d.sock), "the Unix socket's file is left behind")
 
 
 def test_accept_pauses_when_out_of_descriptors_and_recovers():
