@@ -6,7 +6,7 @@
  * record alive until the job's done callback has run (and, if it calls
  * pool_cancel, until it knows done has run).
  *
- * Semantics (SPEC section 3):
+ * Semantics (the README's "The worker pool" says them for users):
  *  - pool_submit accepts or rejects at one point, under the pool lock that
  *    pool_close also takes. A rejected job never runs and its done callback
  *    is never called.

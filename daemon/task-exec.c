@@ -3,7 +3,7 @@
  * object, cancel and free. Running is exec-run.c; starting the process is
  * exec-spawn.c; output is capture.c.
  *
- * Request fields (SPEC section 2), all copied here on the loop thread so no
+ * Request fields (doc/exec.md), all copied here on the loop thread so no
  * json_t crosses to the worker:
  *   argv          non-empty array of strings, argv[0] non-empty (required)
  *   env           object: NAME -> string, added to the configured base
