@@ -20,6 +20,8 @@
 
 struct run {
 	struct session s;
+	const struct taskopt *to;
+	json_t *task;           /* as submitted */
 	int64_t submit_id;
 	int64_t task_id;        /* -1 until accepted */
 	bool cancel_wanted;     /* interrupted: cancel once accepted */
@@ -153,6 +155,7 @@ run_event(struct run *r, json_t *ev)
 {
 	const char *name = event_name(ev);
 	int64_t id = event_id(ev);
+	int k;
 
 	if (id == -1 && strcmp(name, EV_ERROR) == 0)
 		return event_report_error(link_address(r->s.link), ev);
@@ -177,6 +180,9 @@ run_event(struct run *r, json_t *ev)
 		}
 	} else if (strcmp(name, EV_DONE) == 0)
 		return run_done(r, ev);
+	else if (strcmp(name, EV_ERROR) == 0 &&
+	    (k = taskopt_refused_limit(r->to, r->task, ev)) != -1)
+		return taskopt_report_refused(r->to, k, ev);
 	else if (strcmp(name, EV_REJECTED) == 0 || strcmp(name, EV_ERROR) == 0)
 		return event_report_error("submit", ev);
 	return -1;
@@ -213,24 +219,27 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 		taskopt_free(&to);
 		return code;
 	}
-	req = taskopt_submit(&to, task);
-	json_object_set_new(req, FIELD_STREAM, json_true());
-	taskopt_free(&to);
-
 	memset(&r, 0, sizeof r);
 	r.task_id = -1;
+	r.to = &to;
+	r.task = json_incref(task);
+	req = taskopt_submit(&to, task);
+	json_object_set_new(req, FIELD_STREAM, json_true());
+
 	if (interrupt_install() == -1) {
 		tpctl_warnx("cannot catch signals: %s", strerror(errno));
 		json_decref(req);
-		return EX_OSERR;
+		code = EX_OSERR;
+		goto out;
 	}
 	if ((code = session_open(&r.s, opt)) != 0) {
 		json_decref(req);
-		return code;
+		goto out;
 	}
 	if ((r.submit_id = session_send(&r.s, req)) == -1) {
 		session_close(&r.s);
-		return EX_UNAVAILABLE;
+		code = EX_UNAVAILABLE;
+		goto out;
 	}
 	for (code = -1; code == -1;) {
 		res = session_next(&r.s, &ev, -1);
@@ -252,6 +261,9 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 			code = run_broken_pipe(&r);
 	}
 	session_close(&r.s);
+out:
+	json_decref(r.task);
+	taskopt_free(&to);
 	return code;
 }
 
