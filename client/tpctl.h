@@ -271,14 +271,13 @@ struct taskopt {
 	"                           pass on tpctl's own value); repeatable\n" \
 	"  -C, --cwd DIR            run the command in DIR (on the daemon's host)\n" \
 	"      --output-limit SIZE  capture at most SIZE bytes per stream (64k, 1M)\n" \
-	"Limits of an exec task (each replaces the pool's default, up to its maximum):\n" \
-	"      --memory SIZE        memory (512M; killed past it, error oom, with\n" \
-	"                           cgroups; else allocations past it fail)\n" \
-	"      --cpus N             CPU cores' worth of time (0.5: half a core)\n" \
-	"      --pids N             processes and threads at once\n" \
-	"      --open-files N       open files per process (at least 3)\n" \
-	"      --cpu-seconds N      CPU time per process, in seconds (or 2min)\n" \
-	"      --file-size SIZE     largest file a process may write (10M)\n"
+	"      --memory SIZE        limit the task's memory (512M): with cgroups it\n" \
+	"                           is killed past it (oom), else allocations fail\n" \
+	"      --cpus N             limit it to N cores of CPU time (0.5: half a core)\n" \
+	"      --pids N             limit its processes and threads to N at once\n" \
+	"      --open-files N       limit each process's open files (at least 3)\n" \
+	"      --cpu-seconds N      limit each process's CPU time (90, or 2min)\n" \
+	"      --file-size SIZE     limit the size of each file it writes (10M)\n"
 void taskopt_init(struct taskopt *);
 void taskopt_free(struct taskopt *);
 /* Handles one option: 1 taken, 0 not a task option, -1 bad value (printed). */
@@ -362,7 +361,12 @@ extern bool event_token_presented;
  * task's exit status, 124 timed out, 128+N signal N, 1 otherwise.
  */
 int event_task_exit_code(const json_t *done);
-/* One line describing a done event ("exit status 3", "killed by signal 9 (SIGKILL)"). */
+/* The usage in a done's result (an exec task's), or NULL. */
+json_t *event_usage(const json_t *done);
+/*
+ * One line describing a done event ("exit status 3", "killed by signal 9
+ * (SIGKILL)", "killed: it passed its memory limit of 512 MiB").
+ */
 char *event_describe_done(const json_t *done);
 /*
  * Writes what a finished task returned: an exec result's captured stdout
@@ -384,6 +388,15 @@ char *format_duration(double ms, char *buf, size_t len);
 #define FORMAT_DURATION_LEN 32
 /* Parses a size: "4096", "64k", "1M", "1G". */
 int format_parse_size(const char *s, uint64_t *out);
+/* Formats bytes for people: "900 B", "512 KiB", "12.3 MiB", "1.5 GiB". */
+char *format_bytes(uint64_t bytes, char *buf, size_t len);
+#define FORMAT_BYTES_LEN 32
+/*
+ * What an exec task used (its result's usage), in one line: "cpu 0.25s
+ * user, 0.01s system, peak 12.3 MiB"; NULL when usage is not one.
+ */
+char *format_usage(const json_t *usage, char *buf, size_t len);
+#define FORMAT_USAGE_LEN 96
 /* Parses a decimal integer in [min, max]. */
 int format_parse_int(const char *s, long long min, long long max, long long *out);
 /*
