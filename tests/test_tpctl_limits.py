@@ -382,5 +382,21 @@ def test_oom_from_the_real_daemon():
         remove_cgroup(root)
 
 
+# ---------------------------------------------------------------- completion
+
+def test_completion_knows_the_limit_options():
+    from test_tpctl import complete
+    check(complete(["run", "--op"]) == ["--open-files"], "%r", complete(["run", "--op"]))
+    check(complete(["submit", "--cpu"]) == ["--cpu-seconds", "--cpus"], "%r",
+          complete(["submit", "--cpu"]))
+    check(complete(["run", "--verb"]) == ["--verbose"], "run -v: %r", complete(["run", "--verb"]))
+    check(complete(["submit", "--verb"]) == [], "run's only: %r", complete(["submit", "--verb"]))
+    # their values are skipped when looking for the command to run
+    got = complete(["run", "--memory", "1G", "--file-size", "1M", "--pi"])
+    check(got == ["--pids"], "%r", got)
+    got = complete(["batch", "--pids", "3", "--no-p"])
+    check(got == ["--no-progress"], "%r", got)
+
+
 if __name__ == "__main__":
     run_tests(globals())
