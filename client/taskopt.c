@@ -110,8 +110,8 @@ taskopt_parse_cores(const char *s, uint64_t *milli, const char **why)
 	*why = "is not a number of cores from 0.01 to 1024 (0.5 is half a core)";
 	if (!isdigit((unsigned char)*s))
 		return -1;
-	for (; isdigit((unsigned char)*s); s++)
-		if ((v = v * 10 + (uint64_t)(*s - '0')) > TASKOPT_MAX_MILLICORES)
+	for (; isdigit((unsigned char)*s); s++)  /* whole cores, bounded: no overflow */
+		if ((v = v * 10 + (uint64_t)(*s - '0')) > TASKOPT_MAX_MILLICORES / 1000)
 			return -1;
 	v *= 1000;
 	if (*s == '.') {
