@@ -189,6 +189,19 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_LIMITS           "limits"
 #define STREAM_STDOUT          "stdout"
 #define STREAM_STDERR          "stderr"
+#define FIELD_USAGE            "usage"          /* what an exec task used */
+#define FIELD_USER_MS          "user_ms"
+#define FIELD_SYSTEM_MS        "system_ms"
+#define FIELD_MAX_RSS_BYTES    "max_rss_bytes"
+
+/* an exec task's limits: the fields of task.limits (doc/exec.md) */
+#define FIELD_LIMITS           "limits"
+#define LIMIT_MEMORY_BYTES     "memory_bytes"
+#define LIMIT_CPU_CORES        "cpu_cores"      /* a number: 0.5 is half a core */
+#define LIMIT_PIDS             "pids"
+#define LIMIT_OPEN_FILES       "open_files"
+#define LIMIT_CPU_SECONDS      "cpu_seconds"
+#define LIMIT_FILE_BYTES       "file_bytes"
 
 /* task kinds */
 #define KIND_EXEC  "exec"
