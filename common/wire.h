@@ -182,11 +182,6 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_STDOUT_BASE64    "stdout_base64"
 #define FIELD_STDERR_BASE64    "stderr_base64"
 #define FIELD_TRUNCATED        "truncated"
-#define FIELD_USAGE            "usage"
-#define FIELD_USER_MS          "user_ms"
-#define FIELD_SYSTEM_MS        "system_ms"
-#define FIELD_MAX_RSS_BYTES    "max_rss_bytes"
-#define FIELD_LIMITS           "limits"
 #define STREAM_STDOUT          "stdout"
 #define STREAM_STDERR          "stderr"
 #define FIELD_USAGE            "usage"          /* what an exec task used */

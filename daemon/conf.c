@@ -41,6 +41,7 @@
 #include "conf.h"
 #include "log.h"
 #include "units.h"
+#include "wire.h"
 
 /* A safe base environment for exec tasks; the daemon's own never leaks. */
 static const char *const default_exec_env[] = {
@@ -130,12 +131,12 @@ const char *
 conf_limit_name(enum conf_limit l)
 {
 	static const char *const names[CONF_NLIMITS] = {
-		[CONF_LIMIT_MEMORY_BYTES] = "memory_bytes",
-		[CONF_LIMIT_CPU_CORES] = "cpu_cores",
-		[CONF_LIMIT_PIDS] = "pids",
-		[CONF_LIMIT_OPEN_FILES] = "open_files",
-		[CONF_LIMIT_CPU_SECONDS] = "cpu_seconds",
-		[CONF_LIMIT_FILE_BYTES] = "file_bytes",
+		[CONF_LIMIT_MEMORY_BYTES] = LIMIT_MEMORY_BYTES,
+		[CONF_LIMIT_CPU_CORES] = LIMIT_CPU_CORES,
+		[CONF_LIMIT_PIDS] = LIMIT_PIDS,
+		[CONF_LIMIT_OPEN_FILES] = LIMIT_OPEN_FILES,
+		[CONF_LIMIT_CPU_SECONDS] = LIMIT_CPU_SECONDS,
+		[CONF_LIMIT_FILE_BYTES] = LIMIT_FILE_BYTES,
 	};
 
 	return (unsigned)l < CONF_NLIMITS ? names[l] : "?";

@@ -372,17 +372,17 @@ exec_rlimits(struct exec_run *r, struct spawn_request *req)
 	struct spawn_rlimit *rl = req->rlimits;
 
 	if (lim[CONF_LIMIT_OPEN_FILES] != CONF_NO_LIMIT)
-		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_NOFILE, "open_files",
+		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_NOFILE, LIMIT_OPEN_FILES,
 		    { lim[CONF_LIMIT_OPEN_FILES], lim[CONF_LIMIT_OPEN_FILES] } };
 	/* SIGXCPU at the limit, SIGKILL a second later for one that ignores it */
 	if (lim[CONF_LIMIT_CPU_SECONDS] != CONF_NO_LIMIT)
-		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_CPU, "cpu_seconds",
+		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_CPU, LIMIT_CPU_SECONDS,
 		    { lim[CONF_LIMIT_CPU_SECONDS], lim[CONF_LIMIT_CPU_SECONDS] + 1 } };
 	if (lim[CONF_LIMIT_FILE_BYTES] != CONF_NO_LIMIT)
-		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_FSIZE, "file_bytes",
+		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_FSIZE, LIMIT_FILE_BYTES,
 		    { lim[CONF_LIMIT_FILE_BYTES], lim[CONF_LIMIT_FILE_BYTES] } };
 	if (lim[CONF_LIMIT_MEMORY_BYTES] != CONF_NO_LIMIT && !memory_cg)
-		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_AS, "memory_bytes",
+		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_AS, LIMIT_MEMORY_BYTES,
 		    { lim[CONF_LIMIT_MEMORY_BYTES], lim[CONF_LIMIT_MEMORY_BYTES] } };
 }
 
