@@ -281,13 +281,14 @@ cgroup_remove_tree(int parent, const char *name, uint64_t deadline)
 	struct cgroup_task ct = { .dirfd = -1, .events_fd = -1, .peak_fd = -1 };
 	DIR *d;
 	struct dirent *de;
+	uint64_t now;
 	int fd;
 
 	if ((ct.dirfd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1)
 		return -1;
 	snprintf(ct.name, sizeof ct.name, "%s", name);
 	ct.events_fd = openat(ct.dirfd, "cgroup.events", O_RDONLY | O_CLOEXEC);
-	uint64_t now = cgroup_now_ms();
+	now = cgroup_now_ms();
 	cgroup_task_kill_wait(&ct, deadline > now ? deadline - now : 1);
 	/* a task may have made cgroups of its own below (were it delegated them) */
 	if ((fd = dup(ct.dirfd)) != -1 && (d = fdopendir(fd)) != NULL) {

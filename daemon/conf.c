@@ -53,6 +53,7 @@ void
 conf_init(struct conf *c)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	struct conf_pool *d;
 
 	memset(c, 0, sizeof *c);
 	c->socket_mode = 0660;
@@ -72,7 +73,7 @@ conf_init(struct conf *c)
 	c->stream_budget = 256 * 1024;
 	for (size_t i = 0; i < sizeof default_exec_env / sizeof default_exec_env[0]; i++)
 		c->exec_env[c->nexec_env++] = strdup(default_exec_env[i]);
-	struct conf_pool *d = conf_pool_get(c, "default");
+	d = conf_pool_get(c, "default");
 	d->size = cpus > 0 && cpus <= 64 ? (unsigned)cpus : 4;
 }
 
@@ -838,12 +839,14 @@ key_unknown(struct conf_load *l, const char *name)
 
 	for (size_t i = 0; i < CONF_NKEYS; i++) {
 		const struct conf_key *k = &conf_keys[i];
+		size_t d;
+
 		if (k->sect != l->sect) {
 			if (strcmp(k->name, name) == 0)
 				elsewhere = k;
 			continue;
 		}
-		size_t d = edit_distance(name, k->name);
+		d = edit_distance(name, k->name);
 		if (d < best) {
 			best = d;
 			near = k;

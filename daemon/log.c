@@ -101,6 +101,8 @@ log_vwrite(int priority, const char *suffix, const char *fmt, va_list ap)
 {
 	char msg[2048];
 	char stamp[32] = "";
+	struct timespec ts;
+	struct tm tm;
 
 	if (priority > atomic_load_explicit(&log_level, memory_order_relaxed))
 		return;
@@ -110,8 +112,6 @@ log_vwrite(int priority, const char *suffix, const char *fmt, va_list ap)
 		    suffix ? ": " : "", suffix ? suffix : "");
 		return;
 	}
-	struct timespec ts;
-	struct tm tm;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	localtime_r(&ts.tv_sec, &tm);
 	strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);

@@ -77,6 +77,7 @@ op_submit(struct conn *c, struct request *req)
 	struct task_options o;
 	struct proto_task view;
 	struct proto_text pt;
+	const struct conf_pool *cp;
 	struct pools_entry *e;
 	struct task *t;
 	char *msg = NULL;
@@ -91,7 +92,7 @@ op_submit(struct conn *c, struct request *req)
 		    utf8_quote(q, sub.pool));
 		return;
 	}
-	const struct conf_pool *cp = conf_pool_find(&daemon_state->conf, e->name);
+	cp = conf_pool_find(&daemon_state->conf, e->name);
 	if (cp != NULL && cp->run_as == CONF_RUN_AS_CALLER && !conn_creds(c, NULL, NULL, NULL)) {
 		conn_send_error(c, req->id, ERR_FORBIDDEN, "pool %s runs tasks as their caller "
 		    "(run_as = caller): submit on the Unix socket", e->name);

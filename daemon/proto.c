@@ -293,9 +293,11 @@ proto_get_task_id(json_t *obj, const char *key, uint64_t *out, char **msg)
 		return cause_set(msg, "missing field \"%s\" (a task id)", key);
 	if (json_is_string(v)) {
 		const char *s = json_string_value(v);
+		unsigned long long n;
 		char *end;
+
 		errno = 0;
-		unsigned long long n = strtoull(s, &end, 10);
+		n = strtoull(s, &end, 10);
 		if (*s < '1' || *s > '9' || *end != '\0' || errno != 0) {
 			char q[UTF8_QUOTE_SIZE];
 			return cause_set(msg, "field \"%s\" must be a task id (a positive integer), "

@@ -296,6 +296,7 @@ static int
 exec_parse_limit(enum conf_limit k, json_t *v, uint64_t *out, char **cause)
 {
 	const char *name = conf_limit_name(k);
+	json_int_t n, least;
 
 	if (k == CONF_LIMIT_CPU_CORES) {
 		double d = json_number_value(v);
@@ -306,8 +307,8 @@ exec_parse_limit(enum conf_limit k, json_t *v, uint64_t *out, char **cause)
 		*out = (uint64_t)(d * 1000 + 0.5);
 		return 0;
 	}
-	json_int_t n = json_integer_value(v);
-	json_int_t least = k == CONF_LIMIT_FILE_BYTES ? 0 : k == CONF_LIMIT_OPEN_FILES ? 3 : 1;
+	n = json_integer_value(v);
+	least = k == CONF_LIMIT_FILE_BYTES ? 0 : k == CONF_LIMIT_OPEN_FILES ? 3 : 1;
 
 	if (!json_is_integer(v) || n < least)
 		return cause_set(cause, "task.limits.%s must be an integer of at least %lld",
