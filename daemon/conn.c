@@ -46,7 +46,7 @@
  *    a client that reads gets a full buffer's worth per pause, not one line).
  *  - A task's stream events that are held back keep their weight on the
  *    task's stream budget until they move into the buffer, so the worker
- *    producing them blocks in mailbox_post_stream: a task's output is paced
+ *    producing them blocks in task_emit (task.c): a task's output is paced
  *    by its reader, and its done, sent after its output, stays behind it.
  * A connection's memory is thus its buffer (at most the cap plus one
  * answer), the rest of one read, and the held list: one small item per done

@@ -43,7 +43,7 @@
  * bounded and no output is lost. task_emit stops waiting on cancel and at
  * the task's deadline, so both still end the task on time. Since events stop
  * at output_limit, a task never emits more than output_limit bytes per
- * stream. The front end gives the budget back only as the client's
+ * stream. The task's sink gives the budget back only as the client's
  * connection takes the events (flow control, conn.c), so a slow reader
  * paces the run; one that reads nothing for output_stall_timeout is
  * disconnected, the task goes on, and its result still holds the full

@@ -12,8 +12,10 @@
  * proto-encode.c); its handler in the op-*.c of its concern; and its row in
  * ops.c's table, with the role it needs. Adding a field to the events about
  * a task (owner, label, attempt, usage): a member of struct proto_task,
- * filled by tasks_view (tasks.c) and written by the encoders of accepted,
- * status and done below.
+ * filled by task_describe (task.c) when it is fixed at submit (owner,
+ * label, attempt), or by task_pool_done (the done) and tasks_view (status,
+ * once finished) when the run gives it (usage), and written by the
+ * encoders of accepted, status and done below.
  */
 #ifndef TPD_PROTO_H
 #define TPD_PROTO_H
@@ -161,9 +163,10 @@ void proto_text_init(struct proto_text *);
 void proto_text_free(struct proto_text *);
 
 /*
- * What the events about one task say of it. The registry fills it
- * (tasks_view); the done's text is written from it on the worker that
- * ended the task. New fields of those events go here.
+ * What the events about one task say of it: task_describe and tasks_view
+ * fill it for accepted and status, task_pool_done for the done, whose text
+ * is written from it on the worker that ended the task. New fields of
+ * those events go here.
  */
 struct proto_task {
 	uint64_t id;

@@ -108,6 +108,14 @@ task_state_name(enum pool_state state)
 	return STATE_FAILED;
 }
 
+void
+task_describe(const struct task *t, struct proto_task *v)
+{
+	memset(v, 0, sizeof *v);
+	v->id = t->id;
+	v->pool = t->pool_name;
+}
+
 /* Loop thread: a stream event (or the start) reaches the registry. */
 static void
 task_mail_deliver(struct mail *m)
@@ -271,9 +279,7 @@ task_pool_done(struct pool_job *j, enum pool_state state, uint64_t queued_us, ui
 	t->queued_us = queued_us;
 	t->run_us = run_us;
 	t->final_state = task_state_name(state);
-	memset(&v, 0, sizeof v);
-	v.id = t->id;
-	v.pool = t->pool_name;
+	task_describe(t, &v);
 	v.state = t->final_state;
 	v.finished = true;
 	v.queued_us = queued_us;

@@ -149,6 +149,16 @@ void task_free(struct task *t);
 /* Loop thread: what a finished task no longer needs (its kind's data, its outcome). */
 void task_lighten(struct task *t);
 
+/*
+ * What the events about t say of it that does not change once it is
+ * submitted (its id, its pool; next: owner, label, attempt): the part of
+ * proto.h's struct proto_task that both the done (task_pool_done, on the
+ * worker) and accepted and status (tasks_view, on the loop) carry. Any
+ * thread.
+ */
+struct proto_task;
+void task_describe(const struct task *t, struct proto_task *v);
+
 /* The wire name of a terminal state (STATE_*). */
 const char *task_state_name(enum pool_state state);
 

@@ -202,9 +202,7 @@ tasks_state(const struct task *t)
 void
 tasks_view(const struct task *t, struct proto_task *v)
 {
-	memset(v, 0, sizeof *v);
-	v->id = t->id;
-	v->pool = t->pool_name;
+	task_describe(t, v);
 	v->state = tasks_state(t);
 	v->queued_ahead = t->job.queued_ahead;    /* set by pool_submit, on this thread */
 	v->finished = t->finished;

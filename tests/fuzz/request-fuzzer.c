@@ -193,7 +193,7 @@ check_task(json_t *spec)
 		broken("%s task parsed without its data", kind->name);
 	if (r == 0 && kind == &task_kind_exec)
 		check_exec_task(t.kind_data);
-	/* As tasks_discard: a parse that failed may have left data behind too. */
+	/* As task_parse does: a parse that failed may have left data behind too. */
 	if (kind->free != NULL && t.kind_data != NULL)
 		kind->free(&t);
 }
