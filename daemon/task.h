@@ -104,6 +104,7 @@ struct task {
 	struct pools_entry *pool_entry; /* its pool; alive until this task's done */
 	char *pool_name;
 	struct task_sink *sinks;    /* where its events go: the submitter's first, then waits */
+	struct task_sink **sinks_end; /* the last one's next (NULL: no sink yet) */
 	bool start_seen;            /* the started hooks ran */
 	bool finished;              /* done processed on the loop thread */
 	uint64_t finished_us;
