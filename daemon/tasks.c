@@ -233,24 +233,23 @@ tasks_outstanding(void)
 
 /*
  * A stream event, or the start of the run (event NULL): the started hooks
- * run once, then the event goes to the sink that asked for the stream. Its
- * weight stays on the task's budget until that sink lets go of it; with no
- * such sink it is given back at once.
+ * run once, then the event goes to the sink that asked for the stream, the
+ * submitter's, first on the list. Its weight stays on the task's budget
+ * until that sink lets go of it; with no such sink it is given back at
+ * once.
  */
 static void
 task_event(struct task *t, json_t *event, size_t weight)
 {
-	struct task_sink *s;
+	struct task_sink *s = t->sinks;
 
 	hooks_started(t);
 	if (event == NULL)
 		return;
-	for (s = t->sinks; s != NULL; s = s->next)
-		if (s->stream) {
-			s->ops->event(s, t, event, weight);
-			return;
-		}
-	task_stream_taken(t, weight);
+	if (s != NULL && s->stream)
+		s->ops->event(s, t, event, weight);
+	else
+		task_stream_taken(t, weight);
 }
 
 void

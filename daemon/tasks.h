@@ -53,7 +53,7 @@ struct task_sink_ops {
 
 struct task_sink {
 	const struct task_sink_ops *ops;
-	bool stream;                /* wants the stream events (only a submitter's) */
+	bool stream;                /* wants the stream events: only a submitter's (o->sink) */
 	struct task_sink *next;     /* the registry's: the task's list */
 };
 
