@@ -123,9 +123,43 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_TARGET           "target"
 #define FIELD_WORKERS          "workers"
 #define FIELD_MODE             "mode"
+#define FIELD_PID              "pid"            /* started (exec) */
+
+/* stats, and each of its pools */
 #define FIELD_POOLS            "pools"
 #define FIELD_CONNECTIONS      "connections"
 #define FIELD_UPTIME_MS        "uptime_ms"
+#define FIELD_TASKS_OUTSTANDING "tasks_outstanding"
+#define FIELD_TASKS_RETAINED   "tasks_retained"
+#define FIELD_TASKS_RETAINED_BYTES "tasks_retained_bytes"
+#define FIELD_RESULTS_FORGOTTEN "results_forgotten"
+#define FIELD_CONTAINMENT      "containment"
+#define FIELD_PHASE            "phase"
+#define FIELD_NAME             "name"
+#define FIELD_BUSY             "busy"
+#define FIELD_IDLE             "idle"
+#define FIELD_CAPACITY         "capacity"
+#define FIELD_LIMIT            "limit"
+#define FIELD_ACCEPTED         "accepted"
+#define FIELD_REJECTED         "rejected"
+#define FIELD_REJECTED_FULL    "rejected_full"
+#define FIELD_SUCCEEDED        "succeeded"
+#define FIELD_FAILED           "failed"
+#define FIELD_TIMED_OUT        "timed_out"
+#define FIELD_CANCELLED        "cancelled"
+#define FIELD_EXPIRED          "expired"
+#define FIELD_OLDEST_QUEUED_MS "oldest_queued_ms"
+#define FIELD_CLOSED           "closed"
+#define FIELD_REMOVED          "removed"
+
+/* stats.phase */
+#define PHASE_RUNNING  "running"
+#define PHASE_DRAINING "draining"
+#define PHASE_STOPPING "stopping"
+
+/* stats.containment (doc/exec.md) */
+#define CONTAINMENT_CGROUP  "cgroup"
+#define CONTAINMENT_PROCESS "process"
 
 /* task fields (submit.task) */
 #define FIELD_KIND             "kind"

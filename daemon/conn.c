@@ -30,9 +30,10 @@
  *  - The output buffer takes an answer only while nothing is held back
  *    before it and the answer fits under max_output_buffer, or the buffer
  *    is empty: an answer goes whole into the buffer, so one event larger
- *    than the cap still reaches a client that reads, alone. (An event whose
- *    size is known only once encoded, a small one, goes in while the buffer
- *    is under the cap.) Otherwise the answer is held back, in order, on
+ *    than the cap still reaches a client that reads, alone. (A stream
+ *    event is measured by its weight, the output it carries.) Every answer
+ *    comes as text (proto.h): this file writes no JSON. Otherwise the
+ *    answer is held back, in order, on
  *    c->out's held list: a done by reference (its shared text, blob.h, and
  *    its request's id: one copy of the text however many connections are
  *    owed it), any other line as its text. As the socket takes bytes, held
@@ -45,7 +46,7 @@
  *    a client that reads gets a full buffer's worth per pause, not one line).
  *  - A task's stream events that are held back keep their weight on the
  *    task's stream budget until they move into the buffer, so the worker
- *    producing them blocks in mailbox_post_stream: a task's output is paced
+ *    producing them blocks in task_emit (task.c): a task's output is paced
  *    by its reader, and its done, sent after its output, stays behind it.
  * A connection's memory is thus its buffer (at most the cap plus one
  * answer), the rest of one read, and the held list: one small item per done
@@ -75,6 +76,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdalign.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,22 +91,54 @@
 #include "blob.h"
 #include "conn.h"
 #include "daemon.h"
-#include "fmt.h"
 #include "framing.h"
 #include "idmap.h"
 #include "log.h"
 #include "mailbox.h"
 #include "ops.h"
-#include "utf8.h"
 #include "pool.h"
+#include "proto.h"
+#include "utf8.h"
 #include "wire.h"
 
 #define CONN_SCRATCH (64 * 1024)  /* bytes taken from a socket per read */
 #define CONN_OUT_MIN 2048         /* first allocation of an output buffer */
-#define CONN_SEND_GUESS 256       /* room asked for before encoding an event */
 #define CONN_LINES_PER_WRITE 32   /* a long run of lines is answered in parts this long */
 #define CONN_ERROR_MAX 512        /* bytes of an error message, cut at a character boundary */
-#define CONN_ID_INLINE 128        /* a request id this long is formatted on the stack */
+
+/*
+ * Kept small: an idle connection is this struct, its libevent event (in
+ * evspace) and an idmap entry. Buffers exist only while they hold bytes.
+ */
+struct conn {
+	uint64_t id;
+	int fd;
+	uid_t uid;             /* Unix peers with have_creds */
+	gid_t gid;
+	pid_t pid;
+	enum conn_role role;
+	unsigned awaiting;     /* dones still owed to this connection (submits and waits) */
+	unsigned waits;        /* of those, waits (max_subscriptions) */
+	bool is_unix;
+	bool have_creds;       /* Unix peers: uid/gid/pid are known */
+	bool dead;             /* closed; freed from a deferred callback */
+	bool closing;          /* the peer ended its input: close once nothing is owed */
+	bool output_broken;    /* writing failed: answers are dropped, input still read */
+	bool paused;           /* output over max_output_buffer: requests are not read */
+	bool dispatching;      /* a line of it is being handled */
+	short events;          /* what the event is armed for: EV_READ, EV_WRITE */
+	uint8_t peer_family;   /* TCP peers: AF_INET or AF_INET6 (see conn_peer) */
+	uint16_t peer_port;
+	uint8_t peer_addr[16];
+	struct framing in;     /* the start of a line whose newline has not come */
+	struct conn_out *out;  /* output not yet written; NULL when none */
+	struct conn *next_dirty;  /* the list of connections to flush... */
+	struct conn **prev_dirty; /* ...which c is on when this is not NULL */
+	struct conn *next_stuck;  /* the list of connections whose socket is full... */
+	struct conn **prev_stuck; /* ...which c is on when this is not NULL */
+	struct conn *next_dead;   /* the graveyard (dead connections to free) */
+	alignas(max_align_t) unsigned char evspace[]; /* its struct event */
+};
 
 /* An answer held back while the output buffer is full (see the top of the file). */
 struct conn_item {
@@ -144,8 +178,8 @@ static unsigned lines_this_read;    /* lines handled from the current read */
 static void conn_io_cb(evutil_socket_t, short, void *);
 static void conn_flush_cb(evutil_socket_t, short, void *);
 static void conn_reap_cb(evutil_socket_t, short, void *);
-static void conn_send_error_line(struct conn *, json_t *, const char *, const char *);
 static void conn_stall_cb(evutil_socket_t, short, void *);
+static void conn_send_line(struct conn *, const char *, size_t);
 static void conn_resume_input(struct conn *);
 
 static struct event *
@@ -272,7 +306,6 @@ conn_new(int fd, bool is_unix, const struct sockaddr *sa)
 		read_peer_creds(c);
 	else
 		keep_peer_addr(c, sa);
-	c->role = ops_initial_role(c);
 	evutil_make_socket_nonblocking(fd);
 	if (idmap_put(conns, c->id, c) == -1) {
 		close(fd);
@@ -479,11 +512,66 @@ conn_close_after_flush(struct conn *c)
 	close_if_finished(c);
 }
 
+uint64_t
+conn_id(const struct conn *c)
+{
+	return c->id;
+}
+
+bool
+conn_is_unix(const struct conn *c)
+{
+	return c->is_unix;
+}
+
+bool
+conn_creds(const struct conn *c, uid_t *uid, gid_t *gid, pid_t *pid)
+{
+	if (!c->is_unix || !c->have_creds)
+		return false;
+	if (uid != NULL)
+		*uid = c->uid;
+	if (gid != NULL)
+		*gid = c->gid;
+	if (pid != NULL)
+		*pid = c->pid;
+	return true;
+}
+
+enum conn_role
+conn_role(const struct conn *c)
+{
+	return c->role;
+}
+
 void
-conn_owed_done(struct conn *c)
+conn_set_role(struct conn *c, enum conn_role role)
+{
+	c->role = role;
+}
+
+void
+conn_done_owed(struct conn *c, bool wait)
+{
+	c->awaiting++;
+	if (wait)
+		c->waits++;
+}
+
+void
+conn_done_settled(struct conn *c, bool wait)
 {
 	if (c->awaiting > 0)
 		c->awaiting--;
+	if (wait && c->waits > 0)
+		c->waits--;
+	close_if_finished(c);   /* a done that went out is waited for in conn_write */
+}
+
+unsigned
+conn_waits(const struct conn *c)
+{
+	return c->waits;
 }
 
 /* Makes room for n more bytes in the output buffer; -1 when memory ran out. */
@@ -536,87 +624,21 @@ out_put(struct conn *c, const char *p, size_t n)
 	c->out->len += n;
 }
 
-/*
- * A request id as JSON text: in buf (size bytes) when it fits, else
- * malloc'd in *heap (the caller frees it). NULL when it cannot be encoded.
- */
-static const char *
-id_json(json_t *id, char *buf, size_t size, size_t *len, char **heap)
-{
-	size_t n;
-
-	*heap = NULL;
-	if (json_is_integer(id)) {
-		struct fmt f = fmt_init(buf, size);
-		fmt_i64(&f, json_integer_value(id));
-		*len = fmt_len(&f, buf);
-		return buf;
-	}
-	if ((n = json_dumpb(id, buf, size, JSON_ENCODE_ANY | JSON_COMPACT)) == 0)
-		return NULL;
-	if (n > size) {
-		if ((*heap = malloc(n)) == NULL ||
-		    json_dumpb(id, *heap, n, JSON_ENCODE_ANY | JSON_COMPACT) != n) {
-			free(*heap);
-			*heap = NULL;
-			return NULL;
-		}
-		*len = n;
-		return *heap;
-	}
-	*len = n;
-	return buf;
-}
-
-/* Copies a done into the output buffer: "{", "id":id, then body. -1 when out of memory. */
+/* Copies a done into the output buffer: its head for c (the id), then body. -1 when out of memory. */
 static int
 out_add_done(struct conn *c, json_t *id, const struct blob *body)
 {
-	char idbuf[CONN_ID_INLINE], *heap = NULL;
-	const char *idtext = NULL;
-	size_t idlen = 0;
+	struct proto_text head;
 
-	if (id != NULL && (idtext = id_json(id, idbuf, sizeof idbuf, &idlen, &heap)) == NULL)
+	proto_encode_done_head(&head, id);
+	if (!proto_text_ok(&head) || out_reserve(c, head.len + body->len + 1) == -1) {
+		proto_text_free(&head);
 		return -1; /* a parsed id always encodes: only memory can lack */
-	if (out_reserve(c, 1 + (idtext != NULL ? 6 + idlen : 0) + body->len + 1) == -1) {
-		free(heap);
-		return -1;
 	}
-	out_put(c, "{", 1);
-	if (idtext != NULL) {
-		out_put(c, "\"id\":", 5);
-		out_put(c, idtext, idlen);
-		out_put(c, ",", 1);
-	}
+	out_put(c, head.data, head.len);
 	out_put(c, body->data, body->len);
 	out_put(c, "\n", 1);
-	free(heap);
-	return 0;
-}
-
-/*
- * Encodes event straight into the output's free space (twice only when it
- * does not fit). -1 when memory ran out, -2 when the event cannot be
- * encoded (nothing was added).
- */
-static int
-out_add_json(struct conn *c, json_t *event)
-{
-	size_t room, n;
-
-	if (out_reserve(c, CONN_SEND_GUESS) == -1)
-		return -1;
-	room = c->out->cap - c->out->len;
-	if ((n = json_dumpb(event, c->out->data + c->out->len, room, JSON_COMPACT)) == 0)
-		return -2;
-	if (n + 1 > room) {
-		if (out_reserve(c, n + 1) == -1)
-			return -1;
-		if (json_dumpb(event, c->out->data + c->out->len, n, JSON_COMPACT) != n)
-			return -2;
-	}
-	c->out->len += n;
-	c->out->data[c->out->len++] = '\n';
+	proto_text_free(&head);
 	return 0;
 }
 
@@ -655,8 +677,7 @@ conn_can_send(const struct conn *c)
 /*
  * True when an answer of about len bytes may go into the buffer now: nothing
  * is held back, and it fits under the cap, or the buffer is empty (one
- * answer larger than the cap goes alone). For answers whose size is not
- * known before they are encoded (small ones), len is 0.
+ * answer larger than the cap goes alone).
  */
 static bool
 out_takes(const struct conn *c, size_t len)
@@ -701,20 +722,16 @@ hold(struct conn *c, size_t len)
 }
 
 /*
- * An event that cannot be encoded (a string in it is not UTF-8), or NULL (an
- * event that could not be built): the request still gets an answer, an
- * error "internal" with the event's id (null when it is not known), and
- * the daemon's log says so. Never a line cut short, never silence.
+ * An event whose text could not be written (a string in it is not UTF-8,
+ * or memory ran out): the request still gets an answer, an error
+ * "internal" with the event's id, and the daemon's log says so. Never a
+ * line cut short, never silence.
  */
 static void
-conn_send_unencodable(struct conn *c, json_t *event)
+conn_send_unsent(struct conn *c, const struct proto_text *pt)
 {
-	json_t *id = event != NULL ? json_object_get(event, "id") : NULL;
-	const char *name = event != NULL ? json_string_value(json_object_get(event, "event")) : NULL;
-	char idbuf[CONN_ID_INLINE], *heap = NULL, *line;
-	const char *idtext = NULL;
-	size_t idlen = 0, len;
-	struct fmt f;
+	const char *name = pt->event;
+	struct proto_text err;
 
 	if (name != NULL && (strlen(name) > 32 || strspn(name, "abcdefghijklmnopqrstuvwxyz_") !=
 	    strlen(name)))
@@ -722,99 +739,51 @@ conn_send_unencodable(struct conn *c, json_t *event)
 	log_warnx("connection %llu (%s): %s%s%s could not be %s: answered with an "
 	    "internal error", (unsigned long long)c->id, conn_peer(c),
 	    name != NULL ? "a \"" : "an event", name != NULL ? name : "",
-	    name != NULL ? "\" event" : "", event != NULL ? "encoded as JSON" : "built");
-	if (id != NULL)
-		idtext = id_json(id, idbuf, sizeof idbuf, &idlen, &heap);
-	if (idtext == NULL) {
-		idtext = "null";
-		idlen = 4;
-	}
-	len = 160 + idlen;
-	if ((line = malloc(len)) == NULL) {
-		free(heap);
+	    name != NULL ? "\" event" : "", pt->unencodable ? "encoded as JSON" : "built");
+	proto_encode_unsent(&err, pt);
+	if (proto_text_ok(&err))
+		conn_send_line(c, err.data, err.len);
+	else
 		conn_close(c, "out of memory for its output");
-		return;
-	}
-	f = fmt_init(line, len);
-	fmt_str(&f, "{\"event\":\"error\",\"id\":");
-	fmt_mem(&f, idtext, idlen);
-	fmt_str(&f, ",\"error\":{\"code\":\"" ERR_INTERNAL "\",\"message\":\"");
-	fmt_str(&f, event != NULL ? "the answer could not be encoded as JSON" :
-	    "the answer could not be built");
-	fmt_str(&f, " (a fault of tpd, logged)\"}}");
-	conn_send_line(c, line, fmt_len(&f, line));
-	free(line);
-	free(heap);
-}
-
-/* Holds back an event, encoded now; sent (if any) is called when it leaves the list. */
-static void
-hold_json(struct conn *c, json_t *event, conn_sent_fn sent, uint64_t key, size_t weight)
-{
-	size_t n = json_dumpb(event, NULL, 0, JSON_COMPACT);
-	struct conn_item *it;
-
-	if (n == 0) {
-		if (sent != NULL)
-			sent(key, weight);
-		conn_send_unencodable(c, event);
-		return;
-	}
-	if ((it = hold(c, n + 1)) == NULL) {
-		if (sent != NULL)
-			sent(key, weight);
-		return;
-	}
-	json_dumpb(event, it->line, n, JSON_COMPACT);
-	it->line[n] = '\n';
-	it->len = n + 1;
-	it->sent = sent;
-	it->key = key;
-	it->weight = weight;
-}
-
-/* Adds event to the buffer, or answers for it when it cannot be encoded. */
-static void
-send_json_now(struct conn *c, json_t *event)
-{
-	int r = out_add_json(c, event);
-
-	if (r == -2) {
-		/* nothing went in (a buffer just made for it is filled by the answer) */
-		conn_send_unencodable(c, event);
-		return;
-	}
-	conn_sent(c, r == 0);
+	proto_text_free(&err);
 }
 
 void
-conn_send(struct conn *c, json_t *event)
+conn_send_text(struct conn *c, struct proto_text *pt)
 {
 	if (!conn_can_send(c))
-		return;
-	if (event == NULL)
-		conn_send_unencodable(c, NULL);
-	else if (out_takes(c, 0))
-		send_json_now(c, event);
+		;
+	else if (!proto_text_ok(pt))
+		conn_send_unsent(c, pt);
 	else
-		hold_json(c, event, NULL, 0, 0);
+		conn_send_line(c, pt->data, pt->len);
+	proto_text_free(pt);
 }
 
-void
+/* Adds a line and its newline to the buffer, over the cap if need be. */
+static void
+out_add_line(struct conn *c, const char *line, size_t len)
+{
+	bool ok = out_reserve(c, len + 1) == 0;
+
+	if (ok) {
+		out_put(c, line, len);
+		out_put(c, "\n", 1);
+	}
+	conn_sent(c, ok);
+}
+
+/* Sends a ready line (without the trailing newline). */
+static void
 conn_send_line(struct conn *c, const char *line, size_t len)
 {
 	struct conn_item *it;
 
 	if (!conn_can_send(c))
 		return;
-	if (out_takes(c, len + 1)) {
-		bool ok = out_reserve(c, len + 1) == 0;
-		if (ok) {
-			out_put(c, line, len);
-			out_put(c, "\n", 1);
-		}
-		conn_sent(c, ok);
-	} else if ((it = hold(c, len + 1)) != NULL) {
+	if (out_takes(c, len + 1))
+		out_add_line(c, line, len);
+	else if ((it = hold(c, len + 1)) != NULL) {
 		memcpy(it->line, line, len);
 		it->line[len] = '\n';
 		it->len = len + 1;
@@ -837,40 +806,49 @@ conn_send_done(struct conn *c, json_t *id, struct blob *body)
 }
 
 void
-conn_send_stream(struct conn *c, json_t *event, conn_sent_fn sent, uint64_t key, size_t weight)
+conn_send_stream(struct conn *c, struct proto_text *pt, conn_sent_fn sent, uint64_t key,
+    size_t weight)
 {
-	if (!conn_can_send(c)) {
+	struct conn_item *it;
+
+	if (!conn_can_send(c) || !proto_text_ok(pt)) {
+		conn_send_text(c, pt);
 		sent(key, weight);
 		return;
 	}
-	if (!out_takes(c, weight)) {
-		hold_json(c, event, sent, key, weight);
+	if (out_takes(c, weight)) {
+		out_add_line(c, pt->data, pt->len);
+		proto_text_free(pt);
+		sent(key, weight);
 		return;
 	}
-	send_json_now(c, event);
-	sent(key, weight);
+	/* held: its weight stays on the task's budget until it leaves the list */
+	if ((it = hold(c, pt->len + 1)) == NULL)
+		sent(key, weight);
+	else {
+		memcpy(it->line, pt->data, pt->len);
+		it->line[pt->len] = '\n';
+		it->len = pt->len + 1;
+		it->sent = sent;
+		it->key = key;
+		it->weight = weight;
+	}
+	proto_text_free(pt);
 }
 
 void
 conn_send_error(struct conn *c, json_t *id, const char *code, const char *fmt, ...)
 {
 	char msg[CONN_ERROR_MAX];
+	struct proto_text pt;
 	va_list ap;
-	json_t *ev;
 
 	/* cut at a character boundary, never inside one: the event must encode */
 	va_start(ap, fmt);
 	utf8_vformat(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	ev = json_pack("{s:s, s:O?, s:{s:s, s:s}}", "event", EV_ERROR, "id", id,
-	    "error", "code", code, "message", msg);
-	if (ev == NULL) {
-		/* out of memory: the request is still answered, with a line that needs none */
-		conn_send_error_line(c, id, ERR_INTERNAL, "out of memory building an error");
-		return;
-	}
-	conn_send(c, ev);
-	json_decref(ev);
+	proto_encode_error(&pt, id, code, msg);
+	conn_send_text(c, &pt);
 }
 
 /* Stops dispatching c's requests and reading its socket (its output is full). */
@@ -923,8 +901,6 @@ conn_write(struct conn *c)
 	if (n == -1) {
 		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
 			conn_output_failed(c, errno);
-			if (daemon_state->phase == DAEMON_EXITING)
-				daemon_maybe_exit();
 			return;
 		}
 		n = 0;
@@ -949,8 +925,6 @@ conn_write(struct conn *c)
 	}
 	if (c->paused && !c->dead && conn_out_drained(c))
 		conn_resume_input(c);
-	if (c->out == NULL && daemon_state->phase == DAEMON_EXITING)
-		daemon_maybe_exit();
 }
 
 /*
@@ -1123,7 +1097,6 @@ conn_reap_cb(evutil_socket_t fd, short what, void *arg)
 	graveyard = NULL;
 	if (doomed != NULL)
 		reap_schedule();
-	daemon_maybe_exit();
 }
 
 /*
@@ -1211,47 +1184,11 @@ conn_close_all(void)
 	conns = NULL;
 }
 
-/*
- * The error line of conn_refuse and of conn_send_error's last resort, built
- * without jansson: code and message are ours (ASCII without quotes or
- * backslashes), the id the client's, encoded when it is a string.
- */
-static size_t
-error_line(char *buf, size_t size, json_t *id, const char *code, const char *message)
-{
-	char idbuf[256] = "null";
-	size_t idlen;
-	int n;
-
-	if (id != NULL) {
-		idlen = ops_id_text(id, idbuf, sizeof idbuf);
-		if (idlen == 0 || idlen >= sizeof idbuf)
-			strcpy(idbuf, "null");  /* too long to echo here */
-		else
-			idbuf[idlen] = '\0';
-	}
-	n = snprintf(buf, size,
-	    "{\"event\":\"error\",\"id\":%s,\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}",
-	    idbuf, code, message);
-	return n > 0 && (size_t)n < size ? (size_t)n : 0;
-}
-
-/* conn_send_error's last resort: an error line that needs no allocation to build. */
-static void
-conn_send_error_line(struct conn *c, json_t *id, const char *code, const char *message)
-{
-	char line[CONN_ERROR_MAX + 512];
-	size_t n = error_line(line, sizeof line, id, code, message);
-
-	if (n > 0)
-		conn_send_line(c, line, n);
-}
-
 void
 conn_refuse(int fd, const char *code, const char *message)
 {
 	char line[CONN_ERROR_MAX + 512];
-	size_t n = error_line(line, sizeof line, NULL, code, message);
+	size_t n = proto_encode_refusal(line, sizeof line - 1, code, message);
 
 	if (n > 0) {
 		line[n++] = '\n';

@@ -5,7 +5,6 @@
 #ifndef TPD_CONN_H
 #define TPD_CONN_H
 
-#include <stdalign.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -13,8 +12,6 @@
 #include <sys/types.h>
 
 #include <jansson.h>
-
-#include "framing.h"
 
 enum conn_role {
 	CONN_ROLE_NONE,   /* TCP before hello presented a token */
@@ -24,43 +21,40 @@ enum conn_role {
 
 struct blob;
 struct conn_out;
+struct proto_text;
+
+struct conn;
 
 /*
- * Kept small: an idle connection is this struct, its libevent event (in
- * evspace) and an idmap entry. Buffers exist only while they hold bytes.
+ * Wraps an accepted socket; sa is the peer's address (for TCP peers' logs).
+ * Its role is CONN_ROLE_NONE until conn_set_role (the listener's, auth.c).
  */
-struct conn {
-	uint64_t id;
-	int fd;
-	uid_t uid;             /* Unix peers with have_creds */
-	gid_t gid;
-	pid_t pid;
-	enum conn_role role;
-	unsigned awaiting;     /* dones still owed to this connection (submits and waits) */
-	unsigned subscriptions; /* waits pending on unfinished tasks (max_subscriptions) */
-	bool is_unix;
-	bool have_creds;       /* Unix peers: uid/gid/pid are known */
-	bool dead;             /* closed; freed from a deferred callback */
-	bool closing;          /* the peer ended its input: close once nothing is owed */
-	bool output_broken;    /* writing failed: answers are dropped, input still read */
-	bool paused;           /* output over max_output_buffer: requests are not read */
-	bool dispatching;      /* a line of it is being handled */
-	short events;          /* what the event is armed for: EV_READ, EV_WRITE */
-	uint8_t peer_family;   /* TCP peers: AF_INET or AF_INET6 (see conn_peer) */
-	uint16_t peer_port;
-	uint8_t peer_addr[16];
-	struct framing in;     /* the start of a line whose newline has not come */
-	struct conn_out *out;  /* output not yet written; NULL when none */
-	struct conn *next_dirty;  /* the list of connections to flush... */
-	struct conn **prev_dirty; /* ...which c is on when this is not NULL */
-	struct conn *next_stuck;  /* the list of connections whose socket is full... */
-	struct conn **prev_stuck; /* ...which c is on when this is not NULL */
-	struct conn *next_dead;   /* the graveyard (dead connections to free) */
-	alignas(max_align_t) unsigned char evspace[]; /* its struct event */
-};
-
-/* Wraps an accepted socket; sa is the peer's address (for TCP peers' logs). */
 struct conn *conn_new(int fd, bool is_unix, const struct sockaddr *sa);
+
+/* The connection's number: what a task keeps of it (the connection may go first). */
+uint64_t conn_id(const struct conn *);
+
+/* True for a Unix socket's peer. */
+bool conn_is_unix(const struct conn *);
+
+/* A Unix peer's credentials (SO_PEERCRED); false when they are not known (TCP). */
+bool conn_creds(const struct conn *, uid_t *uid, gid_t *gid, pid_t *pid);
+
+/* The role the connection has now (auth.c decides it). */
+enum conn_role conn_role(const struct conn *);
+void conn_set_role(struct conn *, enum conn_role);
+
+/*
+ * The dones owed to c: a submit that is not detached, or a wait (then also
+ * counted in conn_waits, against max_subscriptions), owes c one until it is
+ * sent, or until its task goes without one. A connection whose peer ended
+ * its input closes once nothing is owed and everything is written.
+ */
+void conn_done_owed(struct conn *, bool wait);
+void conn_done_settled(struct conn *, bool wait);
+
+/* The waits pending on c. */
+unsigned conn_waits(const struct conn *);
 
 /* The connection with this id, or NULL if it is gone. */
 struct conn *conn_find(uint64_t id);
@@ -84,33 +78,33 @@ const char *conn_peer(const struct conn *);
  */
 
 /*
- * Sends one event (a JSON object) as a line. An event that cannot be
- * encoded (or NULL, an event that could not be built) is answered with an
- * error "internal" carrying the event's id, and logged.
+ * Sends an event's text (proto.h) as a line, and frees the text. A text
+ * that could not be written (not proto_text_ok) is answered with an error
+ * "internal" carrying the event's id (proto_encode_unsent), and logged.
  */
-void conn_send(struct conn *, json_t *event);
-
-/* Sends a ready line (without the trailing newline). */
-void conn_send_line(struct conn *, const char *line, size_t len);
+void conn_send_text(struct conn *, struct proto_text *);
 
 /*
- * Sends a done: "{", "id":id (when id is not NULL), then body, the shared
- * text of the event after its "{" (blob.h). A done held back holds body
- * and id, not the task.
+ * Sends a done: the head for its id (proto_encode_done_head), then body,
+ * the shared text of the event after its "{" (blob.h). A done held back
+ * holds body and id, not the task.
  */
 void conn_send_done(struct conn *, json_t *id, struct blob *body);
 
 /*
- * Sends a stream event of a task (started, output) as conn_send does, then
- * calls sent(key, weight) once the event is in the output buffer, or
- * dropped (c gone or broken): while it is held back, the task's stream
- * budget stays taken, so the worker producing the output blocks.
+ * Sends a stream event of a task (started, output) as conn_send_text
+ * does, then calls sent(key, weight) once the event is in the output
+ * buffer, or dropped (c gone or broken): while it is held back, the task's
+ * stream budget stays taken, so the worker producing the output blocks.
  */
 typedef void (*conn_sent_fn)(uint64_t key, size_t weight);
-void conn_send_stream(struct conn *, json_t *event, conn_sent_fn sent, uint64_t key,
+void conn_send_stream(struct conn *, struct proto_text *, conn_sent_fn sent, uint64_t key,
     size_t weight);
 
-/* Sends {"event":"error","id":id,"error":{"code":code,"message":...}}. */
+/*
+ * Sends an error event (proto_encode_error) with a formatted message, cut
+ * at a character boundary when longer than 511 bytes (conn.c).
+ */
 void conn_send_error(struct conn *, json_t *id, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -122,9 +116,6 @@ void conn_close(struct conn *, const char *why);
  * owed was written (a client may half-close and still read its results).
  */
 void conn_close_after_flush(struct conn *);
-
-/* A done owed to c is being sent: a closing c goes once that is written. */
-void conn_owed_done(struct conn *c);
 
 /* True when no connection has unsent or held output (used before exiting). */
 bool conn_all_flushed(void);
