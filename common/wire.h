@@ -106,6 +106,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_ROLE             "role"
 #define FIELD_TASK             "task"
 #define FIELD_POOL             "pool"
+#define FIELD_OWNER            "owner"
 #define FIELD_DETACH           "detach"
 #define FIELD_STREAM           "stream"
 #define FIELD_QUEUE_TIMEOUT_MS "queue_timeout_ms"

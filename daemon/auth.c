@@ -139,6 +139,7 @@ auth_hello(struct conn *c, const char *token, const char *client, const char **c
 			return -1;
 		}
 		conn_set_role(c, token_role == TOKENS_ADMIN ? CONN_ROLE_ADMIN : CONN_ROLE_SUBMIT);
+		conn_set_token_name(c, token_name);     /* its tasks' owner: token:NAME */
 	}
 	if (conn_role(c) == CONN_ROLE_NONE) {
 		*code = ERR_UNAUTHENTICATED;

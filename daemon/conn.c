@@ -137,6 +137,7 @@ struct conn {
 	struct conn *next_stuck;  /* the list of connections whose socket is full... */
 	struct conn **prev_stuck; /* ...which c is on when this is not NULL */
 	struct conn *next_dead;   /* the graveyard (dead connections to free) */
+	char *token_name;         /* TCP: the token hello presented, by name; NULL: none */
 	alignas(max_align_t) unsigned char evspace[]; /* its struct event */
 };
 
@@ -264,6 +265,27 @@ conn_peer(const struct conn *c)
 	} else
 		return "unix";
 	return buf;
+}
+
+const char *
+conn_owner(const struct conn *c, char *buf, size_t len)
+{
+	if (c->is_unix && c->have_creds)
+		snprintf(buf, len, "uid:%u", (unsigned)c->uid);
+	else if (c->is_unix)
+		snprintf(buf, len, "unix:unknown");  /* no SO_PEERCRED: not seen on Linux */
+	else if (c->token_name != NULL)
+		snprintf(buf, len, "token:%s", c->token_name);
+	else
+		snprintf(buf, len, "tcp:anonymous");
+	return buf;
+}
+
+void
+conn_set_token_name(struct conn *c, const char *name)
+{
+	free(c->token_name);
+	c->token_name = name != NULL ? strdup(name) : NULL;
 }
 
 int
@@ -474,6 +496,7 @@ conn_free(struct conn *c)
 	conn_drop_output(c);
 	conn_drop_input(c);
 	close(c->fd);
+	free(c->token_name);
 	free(c);
 }
 

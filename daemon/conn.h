@@ -40,6 +40,17 @@ bool conn_is_unix(const struct conn *);
 /* A Unix peer's credentials (SO_PEERCRED); false when they are not known (TCP). */
 bool conn_creds(const struct conn *, uid_t *uid, gid_t *gid, pid_t *pid);
 
+/*
+ * Who the connection's tasks belong to, as a task's owner: "uid:N" for a
+ * Unix peer, "token:NAME" over TCP once hello presented a token (set by
+ * auth.c), "tcp:anonymous" over TCP without one. Writes it into buf (at
+ * most len bytes, NUL included) and returns buf.
+ */
+#define CONN_OWNER_MAX 80
+const char *conn_owner(const struct conn *, char *buf, size_t len);
+/* The token c authenticated with, by name (copied); NULL: none. */
+void conn_set_token_name(struct conn *, const char *name);
+
 /* The role the connection has now (auth.c decides it). */
 enum conn_role conn_role(const struct conn *);
 void conn_set_role(struct conn *, enum conn_role);

@@ -75,6 +75,7 @@ op_submit(struct conn *c, struct request *req)
 {
 	struct proto_submit sub;
 	struct task_options o;
+	char owner[CONN_OWNER_MAX];
 	struct proto_task view;
 	struct proto_text pt;
 	const struct conf_pool *cp;
@@ -102,6 +103,7 @@ op_submit(struct conn *c, struct request *req)
 	if ((t = parse_task(c, req, sub.task, e, &o.timeout_ms)) == NULL)
 		return;
 	o.pool = e;
+	o.owner = conn_owner(c, owner, sizeof owner);
 	o.stream = sub.stream;
 	o.queue_timeout_ms = sub.queue_timeout_ms;
 	if (!sub.detach && (o.sink = conn_sink_new(c, req->id, sub.stream, false)) == NULL) {

@@ -418,6 +418,10 @@ proto_encode_status(struct proto_text *pt, json_t *id, const struct proto_task *
 	pt_cstring(pt, v->state);
 	pt_key(pt, FIELD_POOL);
 	pt_cstring(pt, v->pool);
+	if (v->owner != NULL) {
+		pt_key(pt, FIELD_OWNER);
+		pt_cstring(pt, v->owner);
+	}
 	if (v->finished) {
 		pt_key(pt, FIELD_QUEUED_MS);
 		pt_ms(pt, v->queued_us);

@@ -171,6 +171,7 @@ void proto_text_free(struct proto_text *);
 struct proto_task {
 	uint64_t id;
 	const char *pool;           /* its pool's name */
+	const char *owner;          /* who it belongs to (status); NULL: not known */
 	const char *state;          /* STATE_*: queued, running or its terminal state */
 	unsigned queued_ahead;      /* accepted: tasks ahead of it in the queue */
 	bool finished;              /* queued_us and run_us are known */

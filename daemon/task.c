@@ -114,6 +114,7 @@ task_describe(const struct task *t, struct proto_task *v)
 	memset(v, 0, sizeof *v);
 	v->id = t->id;
 	v->pool = t->pool_name;
+	v->owner = t->owner;
 }
 
 /* Loop thread: a stream event (or the start) reaches the registry. */
@@ -348,5 +349,6 @@ task_free(struct task *t)
 	task_lighten(t);
 	blob_release(t->done_text);
 	free(t->pool_name);
+	free(t->owner);
 	free(t);
 }

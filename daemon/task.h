@@ -103,6 +103,7 @@ struct task {
 	/* the registry's (tasks.c), loop thread only */
 	struct pools_entry *pool_entry; /* its pool; alive until this task's done */
 	char *pool_name;
+	char *owner;                /* "uid:N", "token:NAME", "tcp:anonymous", ...: set at submit */
 	struct task_sink *sinks;    /* where its events go: the submitter's first, then waits */
 	struct task_sink **sinks_end; /* the last one's next (NULL: no sink yet) */
 	bool start_seen;            /* the started hooks ran */

@@ -154,8 +154,12 @@ tasks_submit(struct task *t, const struct task_options *o)
 {
 	enum pool_verdict v;
 
-	if ((t->pool_name = strdup(o->pool->name)) == NULL)
+	if ((t->pool_name = strdup(o->pool->name)) == NULL ||
+	    (o->owner != NULL && (t->owner = strdup(o->owner)) == NULL)) {
+		free(t->pool_name);
+		t->pool_name = NULL;
 		return POOL_REJECTED_FULL;
+	}
 	t->id = next_task_id;
 	t->pool_entry = o->pool;
 	t->stream = o->stream;
@@ -263,7 +267,7 @@ tasks_stream_taken(uint64_t id, size_t weight)
 
 /*
  * What a retained task is counted for against result_retain_bytes: its
- * done text, the task itself and its pool's name. Only what does not
+ * done text, the task itself, its pool's name and its owner. Only what does not
  * change once it is retained, so that the same figure comes off when it
  * goes.
  */
@@ -271,7 +275,8 @@ static size_t
 retained_cost(const struct task *t)
 {
 	return t->done_text->len + sizeof (struct task) +
-	    (t->pool_name != NULL ? strlen(t->pool_name) + 1 : 0);
+	    (t->pool_name != NULL ? strlen(t->pool_name) + 1 : 0) +
+	    (t->owner != NULL ? strlen(t->owner) + 1 : 0);
 }
 
 static void

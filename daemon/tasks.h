@@ -64,7 +64,8 @@ struct task_options {
 	bool stream;                /* started/output events to the sink */
 	uint64_t timeout_ms;        /* 0: none */
 	uint64_t queue_timeout_ms;  /* 0: none; past it a queued task ends expired */
-	/* what comes next goes here (owner, label, attempt, on_lost), onto the task */
+	const char *owner;          /* who it belongs to: "uid:N", "token:NAME", ... (copied) */
+	/* what comes next goes here (label, attempt, on_lost), onto the task */
 };
 
 /*
