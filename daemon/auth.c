@@ -132,8 +132,8 @@ auth_hello(struct conn *c, const char *token, const char *client, const char **c
 		/* compared with every token in constant time (tokens_match) */
 		if (current == NULL || !tokens_match(current->tokens, token, strlen(token),
 		    &token_name, &token_role)) {
-			log_warnx("connection %llu (%s): hello with a token that is not accepted",
-			    (unsigned long long)conn_id(c), conn_peer(c));
+			log_notice("connection %llu (%s): hello refused: a token that is not "
+			    "accepted", (unsigned long long)conn_id(c), conn_peer(c));
 			*code = ERR_UNAUTHENTICATED;
 			snprintf(msg, len, "token not accepted");
 			return -1;
@@ -142,6 +142,8 @@ auth_hello(struct conn *c, const char *token, const char *client, const char **c
 		conn_set_token_name(c, token_name);     /* its tasks' owner: token:NAME */
 	}
 	if (conn_role(c) == CONN_ROLE_NONE) {
+		log_notice("connection %llu (%s): hello refused: no token",
+		    (unsigned long long)conn_id(c), conn_peer(c));
 		*code = ERR_UNAUTHENTICATED;
 		snprintf(msg, len, "this TCP listener needs a token: send hello with \"token\"");
 		return -1;
@@ -181,6 +183,8 @@ auth_allowed(struct conn *c, enum conn_role needs, const char *op, const char **
 		return true;
 	}
 	*code = ERR_FORBIDDEN;
+	log_info("connection %llu (%s): %s forbidden: for admins",
+	    (unsigned long long)conn_id(c), conn_peer(c), op);
 	if (conn_is_unix(c)) {
 		conn_creds(c, &uid, NULL, NULL);
 		utf8_format(msg, len, "op \"%s\" is for admins: root, uid %u%s%s (you are uid %u)",
