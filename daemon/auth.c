@@ -1,6 +1,8 @@
 /*
  * auth.c: roles and authentication (auth.h): one place for the rules, the
- * token set and the admin group in force, which a reload replaces whole.
+ * token set and the admin group in force, which a reload replaces whole,
+ * and for who may see a task (its owner and admins). Every refusal is
+ * logged here, one line naming the peer.
  */
 #include "config.h"
 
@@ -13,12 +15,14 @@
 
 #include "auth.h"
 #include "log.h"
+#include "task.h"
 #include "tokens.h"
 #include "utf8.h"
 #include "wire.h"
 
 struct auth {
-	struct tokens *tokens;      /* NULL = TCP needs no token */
+	struct tokens *tokens;      /* NULL: no token file */
+	bool tcp_open;              /* tcp_auth = none: TCP peers need no token */
 	bool have_admin_gid;
 	gid_t admin_gid;
 	char *admin_group;          /* its name, for messages */
@@ -194,5 +198,41 @@ auth_allowed(struct conn *c, enum conn_role needs, const char *op, const char **
 		utf8_format(msg, len, "op \"%s\" over TCP needs the admin token%s", op,
 		    current != NULL && tokens_count(current->tokens, TOKENS_ADMIN) > 0 ?
 		    " in hello" : ", and none is configured");
+	return false;
+}
+
+bool
+auth_may_see_task(struct conn *c, const struct task *t)
+{
+	char owner[CONN_OWNER_MAX];
+
+	if (conn_role(c) == CONN_ROLE_ADMIN)
+		return true;
+	/* a Unix peer without credentials is nobody's; redis:NAME is nobody's either */
+	if (t->owner != NULL && (!conn_is_unix(c) || conn_creds(c, NULL, NULL, NULL)) &&
+	    strcmp(t->owner, conn_owner(c, owner, sizeof owner)) == 0)
+		return true;
+	if (conn_is_unix(c) && peer_in_admin_group(c)) {
+		conn_set_role(c, CONN_ROLE_ADMIN);
+		return true;
+	}
+	return false;
+}
+
+bool
+auth_task_allowed(struct conn *c, const struct task *t, const char *op, const char **code,
+    char *msg, size_t len)
+{
+	char owner[CONN_OWNER_MAX];
+
+	if (auth_may_see_task(c, t))
+		return true;
+	/* the log is the admin's: it names both sides; the answer names neither */
+	log_info("connection %llu (%s, %s): %s task %llu forbidden: owned by %s",
+	    (unsigned long long)conn_id(c), conn_peer(c), conn_owner(c, owner, sizeof owner),
+	    op, (unsigned long long)t->id, t->owner != NULL ? t->owner : "nobody");
+	*code = ERR_FORBIDDEN;
+	snprintf(msg, len, "task %llu is not yours: op \"%s\" on a task is for its owner and "
+	    "admins", (unsigned long long)t->id, op);
 	return false;
 }
