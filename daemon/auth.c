@@ -42,6 +42,7 @@ auth_load(const struct conf *c, struct auth **out, char **cause)
 		free(a);
 		return -1;
 	}
+	a->tcp_open = c->tcp_auth_none;
 	if (c->admin_group != NULL) {
 		struct group *gr = getgrnam(c->admin_group);
 		if (gr == NULL) {
@@ -67,6 +68,29 @@ auth_install(struct auth *a)
 		    tokens_count(a->tokens, TOKENS_SUBMIT), tokens_count(a->tokens, TOKENS_ADMIN));
 	auth_free(current);
 	current = a;
+}
+
+int
+auth_check_tcp(const struct auth *a, const char *listener, bool warn, char **cause)
+{
+	if (a == NULL)
+		a = current;
+	if (a != NULL && a->tcp_open) {
+		if (warn)
+			log_warnx("%s: tcp_auth = none: anyone who can connect may submit "
+			    "tasks, without a token", listener);
+		return 0;
+	}
+	if (a != NULL && a->tokens != NULL)
+		return 0;
+	return cause_set(cause, "%s: a TCP listener needs a token: set [daemon] token_file "
+	    "(or tcp_auth = none to let anyone who can connect in)", listener);
+}
+
+const char *
+auth_tcp_mode(void)
+{
+	return current != NULL && current->tcp_open ? TCP_AUTH_NONE : TCP_AUTH_TOKEN;
 }
 
 void
@@ -117,8 +141,8 @@ auth_initial_role(const struct conn *c)
 	uid_t uid;
 
 	if (!conn_is_unix(c))
-		return current != NULL && current->tokens != NULL ? CONN_ROLE_NONE :
-		    CONN_ROLE_SUBMIT;
+		return current != NULL && (current->tcp_open || current->tokens == NULL) ?
+		    CONN_ROLE_SUBMIT : CONN_ROLE_NONE;
 	if (conn_creds(c, &uid, NULL, NULL) && (uid == 0 || uid == geteuid()))
 		return CONN_ROLE_ADMIN;
 	/* Group membership (SO_PEERGROUPS) is looked up only when an admin op comes. */

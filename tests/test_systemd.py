@@ -162,7 +162,7 @@ def test_socket_activation_serves_unix_and_tcp():
             port = free_port()
             # -s and -l name listeners tpd must not create: the passed fds replace them
             sp.start([activate, "-l", path, "-l", "127.0.0.1:%d" % port, "--fdname=unix:tcp",
-                      TPD, "-f", "-w", "1", "-s", own, "-l", "127.0.0.1:0",
+                      TPD, "-f", "-w", "1", "-s", own, "-l", "127.0.0.1:0", "--tcp-auth", "none",
                       "--log-level", "debug"])
             eventually(lambda: "as 4." in sp.read_log() or sp.proc.poll() is not None,
                        "systemd-socket-activate listens")
