@@ -10,6 +10,7 @@
 #include "conf.h"
 #include "conn-sink.h"
 #include "daemon.h"
+#include "log.h"
 #include "ops.h"
 #include "pools.h"
 #include "proto.h"
@@ -96,6 +97,8 @@ op_submit(struct conn *c, struct request *req)
 	}
 	cp = conf_pool_find(&daemon_state->conf, e->name);
 	if (cp != NULL && cp->run_as == CONF_RUN_AS_CALLER && !conn_creds(c, NULL, NULL, NULL)) {
+		log_info("connection %llu (%s): submit to pool %s forbidden: run_as = caller",
+		    (unsigned long long)conn_id(c), conn_peer(c), e->name);
 		conn_send_error(c, req->id, ERR_FORBIDDEN, "pool %s runs tasks as their caller "
 		    "(run_as = caller): submit on the Unix socket", e->name);
 		return;
