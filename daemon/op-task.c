@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "conf.h"
 #include "conn-sink.h"
 #include "daemon.h"
+#include "log.h"
 #include "ops.h"
 #include "pools.h"
 #include "proto.h"
@@ -95,6 +97,8 @@ op_submit(struct conn *c, struct request *req)
 	}
 	cp = conf_pool_find(&daemon_state->conf, e->name);
 	if (cp != NULL && cp->run_as == CONF_RUN_AS_CALLER && !conn_creds(c, NULL, NULL, NULL)) {
+		log_info("connection %llu (%s): submit to pool %s forbidden: run_as = caller",
+		    (unsigned long long)conn_id(c), conn_peer(c), e->name);
 		conn_send_error(c, req->id, ERR_FORBIDDEN, "pool %s runs tasks as their caller "
 		    "(run_as = caller): submit on the Unix socket", e->name);
 		return;
@@ -134,13 +138,19 @@ op_submit(struct conn *c, struct request *req)
 	conn_send_text(c, &pt);
 }
 
-/* The task a request names; NULL after answering no_such_task. */
+/*
+ * The task a request names, for the op named op; NULL after answering
+ * no_such_task, or forbidden when it is not c's (auth.c). A task that does
+ * not exist is no_such_task for anyone: its id tells no more than the
+ * order of submissions does.
+ */
 static struct task *
-find_task(struct conn *c, struct request *req)
+find_task(struct conn *c, struct request *req, const char *op)
 {
 	uint64_t id = 0;
 	struct task *t;
-	char *msg = NULL;
+	const char *code;
+	char *msg = NULL, why[256];
 
 	if (proto_read_task_ref(req, &id, &msg) == -1) {
 		ops_bad_request(c, req, msg);
@@ -157,6 +167,11 @@ find_task(struct conn *c, struct request *req)
 		else
 			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "no task %llu: never "
 			    "submitted", (unsigned long long)id);
+		return NULL;
+	}
+	if (!auth_task_allowed(c, t, op, &code, why, sizeof why)) {
+		conn_send_error(c, req->id, code, "%s", why);
+		return NULL;
 	}
 	return t;
 }
@@ -168,7 +183,7 @@ find_task(struct conn *c, struct request *req)
 void
 op_wait(struct conn *c, struct request *req)
 {
-	struct task *t = find_task(c, req);
+	struct task *t = find_task(c, req, OP_WAIT);
 	unsigned max = daemon_state->conf.max_subscriptions;
 	struct task_sink *sink;
 
@@ -194,7 +209,7 @@ op_wait(struct conn *c, struct request *req)
 void
 op_status(struct conn *c, struct request *req)
 {
-	struct task *t = find_task(c, req);
+	struct task *t = find_task(c, req, OP_STATUS);
 	struct proto_task view;
 	struct proto_text pt;
 
@@ -208,7 +223,7 @@ op_status(struct conn *c, struct request *req)
 void
 op_cancel(struct conn *c, struct request *req)
 {
-	struct task *t = find_task(c, req);
+	struct task *t = find_task(c, req, OP_CANCEL);
 	struct proto_text pt;
 
 	if (t == NULL)
