@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 
-from tpdtest import TPD, TIMEOUT, Daemon, Skip, check, eventually, run_tests
+from tpdtest import TPD, TPCTL, TIMEOUT, Daemon, Skip, check, eventually, run_tests
 
 # A client run as another user: sends each request of argv[2] (JSON) and prints, as
 # JSON, the first answer carrying its id (events without one, such as output, skipped).
@@ -312,8 +312,23 @@ def test_tcp_auth_none_starts_warns_and_says_so_in_stats():
         # every anonymous TCP client is the same owner; a Unix peer that is not admin is not
         t2 = d.client(tcp=True)
         check(t2.request({"op": "status", "task": acc["task"]})["event"] == "status", "same owner")
+        out = tpctl_stats(d)
+        check("tpctl: warning: the daemon lets TCP clients in without a token (tcp_auth = none)\n"
+              in out, "%s", out)
     with Daemon() as d:
         check(d.client().request({"op": "stats"})["tcp_auth"] == "token", "the default: token")
+        out = tpctl_stats(d)
+        check("tcp_auth" not in out and
+              re.search(r"^tpd \S+: (\w+, )?up \S+, \d+ connections?, tasks contained by (cgroup|process)$",
+                        out.splitlines()[0]), "%s", out)
+
+
+def tpctl_stats(d):
+    """tpctl stats as the admin sees it, on the daemon's Unix socket"""
+    p = subprocess.run([TPCTL, "-s", d.sock, "stats"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=TIMEOUT)
+    check(p.returncode == 0, "tpctl stats: %r", p.stdout)
+    return p.stdout.decode()
 
 
 def test_tcp_auth_none_with_tokens_takes_both():
