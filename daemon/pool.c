@@ -53,6 +53,12 @@
  *  - A task names its client by connection id, not pointer: the client may
  *    be gone when the done arrives (tasks.c, conn_find).
  *
+ * Timings: every job leaving the queue (to run, or expired) adds its wait to
+ * the pool's histograms, and every job that ran adds its run time when it
+ * ends, in the locked sections that already book those moments; the
+ * histograms and the recent windows are fixed arrays inside struct pool, so
+ * observing allocates nothing and costs a binary search of the bounds.
+ *
  * Besides the workers, each pool has one watcher thread that expires queued
  * jobs whose queue deadline passed, so an expiry is delivered on time even
  * when every worker is busy with a long job. It is not counted as a worker
@@ -120,6 +126,10 @@ struct pool {
 
 	uint64_t accepted, rejected_full, rejected_closed;
 	uint64_t succeeded, failed, timed_out, cancelled, expired;
+
+	struct pool_hist queued_hist;   /* since creation: queue waits */
+	struct pool_hist run_hist;      /* and run times */
+	struct pool_recent recent;      /* the last seconds */
 };
 
 /* The worker record of the current thread, to refuse a worker's own join. */
@@ -161,6 +171,197 @@ pool_state_name(enum pool_state s)
 	case POOL_EXPIRED: return "expired";
 	}
 	return "failed";
+}
+
+/* ---- timings (pure functions; the pool calls them under its lock) */
+
+/* Ten bounds a decade (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8) from 10 us to 80 s. */
+#define DECADE(u) 10 * (u), 12 * (u), 15 * (u), 20 * (u), 25 * (u), 30 * (u), \
+	40 * (u), 50 * (u), 60 * (u), 80 * (u)
+#define S 1000000ULL
+
+const uint64_t pool_hist_bounds_us[POOL_HIST_NBOUNDS] = {
+	1, 2, 3, 4, 5, 6, 8,
+	DECADE(1ULL), DECADE(10ULL), DECADE(100ULL), DECADE(1000ULL), DECADE(10000ULL),
+	DECADE(100000ULL), DECADE(1000000ULL),
+	100 * S, 120 * S, 150 * S, 200 * S, 250 * S, 300 * S, 400 * S, 500 * S, 600 * S,
+	800 * S, 1000 * S, 1200 * S, 1500 * S, 1800 * S, 2400 * S, 3000 * S, 3600 * S,
+};
+#undef DECADE
+#undef S
+
+/* The bucket of us: the first whose bound is at least us, or the overflow bucket. */
+static size_t
+hist_bucket(uint64_t us)
+{
+	size_t lo = 0, hi = POOL_HIST_NBOUNDS;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (pool_hist_bounds_us[mid] < us)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+void
+pool_hist_add(struct pool_hist *h, uint64_t us)
+{
+	h->bucket[hist_bucket(us)]++;
+	if (h->count == 0 || us < h->min_us)
+		h->min_us = us;
+	if (us > h->max_us)
+		h->max_us = us;
+	h->count++;
+	h->sum_us += us;
+}
+
+void
+pool_hist_merge(struct pool_hist *into, const struct pool_hist *from)
+{
+	if (from->count == 0)
+		return;
+	for (size_t i = 0; i <= POOL_HIST_NBOUNDS; i++)
+		into->bucket[i] += from->bucket[i];
+	if (into->count == 0 || from->min_us < into->min_us)
+		into->min_us = from->min_us;
+	if (from->max_us > into->max_us)
+		into->max_us = from->max_us;
+	into->count += from->count;
+	into->sum_us += from->sum_us;
+}
+
+uint64_t
+pool_hist_count_le(const struct pool_hist *h, uint64_t bound_us)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < POOL_HIST_NBOUNDS && pool_hist_bounds_us[i] <= bound_us; i++)
+		n += h->bucket[i];
+	return n;
+}
+
+uint64_t
+pool_hist_quantile(const struct pool_hist *h, double q)
+{
+	double rank, below = 0, lo, hi, v;
+	size_t i;
+
+	if (h->count == 0)
+		return 0;
+	if (q > 1)
+		q = 1;
+	rank = q * (double)h->count;
+	for (i = 0; i <= POOL_HIST_NBOUNDS; i++) {
+		if (h->bucket[i] > 0 && below + (double)h->bucket[i] >= rank)
+			break;
+		below += (double)h->bucket[i];
+	}
+	if (i > POOL_HIST_NBOUNDS)
+		return h->max_us;
+	lo = i == 0 ? 0 : (double)pool_hist_bounds_us[i - 1];
+	hi = i == POOL_HIST_NBOUNDS ? (double)h->max_us : (double)pool_hist_bounds_us[i];
+	v = lo + (hi - lo) * (rank - below) / (double)h->bucket[i];
+	/* No estimate outside what was seen: one observation is its own every quantile. */
+	if (v < (double)h->min_us)
+		v = (double)h->min_us;
+	if (v > (double)h->max_us)
+		v = (double)h->max_us;
+	return (uint64_t)(v + 0.5);
+}
+
+void
+pool_recent_init(struct pool_recent *r, uint64_t now_us)
+{
+	memset(r, 0, sizeof *r);
+	r->since_us = now_us;
+}
+
+/*
+ * The histograms' index of the window of now_us, cleared when that window
+ * is new; -1 for a time older than the window the slot holds (a thread that
+ * read the clock long before it took the lock): the recent figures skip it.
+ */
+static int
+recent_window(struct pool_recent *r, uint64_t now_us)
+{
+	uint64_t w = now_us / POOL_RECENT_WINDOW_US + 1;
+	size_t i = (size_t)(w & 1);
+
+	if (r->window[i] > w)
+		return -1;
+	if (r->window[i] != w) {
+		r->window[i] = w;
+		memset(&r->queued[i], 0, sizeof r->queued[i]);
+		memset(&r->run[i], 0, sizeof r->run[i]);
+	}
+	return (int)i;
+}
+
+void
+pool_recent_started(struct pool_recent *r, uint64_t now_us, uint64_t queued_us)
+{
+	int i = recent_window(r, now_us);
+
+	if (i >= 0)
+		pool_hist_add(&r->queued[i], queued_us);
+}
+
+void
+pool_recent_ended(struct pool_recent *r, uint64_t now_us, uint64_t run_us)
+{
+	uint64_t sec = now_us / 1000000 + 1;
+	size_t slot = (size_t)(sec % POOL_RECENT_SLOTS);
+	int i = recent_window(r, now_us);
+
+	if (i >= 0)
+		pool_hist_add(&r->run[i], run_us);
+	if (r->second[slot] > sec)
+		return;
+	if (r->second[slot] != sec) {
+		r->second[slot] = sec;
+		r->ended[slot] = 0;
+	}
+	r->ended[slot]++;
+}
+
+void
+pool_recent_read(const struct pool_recent *r, uint64_t now_us, struct pool_recent_figures *out)
+{
+	struct pool_hist queued, run;
+	uint64_t w = now_us / POOL_RECENT_WINDOW_US + 1, sec = now_us / 1000000 + 1;
+	uint64_t first = sec >= POOL_RECENT_RATE_S ? sec - (POOL_RECENT_RATE_S - 1) : 1;
+	uint64_t ended = 0, from_us;
+	double span;
+
+	memset(out, 0, sizeof *out);
+	memset(&queued, 0, sizeof queued);
+	memset(&run, 0, sizeof run);
+	for (size_t i = 0; i < 2; i++)
+		if (r->window[i] != 0 && (r->window[i] == w || r->window[i] + 1 == w)) {
+			pool_hist_merge(&queued, &r->queued[i]);
+			pool_hist_merge(&run, &r->run[i]);
+		}
+	out->started = queued.count;
+	out->ended = run.count;
+	out->queued_p50_us = pool_hist_quantile(&queued, 0.5);
+	out->queued_p99_us = pool_hist_quantile(&queued, 0.99);
+	out->run_p50_us = pool_hist_quantile(&run, 0.5);
+	out->run_p99_us = pool_hist_quantile(&run, 0.99);
+
+	/* The rate: the seconds first..sec (the current one partly), over the time they span. */
+	for (size_t i = 0; i < POOL_RECENT_SLOTS; i++)
+		if (r->second[i] >= first && r->second[i] <= sec)
+			ended += r->ended[i];
+	from_us = (first - 1) * 1000000;
+	if (from_us < r->since_us)
+		from_us = r->since_us;
+	span = now_us > from_us ? (double)(now_us - from_us) / 1e6 : 0;
+	if (span < 1)
+		span = 1;       /* a pool younger than a second: no rate from a sliver of time */
+	out->rate_per_s = (double)ended / span;
 }
 
 /* ---- job lists (lock held) */
@@ -205,24 +406,37 @@ dequeue(struct pool *p, struct pool_job *j)
 		pthread_cond_signal(&p->watch_cv);
 }
 
-/* Marks a queued job finished without running; done is called later, unlocked. */
+/* A job left the queue at now without running (lock held): its wait is observed. */
 static void
-finish_unrun(struct pool *p, struct pool_job *j, enum pool_state state, struct job_list *out)
+observe_expired(struct pool *p, struct pool_job *j, uint64_t now)
+{
+	p->expired++;
+	pool_hist_add(&p->queued_hist, now - j->enqueued_us);
+	pool_recent_started(&p->recent, now, now - j->enqueued_us);
+}
+
+/*
+ * Marks a queued job finished without running, at now (the time its done
+ * will report); done is called later, unlocked. A cancelled job's wait is
+ * not observed: it neither started nor expired.
+ */
+static void
+finish_unrun(struct pool *p, struct pool_job *j, enum pool_state state, uint64_t now,
+    struct job_list *out)
 {
 	dequeue(p, j);
 	j->where = POOL_JOB_FINISHED;
 	if (state == POOL_EXPIRED)
-		p->expired++;
+		observe_expired(p, j, now);
 	else
 		p->cancelled++;
 	list_append(out, j);
 }
 
-/* Calls done for jobs that ended without running. Lock not held. */
+/* Calls done for jobs that ended without running at now. Lock not held. */
 static void
-deliver_unrun(struct job_list *jobs, enum pool_state state)
+deliver_unrun(struct job_list *jobs, enum pool_state state, uint64_t now)
 {
-	uint64_t now = clock_now_us();
 	struct pool_job *j, *next;
 
 	for (j = jobs->head; j != NULL; j = next) {
@@ -445,10 +659,10 @@ worker_main(void *arg)
 			/* Past its deadline before the watcher saw it: expire, never run. */
 			struct job_list one = { NULL, NULL };
 			j->where = POOL_JOB_FINISHED;
-			p->expired++;
+			observe_expired(p, j, now);
 			list_append(&one, j);
 			pthread_mutex_unlock(&p->lock);
-			deliver_unrun(&one, POOL_EXPIRED);
+			deliver_unrun(&one, POOL_EXPIRED, now);
 			pthread_mutex_lock(&p->lock);
 			continue;
 		}
@@ -456,6 +670,8 @@ worker_main(void *arg)
 		j->started_us = now;
 		list_append(&p->running, j);
 		p->busy++;
+		pool_hist_add(&p->queued_hist, now - j->enqueued_us);
+		pool_recent_started(&p->recent, now, now - j->enqueued_us);
 		pthread_mutex_unlock(&p->lock);
 
 		/* The previous job's done, now that this one is taken: one lock per job. */
@@ -474,6 +690,8 @@ worker_main(void *arg)
 		j->where = POOL_JOB_FINISHED;
 		p->busy--;
 		count_end(p, state);
+		pool_hist_add(&p->run_hist, run_us);
+		pool_recent_ended(&p->recent, j->started_us + run_us, run_us);
 		ran = j;
 	}
 	leave(w, true);
@@ -505,13 +723,13 @@ watcher_main(void *arg)
 			if (j->queue_deadline_us == 0)
 				continue;
 			if (j->queue_deadline_us <= now)
-				finish_unrun(p, j, POOL_EXPIRED, &expired);
+				finish_unrun(p, j, POOL_EXPIRED, now, &expired);
 			else if (earliest == 0 || j->queue_deadline_us < earliest)
 				earliest = j->queue_deadline_us;
 		}
 		if (expired.head != NULL) {
 			pthread_mutex_unlock(&p->lock);
-			deliver_unrun(&expired, POOL_EXPIRED);
+			deliver_unrun(&expired, POOL_EXPIRED, now);
 			pthread_mutex_lock(&p->lock);
 			continue;
 		}
@@ -573,6 +791,7 @@ pool_create(const struct pool_config *cfg, char **cause)
 	p->target = cfg->size;
 	p->thread_start = cfg->thread_start ? cfg->thread_start : pthread_create;
 	p->may_spin = sysconf(_SC_NPROCESSORS_ONLN) > 1;
+	pool_recent_init(&p->recent, clock_now_us());
 
 	pthread_mutex_lock(&p->lock);
 	while (p->registered < p->target && rc == 0)
@@ -715,16 +934,18 @@ pool_cancel(struct pool *p, struct pool_job *j)
 {
 	struct job_list one = { NULL, NULL };
 	enum pool_job_where where;
+	uint64_t now;
 
 	pthread_mutex_lock(&p->lock);
+	now = clock_now_us();
 	where = j->where;
 	if (where == POOL_JOB_QUEUED)
-		finish_unrun(p, j, POOL_CANCELLED, &one);
+		finish_unrun(p, j, POOL_CANCELLED, now, &one);
 	else if (where == POOL_JOB_RUNNING && !atomic_exchange(&j->cancel_requested, true) &&
 	    j->on_cancel != NULL)
 		j->on_cancel(j);
 	pthread_mutex_unlock(&p->lock);
-	deliver_unrun(&one, POOL_CANCELLED);
+	deliver_unrun(&one, POOL_CANCELLED, now);
 	return where;
 }
 
@@ -739,12 +960,14 @@ pool_close(struct pool *p, enum pool_close_mode mode)
 {
 	struct job_list cancelled = { NULL, NULL };
 	struct pool_job *j;
+	uint64_t now;
 
 	pthread_mutex_lock(&p->lock);
+	now = clock_now_us();
 	p->closed = true;
 	if (mode == POOL_NOW) {
 		while ((j = p->queue.head) != NULL)
-			finish_unrun(p, j, POOL_CANCELLED, &cancelled);
+			finish_unrun(p, j, POOL_CANCELLED, now, &cancelled);
 		for (j = p->running.head; j != NULL; j = j->next)
 			if (!atomic_exchange(&j->cancel_requested, true) && j->on_cancel != NULL)
 				j->on_cancel(j);
@@ -752,7 +975,7 @@ pool_close(struct pool *p, enum pool_close_mode mode)
 	pthread_cond_broadcast(&p->work_cv);
 	pthread_cond_signal(&p->watch_cv); /* it leaves if the queue is already empty */
 	pthread_mutex_unlock(&p->lock);
-	deliver_unrun(&cancelled, POOL_CANCELLED);
+	deliver_unrun(&cancelled, POOL_CANCELLED, now);
 }
 
 int
@@ -800,7 +1023,10 @@ pool_free(struct pool *p)
 void
 pool_snapshot(struct pool *p, struct pool_snapshot *s)
 {
+	uint64_t now;
+
 	pthread_mutex_lock(&p->lock);
+	now = clock_now_us();
 	s->target = p->target;
 	s->workers = p->registered;
 	s->busy = p->busy;
@@ -818,6 +1044,18 @@ pool_snapshot(struct pool *p, struct pool_snapshot *s)
 	s->timed_out = p->timed_out;
 	s->cancelled = p->cancelled;
 	s->expired = p->expired;
-	s->oldest_queued_us = p->queue.head ? clock_now_us() - p->queue.head->enqueued_us : 0;
+	s->oldest_queued_us = p->queue.head ? now - p->queue.head->enqueued_us : 0;
+	pool_recent_read(&p->recent, now, &s->recent);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void
+pool_timings(struct pool *p, struct pool_hist *queued, struct pool_hist *run)
+{
+	pthread_mutex_lock(&p->lock);
+	if (queued != NULL)
+		*queued = p->queued_hist;
+	if (run != NULL)
+		*run = p->run_hist;
 	pthread_mutex_unlock(&p->lock);
 }
