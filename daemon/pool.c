@@ -56,8 +56,8 @@
  * Timings: every job leaving the queue (to run, or expired) adds its wait to
  * the pool's histograms, and every job that ran adds its run time when it
  * ends, in the locked sections that already book those moments; the
- * histograms and the recent windows are fixed arrays inside struct pool, so
- * observing allocates nothing and costs a binary search of the bounds.
+ * histograms are fixed arrays inside struct pool (pool.h's struct
+ * pool_timing), so observing allocates nothing and costs one histogram add.
  *
  * Besides the workers, each pool has one watcher thread that expires queued
  * jobs whose queue deadline passed, so an expiry is delivered on time even
@@ -127,9 +127,7 @@ struct pool {
 	uint64_t accepted, rejected_full, rejected_closed;
 	uint64_t succeeded, failed, timed_out, cancelled, expired;
 
-	struct pool_hist queued_hist;   /* since creation: queue waits */
-	struct pool_hist run_hist;      /* and run times */
-	struct pool_recent recent;      /* the last seconds */
+	struct pool_timing timing;      /* queue waits and run times */
 };
 
 /* The worker record of the current thread, to refuse a worker's own join. */
@@ -190,20 +188,34 @@ const uint64_t pool_hist_bounds_us[POOL_HIST_NBOUNDS] = {
 #undef DECADE
 #undef S
 
+/*
+ * The first bucket whose bound is at least 2^k, for us of k + 1 bits: from
+ * there, the bucket of us is at most three steps on (no octave holds more
+ * than three bounds). pool-test checks this table against the bounds.
+ */
+static const uint8_t octave_first[33] = {
+	0, 1, 3, 6, 10, 13, 16, 19, 22, 25, 28, 31, 34, 37, 40, 43, 46, 49, 52, 55,
+	58, 61, 64, 67, 70, 73, 76, 79, 82, 85, 88, 91, 94,
+};
+
 /* The bucket of us: the first whose bound is at least us, or the overflow bucket. */
 static size_t
 hist_bucket(uint64_t us)
 {
-	size_t lo = 0, hi = POOL_HIST_NBOUNDS;
+	unsigned k;
+	size_t i;
 
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		if (pool_hist_bounds_us[mid] < us)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	if (us == 0)
+		return 0;
+	k = 63 - (unsigned)__builtin_clzll(us);
+	if (k >= sizeof octave_first - 1)
+		return POOL_HIST_NBOUNDS;       /* 2^32 us and more: past the last bound */
+	/* three steps, without a branch: octave_first[k] + 2 <= 93 is always a bound */
+	i = octave_first[k];
+	i += pool_hist_bounds_us[i] < us;
+	i += pool_hist_bounds_us[i] < us;
+	i += pool_hist_bounds_us[i] < us;
+	return i;
 }
 
 void
@@ -273,62 +285,112 @@ pool_hist_quantile(const struct pool_hist *h, double q)
 }
 
 void
-pool_recent_init(struct pool_recent *r, uint64_t now_us)
+pool_timing_init(struct pool_timing *t, uint64_t now_us)
 {
-	memset(r, 0, sizeof *r);
-	r->since_us = now_us;
+	memset(t, 0, sizeof *t);
+	t->since_us = now_us;
+	t->window = now_us / POOL_RECENT_WINDOW_US + 1;
+}
+
+/* Keeps the extremes of a window: v observed in it (first: nothing before). */
+static void
+extremes_add(uint64_t *min, uint64_t *max, uint64_t v, bool first)
+{
+	if (first || v < *min)
+		*min = v;
+	if (first || v > *max)
+		*max = v;
 }
 
 /*
- * The histograms' index of the window of now_us, cleared when that window
- * is new; -1 for a time older than the window the slot holds (a thread that
- * read the clock long before it took the lock): the recent figures skip it.
+ * Moves the marks on when now_us is in a later window than the current
+ * one: the current window's mark becomes the one before's, unless that
+ * window is not the one just before (the histograms then are the mark of
+ * both). Extremes 0 and 0 stand for a window that saw nothing.
  */
-static int
-recent_window(struct pool_recent *r, uint64_t now_us)
+static void
+timing_window(struct pool_timing *t, uint64_t now_us)
 {
 	uint64_t w = now_us / POOL_RECENT_WINDOW_US + 1;
-	size_t i = (size_t)(w & 1);
 
-	if (r->window[i] > w)
-		return -1;
-	if (r->window[i] != w) {
-		r->window[i] = w;
-		memset(&r->queued[i], 0, sizeof r->queued[i]);
-		memset(&r->run[i], 0, sizeof r->run[i]);
+	if (w <= t->window)
+		return;         /* this window (or a thread's clock read before it took the lock) */
+	if (w == t->window + 1) {
+		t->queued_mark[1] = t->queued_mark[0];
+		t->run_mark[1] = t->run_mark[0];
+		t->queued_min[1] = t->queued_min[0];
+		t->queued_max[1] = t->queued_max[0];
+		t->run_min[1] = t->run_min[0];
+		t->run_max[1] = t->run_max[0];
+	} else {
+		t->queued_mark[1] = t->queued;
+		t->run_mark[1] = t->run;
+		t->queued_min[1] = t->queued_max[1] = t->run_min[1] = t->run_max[1] = 0;
 	}
-	return (int)i;
+	t->queued_mark[0] = t->queued;
+	t->run_mark[0] = t->run;
+	t->queued_min[0] = t->queued_max[0] = t->run_min[0] = t->run_max[0] = 0;
+	t->window = w;
 }
 
 void
-pool_recent_started(struct pool_recent *r, uint64_t now_us, uint64_t queued_us)
+pool_timing_started(struct pool_timing *t, uint64_t now_us, uint64_t queued_us)
 {
-	int i = recent_window(r, now_us);
-
-	if (i >= 0)
-		pool_hist_add(&r->queued[i], queued_us);
+	timing_window(t, now_us);
+	extremes_add(&t->queued_min[0], &t->queued_max[0], queued_us,
+	    t->queued.count == t->queued_mark[0].count);
+	pool_hist_add(&t->queued, queued_us);
 }
 
 void
-pool_recent_ended(struct pool_recent *r, uint64_t now_us, uint64_t run_us)
+pool_timing_ended(struct pool_timing *t, uint64_t now_us, uint64_t run_us)
 {
 	uint64_t sec = now_us / 1000000 + 1;
 	size_t slot = (size_t)(sec % POOL_RECENT_SLOTS);
-	int i = recent_window(r, now_us);
 
-	if (i >= 0)
-		pool_hist_add(&r->run[i], run_us);
-	if (r->second[slot] > sec)
-		return;
-	if (r->second[slot] != sec) {
-		r->second[slot] = sec;
-		r->ended[slot] = 0;
+	timing_window(t, now_us);
+	extremes_add(&t->run_min[0], &t->run_max[0], run_us, t->run.count == t->run_mark[0].count);
+	pool_hist_add(&t->run, run_us);
+	if (t->second[slot] > sec)
+		return;         /* a clock read long before the lock: too old for the ring */
+	if (t->second[slot] != sec) {
+		t->second[slot] = sec;
+		t->ended[slot] = 0;
 	}
-	r->ended[slot]++;
+	t->ended[slot]++;
+}
+
+/*
+ * The observations of h since mark, with the extremes of the windows they
+ * fall in (n windows of min/max, the current one first).
+ */
+static void
+hist_since(struct pool_hist *out, const struct pool_hist *h, const struct pool_hist *mark,
+    const uint64_t *min, const uint64_t *max, size_t n)
+{
+	bool any = false;
+
+	memset(out, 0, sizeof *out);
+	out->count = h->count - mark->count;
+	if (out->count == 0)
+		return;
+	out->sum_us = h->sum_us - mark->sum_us;
+	for (size_t i = 0; i <= POOL_HIST_NBOUNDS; i++)
+		out->bucket[i] = h->bucket[i] - mark->bucket[i];
+	/* a window with nothing in it has min = max = 0: only the others count */
+	for (size_t i = 0; i < n; i++) {
+		if (min[i] == 0 && max[i] == 0)
+			continue;
+		extremes_add(&out->min_us, &out->max_us, min[i], !any);
+		extremes_add(&out->min_us, &out->max_us, max[i], false);
+		any = true;
+	}
+	if (!any)
+		out->max_us = h->max_us;
 }
 
 void
-pool_recent_read(const struct pool_recent *r, uint64_t now_us, struct pool_recent_figures *out)
+pool_timing_recent(const struct pool_timing *t, uint64_t now_us, struct pool_recent *out)
 {
 	struct pool_hist queued, run;
 	uint64_t w = now_us / POOL_RECENT_WINDOW_US + 1, sec = now_us / 1000000 + 1;
@@ -337,13 +399,18 @@ pool_recent_read(const struct pool_recent *r, uint64_t now_us, struct pool_recen
 	double span;
 
 	memset(out, 0, sizeof *out);
-	memset(&queued, 0, sizeof queued);
-	memset(&run, 0, sizeof run);
-	for (size_t i = 0; i < 2; i++)
-		if (r->window[i] != 0 && (r->window[i] == w || r->window[i] + 1 == w)) {
-			pool_hist_merge(&queued, &r->queued[i]);
-			pool_hist_merge(&run, &r->run[i]);
-		}
+	if (w <= t->window) {
+		/* the current window and the one before: everything since the older mark */
+		hist_since(&queued, &t->queued, &t->queued_mark[1], t->queued_min, t->queued_max, 2);
+		hist_since(&run, &t->run, &t->run_mark[1], t->run_min, t->run_max, 2);
+	} else if (w == t->window + 1) {
+		/* nothing yet in this window: the one before is what the marks call current */
+		hist_since(&queued, &t->queued, &t->queued_mark[0], t->queued_min, t->queued_max, 1);
+		hist_since(&run, &t->run, &t->run_mark[0], t->run_min, t->run_max, 1);
+	} else {
+		memset(&queued, 0, sizeof queued);
+		memset(&run, 0, sizeof run);
+	}
 	out->started = queued.count;
 	out->ended = run.count;
 	out->queued_p50_us = pool_hist_quantile(&queued, 0.5);
@@ -353,11 +420,11 @@ pool_recent_read(const struct pool_recent *r, uint64_t now_us, struct pool_recen
 
 	/* The rate: the seconds first..sec (the current one partly), over the time they span. */
 	for (size_t i = 0; i < POOL_RECENT_SLOTS; i++)
-		if (r->second[i] >= first && r->second[i] <= sec)
-			ended += r->ended[i];
+		if (t->second[i] >= first && t->second[i] <= sec)
+			ended += t->ended[i];
 	from_us = (first - 1) * 1000000;
-	if (from_us < r->since_us)
-		from_us = r->since_us;
+	if (from_us < t->since_us)
+		from_us = t->since_us;
 	span = now_us > from_us ? (double)(now_us - from_us) / 1e6 : 0;
 	if (span < 1)
 		span = 1;       /* a pool younger than a second: no rate from a sliver of time */
@@ -411,8 +478,7 @@ static void
 observe_expired(struct pool *p, struct pool_job *j, uint64_t now)
 {
 	p->expired++;
-	pool_hist_add(&p->queued_hist, now - j->enqueued_us);
-	pool_recent_started(&p->recent, now, now - j->enqueued_us);
+	pool_timing_started(&p->timing, now, now - j->enqueued_us);
 }
 
 /*
@@ -670,8 +736,7 @@ worker_main(void *arg)
 		j->started_us = now;
 		list_append(&p->running, j);
 		p->busy++;
-		pool_hist_add(&p->queued_hist, now - j->enqueued_us);
-		pool_recent_started(&p->recent, now, now - j->enqueued_us);
+		pool_timing_started(&p->timing, now, now - j->enqueued_us);
 		pthread_mutex_unlock(&p->lock);
 
 		/* The previous job's done, now that this one is taken: one lock per job. */
@@ -690,8 +755,7 @@ worker_main(void *arg)
 		j->where = POOL_JOB_FINISHED;
 		p->busy--;
 		count_end(p, state);
-		pool_hist_add(&p->run_hist, run_us);
-		pool_recent_ended(&p->recent, j->started_us + run_us, run_us);
+		pool_timing_ended(&p->timing, j->started_us + run_us, run_us);
 		ran = j;
 	}
 	leave(w, true);
@@ -791,7 +855,7 @@ pool_create(const struct pool_config *cfg, char **cause)
 	p->target = cfg->size;
 	p->thread_start = cfg->thread_start ? cfg->thread_start : pthread_create;
 	p->may_spin = sysconf(_SC_NPROCESSORS_ONLN) > 1;
-	pool_recent_init(&p->recent, clock_now_us());
+	pool_timing_init(&p->timing, clock_now_us());
 
 	pthread_mutex_lock(&p->lock);
 	while (p->registered < p->target && rc == 0)
@@ -1045,7 +1109,7 @@ pool_snapshot(struct pool *p, struct pool_snapshot *s)
 	s->cancelled = p->cancelled;
 	s->expired = p->expired;
 	s->oldest_queued_us = p->queue.head ? now - p->queue.head->enqueued_us : 0;
-	pool_recent_read(&p->recent, now, &s->recent);
+	pool_timing_recent(&p->timing, now, &s->recent);
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -1054,8 +1118,8 @@ pool_timings(struct pool *p, struct pool_hist *queued, struct pool_hist *run)
 {
 	pthread_mutex_lock(&p->lock);
 	if (queued != NULL)
-		*queued = p->queued_hist;
+		*queued = p->timing.queued;
 	if (run != NULL)
-		*run = p->run_hist;
+		*run = p->timing.run;
 	pthread_mutex_unlock(&p->lock);
 }

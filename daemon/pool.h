@@ -108,10 +108,10 @@ struct pool_job {
  */
 #define POOL_HIST_NBOUNDS 94
 struct pool_hist {
-	uint64_t bucket[POOL_HIST_NBOUNDS + 1]; /* bucket[i]: bounds[i-1] < us <= bounds[i] */
 	uint64_t count;
 	uint64_t sum_us;
 	uint64_t min_us, max_us;    /* of what was observed; 0 when count is 0 */
+	uint64_t bucket[POOL_HIST_NBOUNDS + 1]; /* bucket[i]: bounds[i-1] < us <= bounds[i] */
 };
 
 /* The upper bounds of the buckets, increasing; every Prometheus bound of metrics.c is one. */
@@ -135,25 +135,34 @@ uint64_t pool_hist_count_le(const struct pool_hist *, uint64_t bound_us);
 uint64_t pool_hist_quantile(const struct pool_hist *, double q);
 
 /*
- * The last seconds of a pool, in fixed memory: queue waits and run times in
- * two windows of POOL_RECENT_WINDOW_US (the current one and the one before),
- * and the jobs that ended after running, per second, in a ring of seconds.
- * The functions take the time (clock_now_us) so that tests can drive them.
+ * A pool's timings, in fixed memory: the histograms of queue waits and run
+ * times since the pool was made, and what the last seconds are made of
+ * without a histogram of their own: marks (copies of the histograms) taken
+ * when each window of POOL_RECENT_WINDOW_US begins, so that the current
+ * window and the one before are the histograms minus the older mark; and
+ * the jobs that ended after running, per second, in a ring of seconds. One
+ * observation is one histogram add. The functions take the time
+ * (clock_now_us) so that tests can drive them; the pool calls them under
+ * its lock.
  */
 #define POOL_RECENT_WINDOW_US 5000000ULL
 #define POOL_RECENT_RATE_S 5        /* the rate is over this many seconds */
 #define POOL_RECENT_SLOTS 8
-struct pool_recent {
-	uint64_t window[2];         /* window number + 1 each histogram holds; 0 = empty */
-	struct pool_hist queued[2];
-	struct pool_hist run[2];
+struct pool_timing {
+	struct pool_hist queued;    /* since creation */
+	struct pool_hist run;
+	uint64_t window;            /* the current window's number + 1 */
+	/* [0]: at the start of the current window; [1]: of the one before */
+	struct pool_hist queued_mark[2], run_mark[2];
+	/* the extremes of each of those two windows, [0] the current one */
+	uint64_t queued_min[2], queued_max[2], run_min[2], run_max[2];
 	uint64_t second[POOL_RECENT_SLOTS]; /* second number + 1 each slot counts; 0 = empty */
 	uint64_t ended[POOL_RECENT_SLOTS];
 	uint64_t since_us;          /* when counting began (the pool's creation) */
 };
 
-/* What pool_recent_read makes of the last seconds. */
-struct pool_recent_figures {
+/* What pool_timing_recent makes of the last seconds. */
+struct pool_recent {
 	double rate_per_s;          /* jobs that ended after running, per second, last 5 s */
 	uint64_t started;           /* jobs whose queue wait was observed in the last 5 to 10 s */
 	uint64_t ended;             /* jobs whose run time was */
@@ -161,13 +170,13 @@ struct pool_recent_figures {
 	uint64_t run_p50_us, run_p99_us;       /* 0 when ended is 0 */
 };
 
-void pool_recent_init(struct pool_recent *, uint64_t now_us);
+void pool_timing_init(struct pool_timing *, uint64_t now_us);
 /* A job left the queue at now_us (started or expired) after waiting queued_us. */
-void pool_recent_started(struct pool_recent *, uint64_t now_us, uint64_t queued_us);
+void pool_timing_started(struct pool_timing *, uint64_t now_us, uint64_t queued_us);
 /* A job that ran ended at now_us after running run_us. */
-void pool_recent_ended(struct pool_recent *, uint64_t now_us, uint64_t run_us);
-void pool_recent_read(const struct pool_recent *, uint64_t now_us,
-    struct pool_recent_figures *out);
+void pool_timing_ended(struct pool_timing *, uint64_t now_us, uint64_t run_us);
+/* The last seconds as of now_us. */
+void pool_timing_recent(const struct pool_timing *, uint64_t now_us, struct pool_recent *out);
 
 /* A consistent copy of a pool's figures, taken under its lock. */
 struct pool_snapshot {
@@ -189,7 +198,7 @@ struct pool_snapshot {
 	uint64_t cancelled;
 	uint64_t expired;
 	uint64_t oldest_queued_us; /* age of the head of the queue; 0 when empty */
-	struct pool_recent_figures recent; /* the last seconds */
+	struct pool_recent recent;  /* the last seconds */
 };
 
 /* The thread starter: pthread_create, or a test's fault injector. */

@@ -1613,6 +1613,23 @@ test_17_histogram(void)
 		    "bucket %zu: %llu..%llu", i, (unsigned long long)pool_hist_bounds_us[i - 1],
 		    (unsigned long long)pool_hist_bounds_us[i]);
 
+	/* every value falls in the bucket the bounds say (bound-1, bound, bound+1 of each) */
+	for (size_t i = 0; i < POOL_HIST_NBOUNDS; i++)
+		for (uint64_t d = 0; d < 3; d++) {
+			uint64_t us = pool_hist_bounds_us[i] + d - 1;
+			size_t want = 0;
+			while (want < POOL_HIST_NBOUNDS && pool_hist_bounds_us[want] < us)
+				want++;
+			memset(&h, 0, sizeof h);
+			pool_hist_add(&h, us);
+			CHECK_EQ(h.bucket[want], 1, "the bucket of a value next to a bound");
+		}
+	for (uint64_t us = 1ULL << 31; us != 0; us <<= 1) {
+		memset(&h, 0, sizeof h);
+		pool_hist_add(&h, us);
+		CHECK_EQ(h.bucket[POOL_HIST_NBOUNDS], us > 3600000000ULL, "a long value's bucket");
+	}
+
 	memset(&h, 0, sizeof h);
 	CHECK_EQ(pool_hist_quantile(&h, 0.5), 0, "the median of nothing");
 	/* a value on a bound counts at that bound (Prometheus's le), one above it does not */
@@ -1662,32 +1679,32 @@ static void
 test_18_recent_windows_and_rate(void)
 {
 	const uint64_t s = 1000000, t0 = 1000 * s; /* a window and a second start at t0 */
-	struct pool_recent r;
-	struct pool_recent_figures f;
+	struct pool_timing r;
+	struct pool_recent f;
 
-	pool_recent_init(&r, t0);
-	pool_recent_read(&r, t0, &f);
+	pool_timing_init(&r, t0);
+	pool_timing_recent(&r, t0, &f);
 	CHECK(f.rate_per_s == 0 && f.started == 0 && f.ended == 0 && f.queued_p50_us == 0 &&
 	    f.run_p99_us == 0, "a fresh pool's figures are not zero");
 
 	/* A young pool: three ends in its first half second are three a second, not six. */
-	pool_recent_ended(&r, t0 + s / 2, 10);
-	pool_recent_ended(&r, t0 + s / 2, 10);
-	pool_recent_ended(&r, t0 + s / 2, 10);
-	pool_recent_read(&r, t0 + s / 2, &f);
+	pool_timing_ended(&r, t0 + s / 2, 10);
+	pool_timing_ended(&r, t0 + s / 2, 10);
+	pool_timing_ended(&r, t0 + s / 2, 10);
+	pool_timing_recent(&r, t0 + s / 2, &f);
 	CHECK(f.rate_per_s == 3 && f.ended == 3 && f.run_p50_us == 10,
 	    "young pool: rate %g ended %llu p50 %llu", f.rate_per_s,
 	    (unsigned long long)f.ended, (unsigned long long)f.run_p50_us);
 
 	/* Ten ends a second for 20 s: the rate is over the last 5 s, whole seconds. */
-	pool_recent_init(&r, t0);
+	pool_timing_init(&r, t0);
 	for (uint64_t sec = 0; sec < 20; sec++)
 		for (uint64_t k = 0; k < 10; k++)
-			pool_recent_ended(&r, t0 + sec * s + k * (s / 10), 1000 + sec);
-	pool_recent_read(&r, t0 + 20 * s, &f);
+			pool_timing_ended(&r, t0 + sec * s + k * (s / 10), 1000 + sec);
+	pool_timing_recent(&r, t0 + 20 * s, &f);
 	/* seconds 16..19 hold 40 ends, second 20 none yet: 40 over 4 s */
 	CHECK(f.rate_per_s == 10, "steady rate %g", f.rate_per_s);
-	pool_recent_read(&r, t0 + 20 * s + s / 2, &f);
+	pool_timing_recent(&r, t0 + 20 * s + s / 2, &f);
 	CHECK(f.rate_per_s > 8.8 && f.rate_per_s < 8.9, "rate half a second into a quiet "
 	    "second: %g (40 over 4.5 s)", f.rate_per_s);
 	/* the quantiles are of the current window (20..25 s) and the one before (15..20 s) */
@@ -1696,20 +1713,29 @@ test_18_recent_windows_and_rate(void)
 	    "run p50 %llu p99 %llu", (unsigned long long)f.run_p50_us,
 	    (unsigned long long)f.run_p99_us);
 	/* 10 s on, nothing recent is left */
-	pool_recent_read(&r, t0 + 30 * s, &f);
+	pool_timing_recent(&r, t0 + 30 * s, &f);
 	CHECK(f.rate_per_s == 0 && f.ended == 0 && f.run_p99_us == 0,
 	    "after 10 quiet seconds: rate %g ended %llu", f.rate_per_s,
 	    (unsigned long long)f.ended);
 
-	/* Queue waits go by the same windows; a time older than a slot holds is skipped. */
-	pool_recent_init(&r, t0);
-	pool_recent_started(&r, t0 + 11 * s, 500);    /* the window of 10..15 s */
-	pool_recent_started(&r, t0 + 1 * s, 99999);   /* 0..5 s, whose slot that one took */
-	pool_recent_ended(&r, t0 + 1 * s, 99999);
-	pool_recent_read(&r, t0 + 11 * s, &f);
-	CHECK(f.started == 1 && f.queued_p50_us == 500 && f.ended == 0,
-	    "started %llu p50 %llu ended %llu", (unsigned long long)f.started,
-	    (unsigned long long)f.queued_p50_us, (unsigned long long)f.ended);
+	/* Queue waits go by the same windows; a time older than the current window (a
+	 * clock read long before the lock was taken) counts in the current one. */
+	pool_timing_init(&r, t0);
+	pool_timing_started(&r, t0 + 1 * s, 700);
+	pool_timing_started(&r, t0 + 11 * s, 500);    /* the window of 10..15 s */
+	pool_timing_started(&r, t0 + 1 * s, 600);
+	pool_timing_ended(&r, t0 + 1 * s, 99999);
+	pool_timing_recent(&r, t0 + 11 * s, &f);
+	CHECK(f.started == 2 && f.queued_p50_us == 500 && f.queued_p99_us >= 590 &&
+	    f.queued_p99_us <= 600 && f.ended == 1,
+	    "started %llu p50 %llu p99 %llu ended %llu", (unsigned long long)f.started,
+	    (unsigned long long)f.queued_p50_us, (unsigned long long)f.queued_p99_us,
+	    (unsigned long long)f.ended);
+	/* the window after: still there; two windows on: gone */
+	pool_timing_recent(&r, t0 + 16 * s, &f);
+	CHECK_EQ(f.started, 2, "waits one window on");
+	pool_timing_recent(&r, t0 + 21 * s, &f);
+	CHECK_EQ(f.started, 0, "waits two windows on");
 }
 
 static void
