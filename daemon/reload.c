@@ -13,8 +13,9 @@
  *    max_subscriptions, shutdown_timeout), [exec]
  *    (exec_configure), stream_budget, tokens and admin_group take effect for
  *    what comes next;
- *  - the listeners stay as they are: socket, socket_mode, socket_group and
- *    listen need a restart, and a change to them is logged.
+ *  - the listeners stay as they are: socket, socket_mode, socket_group,
+ *    listen and metrics_listen need a restart, and a change to them is
+ *    logged (the other metrics_* limits apply to the scrapes that come next).
  *
  * daemon_state->conf is replaced here, on the loop thread: worker threads
  * must never read it (exec tasks hold a reference to the settings they
@@ -33,6 +34,7 @@
 #include "daemon.h"
 #include "exec.h"
 #include "log.h"
+#include "metrics.h"
 #include "pools.h"
 #include "sd.h"
 #include "tasks.h"
@@ -196,6 +198,7 @@ daemon_reload(void)
 	    str_differs(nc.cgroup_root, d->conf.cgroup_root))
 		log_warnx("reload: containment and cgroup_root take effect at the next start; "
 		    "containment stays %s", cgroup_containment());
+	metrics_reload(&nc);
 	reload_pools(&nc);
 	log_set_level(nc.log_level);
 	tasks_set_stream_budget(nc.stream_budget);

@@ -26,6 +26,7 @@
 #include "listen.h"
 #include "log.h"
 #include "mailbox.h"
+#include "metrics.h"
 #include "pgroup.h"
 #include "pools.h"
 #include "sd.h"
@@ -452,6 +453,9 @@ main(int argc, char **argv)
 	exec_configure(&d->conf);
 	if (pools_start(&d->conf, &cause) == -1)
 		fatalx("%s", cause);
+	/* before the listeners: once the Unix socket accepts, /metrics does too */
+	if (metrics_start(d->base, &d->conf, &cause) == -1)
+		fatalx("%s", cause);
 	start_listeners(d);
 
 	d->shutdown_timer = evtimer_new(d->base, shutdown_timeout_cb, NULL);
@@ -466,6 +470,7 @@ main(int argc, char **argv)
 	sdn_teardown();
 
 	listen_close_all();
+	metrics_stop();
 	conn_close_all();
 	pools_stop_all();
 	tasks_free_all();
