@@ -15,6 +15,7 @@
 #include "health.h"
 #include "log.h"
 #include "pools.h"
+#include "tasks.h"
 
 #define HEALTH_STUCK_MS 5000
 
@@ -79,7 +80,8 @@ health_status(void *arg, char *buf, size_t len)
 	buf[0] = '\0';
 	if (d->phase != DAEMON_RUNNING)
 		APPEND("%s, %llu task%s left; ", d->phase == DAEMON_DRAINING ? "draining" :
-		    "stopping", (unsigned long long)d->outstanding, d->outstanding == 1 ? "" : "s");
+		    "stopping", (unsigned long long)tasks_outstanding(),
+		    tasks_outstanding() == 1 ? "" : "s");
 	for (size_t i = 0; i < pools_count(); i++) {
 		struct pools_entry *e = pools_at(i);
 		struct pool_snapshot s;

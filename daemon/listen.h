@@ -28,6 +28,10 @@ int listen_tcp_socket(const char *hostport, const char *what, char *name, size_t
 /* Takes over an already listening socket (socket activation). */
 int listen_adopt(int fd, bool is_unix, const char *name, char **cause);
 
+/* How many listeners there are, and what each listens on: "unix PATH", "tcp 127.0.0.1:7420". */
+size_t listen_count(void);
+const char *listen_name(size_t i);
+
 /* Stops accepting (new connections are refused by the kernel). */
 void listen_close_all(void);
 

@@ -49,6 +49,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "pools.h"
+#include "tasks.h"
 
 #define METRICS_PATH "/metrics"
 #define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
@@ -232,7 +233,7 @@ metrics_format(struct evbuffer *out)
 	family(out, "tpd_tasks_outstanding", "gauge", "Accepted tasks whose done is not "
 	    "delivered yet.");
 	evbuffer_add_printf(out, "tpd_tasks_outstanding %llu\n",
-	    (unsigned long long)d->outstanding);
+	    (unsigned long long)tasks_outstanding());
 
 	family(out, "tpd_tasks_submitted_total", "counter", "Submissions the pool accepted.");
 	for (i = 0; i < n; i++)
