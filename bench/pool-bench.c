@@ -218,11 +218,12 @@ time_observations(unsigned n)
 	pool_timing_init(&t, now_us);
 	start = now_ns();
 	for (unsigned i = 0; i < n; i++) {
+		uint64_t us;
 		/* xorshift: durations of 1 us to about 1 s, spread across the buckets */
 		x ^= x << 13;
 		x ^= x >> 7;
 		x ^= x << 17;
-		uint64_t us = (x & 0xfffff) >> (x >> 60);
+		us = (x & 0xfffff) >> (x >> 60);
 		pool_timing_started(&t, now_us + i / 64, us);
 		pool_timing_ended(&t, now_us + i / 64, us / 3);
 	}

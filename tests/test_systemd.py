@@ -282,7 +282,7 @@ def test_status_shows_recent_rate_and_p99():
         sp.start([TPD, "-f", "-s", os.path.join(sp.dir, "tpd.sock"), "-w", "2"], env=env)
         got = []
         deadline = time.monotonic() + TIMEOUT
-        while "READY=1" not in got:
+        while not any(t.split("\n")[0] == "READY=1" for t in got):
             check(time.monotonic() < deadline, "no READY=1: %r", got)
             m = recv_notify(sock, TIMEOUT)
             if m is not None:
