@@ -1,4 +1,4 @@
-/* op-task.c: the ops about tasks: submit, wait, status, cancel. */
+/* op-task.c: the ops about tasks: submit, wait, status, cancel, list. */
 #include "config.h"
 
 #include <stdarg.h>
@@ -105,6 +105,7 @@ op_submit(struct conn *c, struct request *req)
 	o.pool = e;
 	o.owner = conn_owner(c, owner, sizeof owner);
 	o.stream = sub.stream;
+	o.label = sub.label;
 	o.queue_timeout_ms = sub.queue_timeout_ms;
 	if (!sub.detach && (o.sink = conn_sink_new(c, req->id, sub.stream, false)) == NULL) {
 		task_free(t);
@@ -215,5 +216,45 @@ op_cancel(struct conn *c, struct request *req)
 		return;
 	tasks_cancel(t);
 	proto_encode_cancelled(&pt, req->id, t->id, tasks_state(t));
+	conn_send_text(c, &pt);
+}
+
+/*
+ * Up to limit tasks matching the filters, newest first. A connection that
+ * is not an admin's sees its own tasks only: its owner is a filter too.
+ */
+void
+op_list(struct conn *c, struct request *req)
+{
+	struct proto_list l;
+	struct proto_task *views;
+	struct proto_text pt;
+	char owner[CONN_OWNER_MAX];
+	const char *own = NULL;
+	bool more = false;
+	size_t n;
+	char *msg = NULL;
+
+	if (proto_read_list(req, &l, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return;
+	}
+	if (conn_role(c) != CONN_ROLE_ADMIN) {
+		own = conn_owner(c, owner, sizeof owner);
+		if (l.owner != NULL && strcmp(l.owner, own) != 0) {
+			/* another's tasks: none of them is this connection's to see */
+			proto_encode_list(&pt, req->id, NULL, 0, false);
+			conn_send_text(c, &pt);
+			return;
+		}
+		l.owner = own;
+	}
+	if ((views = calloc(l.limit, sizeof *views)) == NULL) {
+		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
+		return;
+	}
+	n = tasks_list(&l, views, l.limit, &more);
+	proto_encode_list(&pt, req->id, views, n, more);
+	free(views);
 	conn_send_text(c, &pt);
 }

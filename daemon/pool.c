@@ -1094,6 +1094,23 @@ pool_free(struct pool *p)
 }
 
 void
+pool_job_times(struct pool *p, const struct pool_job *j, uint64_t *queued_us, uint64_t *run_us)
+{
+	uint64_t now;
+
+	pthread_mutex_lock(&p->lock);
+	now = clock_now_us();
+	*queued_us = *run_us = 0;
+	if (j->where == POOL_JOB_QUEUED)
+		*queued_us = now > j->enqueued_us ? now - j->enqueued_us : 0;
+	else if (j->where != POOL_JOB_NEW && j->started_us != 0) {
+		*queued_us = j->started_us - j->enqueued_us;
+		*run_us = now > j->started_us ? now - j->started_us : 0;
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+void
 pool_snapshot(struct pool *p, struct pool_snapshot *s)
 {
 	uint64_t now;

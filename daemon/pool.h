@@ -273,6 +273,14 @@ void pool_free(struct pool *);
 void pool_snapshot(struct pool *, struct pool_snapshot *out);
 
 /*
+ * An accepted job's times so far, under the lock: how long it waited in
+ * the queue (until now while it is queued) and how long it has run (0
+ * until it starts).
+ */
+void pool_job_times(struct pool *, const struct pool_job *job, uint64_t *queued_us,
+    uint64_t *run_us);
+
+/*
  * Copies the pool's histograms since its creation: queue waits (a job is
  * observed when it starts or expires; one cancelled while queued is not)
  * and run times (observed when a job that ran ends). Either may be NULL.

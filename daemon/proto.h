@@ -76,6 +76,7 @@ struct proto_submit {
 	bool detach;
 	bool stream;
 	uint64_t queue_timeout_ms;  /* 0: none */
+	const char *label;          /* "" when absent; at most WIRE_MAX_LABEL bytes */
 	json_t *task;               /* the task object (borrowed) */
 };
 int proto_read_submit(const struct request *, struct proto_submit *, char **msg);
@@ -89,6 +90,19 @@ int proto_read_task(json_t *spec, struct proto_task_spec *, char **msg);
 
 /* wait, status and cancel: the task they name. */
 int proto_read_task_ref(const struct request *, uint64_t *task, char **msg);
+
+/* list: its filters (NULL: any) and its page. */
+#define PROTO_LIST_MAX_STATES 8
+struct proto_list {
+	const char *states[PROTO_LIST_MAX_STATES]; /* STATE_* names; nstates 0: any */
+	size_t nstates;
+	const char *pool;
+	const char *owner;
+	const char *label;
+	uint64_t limit;             /* 1..WIRE_LIST_MAX, WIRE_LIST_DEFAULT when absent */
+	uint64_t before;            /* 0: from the newest; else tasks older than this id */
+};
+int proto_read_list(const struct request *, struct proto_list *, char **msg);
 
 struct proto_resize {
 	uint64_t size;              /* 1..PROTO_MAX_POOL_SIZE */
@@ -172,6 +186,8 @@ struct proto_task {
 	uint64_t id;
 	const char *pool;           /* its pool's name */
 	const char *owner;          /* who it belongs to (status); NULL: not known */
+	const char *label;          /* submit's label (status, list); NULL: none */
+	const char *kind;           /* its kind's name (list) */
 	const char *state;          /* STATE_*: queued, running or its terminal state */
 	unsigned queued_ahead;      /* accepted: tasks ahead of it in the queue */
 	bool finished;              /* queued_us and run_us are known */
@@ -221,6 +237,13 @@ void proto_encode_cancelled(struct proto_text *, json_t *id, uint64_t task, cons
 /* ok to resize: the pool, its new target and its workers now. */
 void proto_encode_resized(struct proto_text *, json_t *id, const char *pool, unsigned target,
     unsigned workers);
+/*
+ * list: the tasks of one page (each as status has it, with its kind, and
+ * times so far for an unfinished one: queued_us and run_us set, finished
+ * false), newest first, and whether older ones match too.
+ */
+void proto_encode_list(struct proto_text *, json_t *id, const struct proto_task *tasks,
+    size_t ntasks, bool more);
 /* ok to shutdown: the mode. */
 void proto_encode_shutting_down(struct proto_text *, json_t *id, const char *mode);
 

@@ -115,6 +115,8 @@ task_describe(const struct task *t, struct proto_task *v)
 	v->id = t->id;
 	v->pool = t->pool_name;
 	v->owner = t->owner;
+	v->label = t->label;
+	v->kind = t->kind->name;
 }
 
 /* Loop thread: a stream event (or the start) reaches the registry. */
@@ -350,5 +352,6 @@ task_free(struct task *t)
 	blob_release(t->done_text);
 	free(t->pool_name);
 	free(t->owner);
+	free(t->label);
 	free(t);
 }

@@ -104,6 +104,8 @@ struct task {
 	struct pools_entry *pool_entry; /* its pool; alive until this task's done */
 	char *pool_name;
 	char *owner;                /* "uid:N", "token:NAME", "tcp:anonymous", ...: set at submit */
+	char *label;                /* submit's label, "" when none */
+	struct task *list_older, *list_newer; /* every registered task, by id (list) */
 	struct task_sink *sinks;    /* where its events go: the submitter's first, then waits */
 	struct task_sink **sinks_end; /* the last one's next (NULL: no sink yet) */
 	bool start_seen;            /* the started hooks ran */

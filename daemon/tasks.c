@@ -34,6 +34,7 @@ static struct idmap *tasks;
 static uint64_t next_task_id = 1;
 static uint64_t outstanding;
 static struct task *oldest_retained, *newest_retained;
+static struct task *newest_task;    /* every registered task, newest first (list) */
 static size_t nretained;
 static size_t retained_bytes;       /* what the retained cost (retained_cost) */
 static uint64_t results_forgotten;  /* forgotten before result_ttl for result_retain_bytes */
@@ -143,6 +144,12 @@ tasks_add_sink(struct task *t, struct task_sink *sink)
 static void
 discard(struct task *t)
 {
+	if (t->list_newer != NULL)
+		t->list_newer->list_older = t->list_older;
+	else if (newest_task == t)
+		newest_task = t->list_older;
+	if (t->list_older != NULL)
+		t->list_older->list_newer = t->list_newer;
 	release_sinks(t);
 	task_free(t);
 }
@@ -155,9 +162,12 @@ tasks_submit(struct task *t, const struct task_options *o)
 	enum pool_verdict v;
 
 	if ((t->pool_name = strdup(o->pool->name)) == NULL ||
-	    (o->owner != NULL && (t->owner = strdup(o->owner)) == NULL)) {
+	    (o->owner != NULL && (t->owner = strdup(o->owner)) == NULL) ||
+	    (t->label = strdup(o->label != NULL ? o->label : "")) == NULL) {
 		free(t->pool_name);
-		t->pool_name = NULL;
+		free(t->owner);
+		free(t->label);
+		t->pool_name = t->owner = t->label = NULL;
 		return POOL_REJECTED_FULL;
 	}
 	t->id = next_task_id;
@@ -170,17 +180,27 @@ tasks_submit(struct task *t, const struct task_options *o)
 	/* Registered before submitting: the done may be posted at once. */
 	if (idmap_put(tasks, t->id, t) == -1) {
 		free(t->pool_name);
-		t->pool_name = NULL;
+		free(t->owner);
+		free(t->label);
+		t->pool_name = t->owner = t->label = NULL;
 		return POOL_REJECTED_FULL;
 	}
 	v = pool_submit(o->pool->pool, &t->job);
 	if (v != POOL_ACCEPTED) {
 		idmap_remove(tasks, t->id);
 		free(t->pool_name);
-		t->pool_name = NULL;
+		free(t->owner);
+		free(t->label);
+		t->pool_name = t->owner = t->label = NULL;
 		return v;
 	}
 	next_task_id++;
+	/* ids grow: the newest task is the head of the list */
+	t->list_older = newest_task;
+	t->list_newer = NULL;
+	if (newest_task != NULL)
+		newest_task->list_newer = t;
+	newest_task = t;
 	if (o->sink != NULL)
 		tasks_add_sink(t, o->sink);
 	outstanding++;
@@ -216,6 +236,52 @@ tasks_view(const struct task *t, struct proto_task *v)
 		v->queued_us = t->queued_us;
 		v->run_us = t->run_us;
 	}
+}
+
+/* Whether t passes every filter of l. */
+static bool
+list_match(const struct task *t, const struct proto_list *l)
+{
+	const char *state = tasks_state(t);
+	bool in = l->nstates == 0;
+
+	for (size_t i = 0; !in && i < l->nstates; i++)
+		in = strcmp(l->states[i], state) == 0;
+	return in && (l->pool == NULL || strcmp(l->pool, t->pool_name) == 0) &&
+	    (l->owner == NULL || (t->owner != NULL && strcmp(l->owner, t->owner) == 0)) &&
+	    (l->label == NULL || strcmp(l->label, t->label != NULL ? t->label : "") == 0);
+}
+
+size_t
+tasks_list(const struct proto_list *l, struct proto_task *out, size_t max, bool *more)
+{
+	struct task *t = newest_task;
+	size_t n = 0;
+
+	tasks_prune();
+	if (l->before != 0) {
+		struct task *b = idmap_get(tasks, l->before);
+		if (b != NULL)
+			t = b->list_older;
+		else
+			while (t != NULL && t->id >= l->before)
+				t = t->list_older;
+	}
+	*more = false;
+	for (; t != NULL; t = t->list_older) {
+		if (!list_match(t, l))
+			continue;
+		if (n == max) {
+			*more = true;
+			break;
+		}
+		tasks_view(t, &out[n]);
+		if (!t->finished && t->pool_entry != NULL)
+			pool_job_times(t->pool_entry->pool, &t->job, &out[n].queued_us,
+			    &out[n].run_us);
+		n++;
+	}
+	return n;
 }
 
 void
@@ -386,7 +452,7 @@ tasks_free_all(void)
 	idmap_each(tasks, free_one, NULL);
 	idmap_free(tasks);
 	tasks = NULL;
-	oldest_retained = newest_retained = NULL;
+	oldest_retained = newest_retained = newest_task = NULL;
 	nretained = 0;
 	retained_bytes = 0;
 	nhooks = 0;

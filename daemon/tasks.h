@@ -65,7 +65,8 @@ struct task_options {
 	uint64_t timeout_ms;        /* 0: none */
 	uint64_t queue_timeout_ms;  /* 0: none; past it a queued task ends expired */
 	const char *owner;          /* who it belongs to: "uid:N", "token:NAME", ... (copied) */
-	/* what comes next goes here (label, attempt, on_lost), onto the task */
+	const char *label;          /* the client's name for it, NULL or "": none (copied) */
+	/* what comes next goes here (attempt, on_lost), onto the task */
 };
 
 /*
@@ -118,6 +119,17 @@ void tasks_add_sink(struct task *t, struct task_sink *sink);
  * finished (its budget went with it).
  */
 void tasks_stream_taken(uint64_t id, size_t weight);
+
+/*
+ * list: up to max tasks matching l (every filter of it; owner too when
+ * not NULL), newest first, older than l->before when it is set, viewed
+ * into out (times so far for unfinished ones; the views borrow from the
+ * tasks until the registry next changes). Returns how many; *more says
+ * whether older ones match too.
+ */
+struct proto_list;
+size_t tasks_list(const struct proto_list *l, struct proto_task *out, size_t max,
+    bool *more);
 
 /* Asks t to stop (queued: cancelled at once; running: cancel flag). */
 void tasks_cancel(struct task *t);
