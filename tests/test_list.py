@@ -1,9 +1,17 @@
 #!/usr/bin/env python3
 """label on submit, the list op (filters, paging, who sees what), and the recent figures
 of each pool in stats."""
+import json
 import os
+import subprocess
 
-from tpdtest import Daemon, check, eventually, run_tests
+from tpdtest import TPCTL, TIMEOUT, Daemon, check, eventually, run_tests
+
+
+def tpctl(d, *args):
+    p = subprocess.run([TPCTL, "-s", d.sock] + list(args), capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    return p.returncode, p.stdout, p.stderr
 
 
 def write(path, text):
@@ -187,6 +195,45 @@ def test_stats_has_the_recent_rate_and_quantiles():
         check(p["run_p50_ms"] >= 20 and p["run_p99_ms"] >= p["run_p50_ms"],
               "20 ms sleeps: %r", p)
         check(p["queued_p99_ms"] >= p["queued_p50_ms"] >= 0, "%r", p)
+
+
+def test_tpctl_label_and_list_table():
+    with Daemon("--pool", "batch:1") as d:
+        code, out, err = tpctl(d, "run", "--label", "first one", "echo", "hi")
+        check(code == 0 and out == "hi\n", "run --label: %d %r %r", code, out, err)
+        code, out, err = tpctl(d, "submit", "--detach", "-p", "batch", "--label", "long",
+                               "sleep", "60")
+        check(code == 0, "%r", err)
+        long_id = out.strip()
+        c = d.client()
+        eventually(lambda: c.request({"op": "status", "task": int(long_id)})["state"] ==
+                   "running", "the sleep runs")
+        code, out, err = tpctl(d, "submit", "--detach", "-p", "batch", "true")
+        queued_id = out.strip()
+        code, out, err = tpctl(d, "list")
+        check(code == 0, "%r", err)
+        lines = out.splitlines()
+        print(out)
+        check(lines[0].split() == ["TASK", "LABEL", "POOL", "STATE", "QUEUED", "RAN",
+                                   "OWNER"], "the header: %r", lines)
+        rows = [l.split() for l in lines[1:]]
+        check([r[0] for r in rows] == [queued_id, long_id, "1"], "newest first: %r", rows)
+        check(rows[0][1:4] == ["-", "batch", "queued"] and rows[0][5] == "-",
+              "a queued task, no label, not run: %r", rows[0])
+        check(rows[1][1:4] == ["long", "batch", "running"], "%r", rows[1])
+        check(lines[3].split()[1:3] == ["first", "one"], "a label with a space: %r", lines[3])
+        check(all(r[-1] == "uid:%d" % os.getuid() for r in rows), "owners: %r", rows)
+        code, out, err = tpctl(d, "list", "--state", "running,queued", "--limit", "1")
+        check(out.splitlines()[1].split()[0] == queued_id and
+              "tpctl list --before %s" % queued_id in out, "a page and the next: %r", out)
+        code, out, err = tpctl(d, "list", "--label", "long", "--json")
+        ev = json.loads(out)
+        check([t["task"] for t in ev["tasks"]] == [int(long_id)], "--json: %r", out)
+        code, out, err = tpctl(d, "list", "--state", "sleeping")
+        check(code == 64 and 'no state "sleeping"' in err, "%d %r", code, err)
+        code, out, err = tpctl(d, "status", long_id)
+        check("long" in out.splitlines()[1].split(), "status shows the label: %r", out)
+        c.request({"op": "cancel", "task": int(long_id)})
 
 
 run_tests(globals())
