@@ -89,7 +89,8 @@ int cmd_parse_task_ids(const struct cmd *, int argc, char **argv, long long **id
 
 /* The commands. */
 extern const struct cmd cmd_run, cmd_submit, cmd_wait, cmd_status, cmd_cancel,
-    cmd_stats, cmd_resize, cmd_shutdown, cmd_ping, cmd_batch, cmd_top, cmd_list;
+    cmd_stats, cmd_resize, cmd_shutdown, cmd_ping, cmd_batch, cmd_top, cmd_list,
+    cmd_follow;
 
 /* link.c: one stream socket carrying newline-delimited JSON. */
 struct link;

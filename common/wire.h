@@ -113,6 +113,8 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_TASKS            "tasks"
 #define FIELD_MORE             "more"
 #define FIELD_BEFORE           "before"
+#define FIELD_FROM             "from"
+#define FROM_START             "start"
 #define FIELD_RATE_PER_S       "rate_per_s"
 #define FIELD_QUEUED_P50_MS    "queued_p50_ms"
 #define FIELD_QUEUED_P99_MS    "queued_p99_ms"

@@ -135,18 +135,12 @@ op_submit(struct conn *c, struct request *req)
 	conn_send_text(c, &pt);
 }
 
-/* The task a request names; NULL after answering no_such_task. */
+/* The task numbered id; NULL after answering no_such_task. */
 static struct task *
-find_task(struct conn *c, struct request *req)
+find_task_id(struct conn *c, struct request *req, uint64_t id)
 {
-	uint64_t id = 0;
 	struct task *t;
-	char *msg = NULL;
 
-	if (proto_read_task_ref(req, &id, &msg) == -1) {
-		ops_bad_request(c, req, msg);
-		return NULL;
-	}
 	if ((t = tasks_find(id)) == NULL) {
 		const struct conf *cf = &daemon_state->conf;
 		if (tasks_was_accepted(id))
@@ -162,18 +156,41 @@ find_task(struct conn *c, struct request *req)
 	return t;
 }
 
+/* The task a request names; NULL after answering bad_request or no_such_task. */
+static struct task *
+find_task(struct conn *c, struct request *req)
+{
+	uint64_t id = 0;
+	char *msg = NULL;
+
+	if (proto_read_task_ref(req, &id, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return NULL;
+	}
+	return find_task_id(c, req, id);
+}
+
 /*
  * A finished task's done is sent at once; an unfinished one's when it
- * comes, counted against max_subscriptions until then.
+ * comes, counted against max_subscriptions until then. With stream the
+ * wait follows the task: its output from now on (from "start": what it
+ * kept so far first), its started if it has not started yet, then its
+ * done.
  */
 void
 op_wait(struct conn *c, struct request *req)
 {
-	struct task *t = find_task(c, req);
 	unsigned max = daemon_state->conf.max_subscriptions;
 	struct task_sink *sink;
+	struct proto_wait w;
+	struct task *t;
+	char *msg = NULL;
 
-	if (t == NULL)
+	if (proto_read_wait(req, &w, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return;
+	}
+	if ((t = find_task_id(c, req, w.task)) == NULL)
 		return;
 	if (t->finished) {
 		conn_send_done(c, req->id, t->done_text);
@@ -185,9 +202,22 @@ op_wait(struct conn *c, struct request *req)
 		    "(or use another connection)", max);
 		return;
 	}
-	if ((sink = conn_sink_new(c, req->id, false, true)) == NULL) {
+	if ((sink = conn_sink_new(c, req->id, w.stream, true)) == NULL) {
 		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
 		return;
+	}
+	if (w.from != NULL && t->kind->follow != NULL) {
+		/* what it kept so far, before anything its run sends from now on */
+		json_t *kept = json_array(), *ev;
+		size_t i;
+		if (kept != NULL)
+			t->kind->follow(t, kept);
+		json_array_foreach(kept, i, ev) {
+			struct proto_text pt;
+			proto_encode_stream(&pt, ev, req->id, t->id);
+			conn_send_text(c, &pt);
+		}
+		json_decref(kept);
 	}
 	tasks_add_sink(t, sink);
 }

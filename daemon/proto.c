@@ -323,6 +323,8 @@ static const char *const submit_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, FIE
 static const char *const list_fields[] = { FIELD_OP, FIELD_ID, FIELD_STATE, FIELD_POOL,
     FIELD_OWNER, FIELD_LABEL, FIELD_LIMIT, FIELD_BEFORE, NULL };
 static const char *const task_ref_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, NULL };
+static const char *const wait_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, FIELD_STREAM,
+    FIELD_FROM, NULL };
 static const char *const resize_fields[] = { FIELD_OP, FIELD_ID, FIELD_SIZE, FIELD_POOL,
     NULL };
 static const char *const shutdown_fields[] = { FIELD_OP, FIELD_ID, FIELD_MODE, NULL };
@@ -335,7 +337,7 @@ static const struct {
 	{ OP_HELLO, hello_fields, "a hello request" },
 	{ OP_PING, plain_fields, "a ping request" },
 	{ OP_SUBMIT, submit_fields, "a submit request" },
-	{ OP_WAIT, task_ref_fields, "a wait request" },
+	{ OP_WAIT, wait_fields, "a wait request" },
 	{ OP_STATUS, task_ref_fields, "a status request" },
 	{ OP_CANCEL, task_ref_fields, "a cancel request" },
 	{ OP_STATS, plain_fields, "a stats request" },
@@ -492,6 +494,28 @@ proto_read_task(json_t *spec, struct proto_task_spec *out, char **msg)
 	    proto_get_uint(spec, FIELD_TIMEOUT_MS, false, 1, PROTO_MAX_TIMEOUT_MS,
 	    &out->timeout_ms, msg) == -1)
 		return -1;
+	return 0;
+}
+
+int
+proto_read_wait(const struct request *req, struct proto_wait *out, char **msg)
+{
+	json_t *root = req->root;
+
+	memset(out, 0, sizeof *out);
+	if (check_request(req, NULL, msg) == -1 ||
+	    proto_get_task_id(root, FIELD_TASK, &out->task, msg) == -1 ||
+	    proto_get_bool(root, FIELD_STREAM, &out->stream, msg) == -1 ||
+	    proto_get_string(root, FIELD_FROM, false, &out->from, msg) == -1)
+		return -1;
+	if (out->from != NULL && strcmp(out->from, FROM_START) != 0) {
+		char q[UTF8_QUOTE_SIZE];
+		return cause_set(msg, "field \"%s\" must be \"%s\" (the output kept so far "
+		    "first), not \"%s\"", FIELD_FROM, FROM_START, utf8_quote(q, out->from));
+	}
+	if (out->from != NULL && !out->stream)
+		return cause_set(msg, "field \"%s\" needs \"%s\": true", FIELD_FROM,
+		    FIELD_STREAM);
 	return 0;
 }
 

@@ -88,7 +88,15 @@ struct proto_task_spec {
 };
 int proto_read_task(json_t *spec, struct proto_task_spec *, char **msg);
 
-/* wait, status and cancel: the task they name. */
+/* wait: the task, and whether to follow its stream (from the output kept so far). */
+struct proto_wait {
+	uint64_t task;
+	bool stream;
+	const char *from;           /* NULL, or FROM_START */
+};
+int proto_read_wait(const struct request *, struct proto_wait *, char **msg);
+
+/* status and cancel: the task they name. */
 int proto_read_task_ref(const struct request *, uint64_t *task, char **msg);
 
 /* list: its filters (NULL: any) and its page. */

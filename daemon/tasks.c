@@ -127,6 +127,7 @@ release_sinks(struct task *t)
 	}
 	t->sinks = NULL;
 	t->sinks_end = NULL;
+	t->nstreaming = 0;
 }
 
 void
@@ -138,6 +139,10 @@ tasks_add_sink(struct task *t, struct task_sink *sink)
 	sink->next = NULL;
 	*t->sinks_end = sink;
 	t->sinks_end = &sink->next;
+	if (sink->stream) {
+		t->nstreaming++;
+		atomic_store(&t->stream, true);
+	}
 }
 
 /* Frees a task the registry had, with everything it still holds. */
@@ -303,23 +308,33 @@ tasks_outstanding(void)
 
 /*
  * A stream event, or the start of the run (event NULL): the started hooks
- * run once, then the event goes to the sink that asked for the stream, the
- * submitter's, first on the list. Its weight stays on the task's budget
- * until that sink lets go of it; with no such sink it is given back at
- * once.
+ * run once, then the event goes to each sink that asked for the stream
+ * (the submitter's, first on the list, and the followers'; the walk stops
+ * at the last of them, so the waits behind cost nothing). Its weight stays
+ * on the task's budget until the first of those sinks lets go of it, so
+ * that receiver paces the run; the others' copies weigh nothing (their
+ * connections' flow control bounds them). With no such sink it is given
+ * back at once.
  */
 static void
 task_event(struct task *t, json_t *event, size_t weight)
 {
-	struct task_sink *s = t->sinks;
+	struct task_sink *s;
+	unsigned left = t->nstreaming;
 
 	hooks_started(t);
 	if (event == NULL)
 		return;
-	if (s != NULL && s->stream)
-		s->ops->event(s, t, event, weight);
-	else
+	if (left == 0) {
 		task_stream_taken(t, weight);
+		return;
+	}
+	for (s = t->sinks; s != NULL && left > 0; s = s->next)
+		if (s->stream) {
+			s->ops->event(s, t, event, weight);
+			weight = 0;
+			left--;
+		}
 }
 
 void

@@ -53,7 +53,7 @@ struct task_sink_ops {
 
 struct task_sink {
 	const struct task_sink_ops *ops;
-	bool stream;                /* wants the stream events: only a submitter's (o->sink) */
+	bool stream;                /* wants the stream events: a submitter's, or a follower's */
 	struct task_sink *next;     /* the registry's: the task's list */
 };
 
@@ -110,7 +110,11 @@ const char *tasks_state(const struct task *t);
 /* What the events about t say of it now (proto.h). */
 void tasks_view(const struct task *t, struct proto_task *v);
 
-/* Sends t's done to sink too, when it finishes (t is not finished yet). */
+/*
+ * Sends t's done to sink too, when it finishes (t is not finished yet);
+ * with sink->stream, its stream events from now on as well (a follower:
+ * t's run starts sending them if it did not).
+ */
 void tasks_add_sink(struct task *t, struct task_sink *sink);
 
 /*
