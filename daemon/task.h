@@ -86,6 +86,7 @@ struct task {
 	const struct task_kind *kind;
 	void *kind_data;
 	uint64_t timeout_us;        /* 0 = none (the submit's timeout_ms) */
+	uint64_t queue_timeout_ms;  /* 0 = none (the submit's), for the expired message */
 	/*
 	 * Its run sends started/output events (task_emit): from submit with
 	 * stream, or from when a wait with stream follows it (set by the loop,

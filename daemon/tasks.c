@@ -179,6 +179,7 @@ tasks_submit(struct task *t, const struct task_options *o)
 	t->pool_entry = o->pool;
 	t->stream = o->stream;
 	t->timeout_us = o->timeout_ms * 1000;
+	t->queue_timeout_ms = o->queue_timeout_ms;
 	t->job.queue_deadline_us = o->queue_timeout_ms != 0 ?
 	    clock_now_us() + o->queue_timeout_ms * 1000 : 0;
 	t->notify_start = hooks_want_start;
