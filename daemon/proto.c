@@ -532,13 +532,20 @@ proto_read_task_ref(const struct request *req, uint64_t *task, char **msg)
 int
 proto_read_resize(const struct request *req, struct proto_resize *out, char **msg)
 {
+	json_t *v;
+
 	memset(out, 0, sizeof *out);
 	out->pool = WIRE_DEFAULT_POOL;
 	if (check_request(req, NULL, msg) == -1 ||
-	    proto_get_uint(req->root, FIELD_SIZE, true, 1, PROTO_MAX_POOL_SIZE, &out->size,
-	    msg) == -1 ||
 	    proto_get_string(req->root, FIELD_POOL, false, &out->pool, msg) == -1)
 		return -1;
+	/* its range is the pool's (1..its limit), which op_resize knows and names */
+	if ((v = json_object_get(req->root, FIELD_SIZE)) == NULL)
+		return cause_set(msg, "missing field \"%s\"", FIELD_SIZE);
+	if (!json_is_integer(v))
+		return cause_set(msg, "field \"%s\" must be an integer, not %s", FIELD_SIZE,
+		    type_name(v));
+	out->size = json_integer_value(v);
 	return 0;
 }
 

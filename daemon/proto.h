@@ -33,7 +33,6 @@ struct blob;
 /* ------------------------------------------------------------ requests (proto.c) */
 
 #define PROTO_MAX_TIMEOUT_MS (30ull * 24 * 3600 * 1000) /* timeout_ms, queue_timeout_ms: a month */
-#define PROTO_MAX_POOL_SIZE (1u << 20)                  /* resize's size */
 
 struct request {
 	json_t *root;       /* the whole request object (owned) */
@@ -113,7 +112,7 @@ struct proto_list {
 int proto_read_list(const struct request *, struct proto_list *, char **msg);
 
 struct proto_resize {
-	uint64_t size;              /* 1..PROTO_MAX_POOL_SIZE */
+	int64_t size;               /* any integer: the op checks it against the pool's limit */
 	const char *pool;           /* WIRE_DEFAULT_POOL when absent */
 };
 int proto_read_resize(const struct request *, struct proto_resize *, char **msg);
