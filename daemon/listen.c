@@ -178,6 +178,25 @@ clear_stale_socket(const char *path, const struct sockaddr_un *sun, char **cause
 }
 
 int
+listen_unix_busy(const char *path, char **cause)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd, rv = 0;
+
+	if (strlen(path) >= sizeof sun.sun_path || lstat(path, &st) == -1 || !S_ISSOCK(st.st_mode))
+		return 0;       /* listen_unix says what is wrong with it */
+	strcpy(sun.sun_path, path);
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1)
+		return 0;
+	if (connect(fd, (const struct sockaddr *)&sun, sizeof sun) == 0)
+		rv = cause_set(cause, "%s is in use by a running daemon (is tpd already running?)",
+		    path);
+	close(fd);
+	return rv;
+}
+
+int
 listen_unix(const char *path, mode_t mode, const char *group, char **cause)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };

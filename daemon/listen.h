@@ -13,6 +13,13 @@
  */
 int listen_unix(const char *path, mode_t mode, const char *group, char **cause);
 
+/*
+ * -1 with *cause set when a live daemon answers on the socket at path (the
+ * check tpd makes before anything else, so that this is all it says); 0
+ * otherwise, whatever is there (listen_unix deals with it).
+ */
+int listen_unix_busy(const char *path, char **cause);
+
 /* Listens on HOST:PORT ("127.0.0.1:7420", "[::1]:0", "*:7420"); logs the bound port. */
 int listen_tcp(const char *hostport, char **cause);
 

@@ -180,6 +180,11 @@ def test_socket_activation_serves_unix_and_tcp():
         check("listening on unix %s (socket activation)" % path in log, log)
         check("listening on tcp 127.0.0.1:%d (socket activation)" % port in log, log)
         check(not os.path.exists(own), "no socket of its own when one was passed")
+        # ... and it says so, naming what it does not use
+        check("systemd passed a Unix socket; the socket %s (-s or socket =) is not used"
+              % own in log, "the ignored -s is logged: %s", log)
+        check("systemd passed a TCP socket; the 1 address of -l or listen = is not used"
+              in log, "the ignored -l is logged: %s", log)
         check(len(re.findall(r"listening on tcp", log)) == 1, "no -l listener besides: %s", log)
         u.close()
         t.close()
