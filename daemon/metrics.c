@@ -497,8 +497,8 @@ metrics_start(struct event_base *base, const struct conf *c, char **cause)
 	/* evhttp set its own accept callback; the error callback is tpd's */
 	evconnlistener_set_error_cb(m.evl, accept_error_cb);
 	apply_limits(c);
-	log_info("metrics: serving GET " METRICS_PATH " on %s (at most %u connections)",
-	    m.name, m.max_connections);
+	log_info("metrics: serving GET " METRICS_PATH " on %s (at most %u connection%s)",
+	    m.name, m.max_connections, m.max_connections == 1 ? "" : "s");
 	return 0;
 }
 

@@ -180,7 +180,8 @@ daemon_reload(void)
 	memset(&nc, 0, sizeof nc);  /* its memory belongs to d->conf now */
 	conf_free(&old);
 	exec_configure(&d->conf);   /* tasks already running keep the settings they took */
-	log_notice("configuration reloaded: %zu pools", d->conf.npools);
+	log_notice("configuration reloaded: %zu pool%s", d->conf.npools,
+	    d->conf.npools == 1 ? "" : "s");
 	goto out;
 refused:
 	reload_log_errors(errors ? errors : "reload: out of memory");
