@@ -35,8 +35,8 @@ health_check(void *arg)
 			    e->name, s.target);
 		else if (s.idle > 0 && s.queued > 0 &&
 		    s.oldest_queued_us > (uint64_t)HEALTH_STUCK_MS * 1000)
-			snprintf(why, sizeof why, "pool %s: %u idle workers but a task queued "
-			    "for %llu ms", e->name, s.idle,
+			snprintf(why, sizeof why, "pool %s: %u idle worker%s but a task queued "
+			    "for %llu ms", e->name, s.idle, s.idle == 1 ? "" : "s",
 			    (unsigned long long)s.oldest_queued_us / 1000);
 	}
 	if (why[0] != '\0' && !was_unhealthy)

@@ -237,8 +237,8 @@ daemon_begin_shutdown(bool now)
 		}
 	} else if (now && d->phase == DAEMON_DRAINING) {
 		d->phase = DAEMON_STOPPING_NOW;
-		log_notice("shutdown turned into now: cancelling %llu outstanding tasks",
-		    (unsigned long long)tasks_outstanding());
+		log_notice("shutdown turned into now: cancelling %llu outstanding task%s",
+		    (unsigned long long)tasks_outstanding(), tasks_outstanding() == 1 ? "" : "s");
 		pools_close_all(POOL_NOW);
 	}
 	task_wake_streams();    /* a run blocked on its stream budget sees the cancel */

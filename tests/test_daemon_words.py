@@ -90,13 +90,15 @@ def test_one_is_singular_and_signals_go_by_their_names():
                    "running", "the sleep runs")
         d.signal(signal.SIGTERM)
         eventually(lambda: "task outstanding" in d.read_log(), "the drain is logged")
-        c.request({"op": "cancel", "task": acc["task"]})
+        d.signal(signal.SIGTERM)    # the second: now
         d.wait_exit()
         log = d.read_log()
         check("pool default: 1 worker (limit" in log, "1 worker: %s", log[-2000:])
         check("SIGTERM received" in log and "Terminated received" not in log,
               "the signal by its name: %s", log[-2000:])
         check("shutting down (drain): 1 task outstanding" in log, "%s", log[-2000:])
+        check("shutdown turned into now: cancelling 1 outstanding task\n" in log,
+              "%s", log[-2000:])
         check("flushing 1 connection\n" in log, "%s", log[-2000:])
 
 
