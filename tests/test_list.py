@@ -3,9 +3,11 @@
 of each pool in stats."""
 import json
 import os
+import pwd
+import socket
 import subprocess
 
-from tpdtest import TPCTL, TIMEOUT, Daemon, check, eventually, run_tests
+from tpdtest import TPCTL, TIMEOUT, Daemon, Skip, check, eventually, run_tests
 
 
 def tpctl(d, *args):
@@ -177,6 +179,77 @@ def test_list_shows_a_non_admin_its_own_tasks_only():
               "the admin sees every task: %r", ev)
         ev = a.request({"op": "list", "owner": "token:alice"})
         check([t["task"] for t in ev["tasks"]] == [mine["alice"][1]], "%r", ev)
+
+
+def as_nobody(sock_path, requests):
+    """The answers to requests sent by a child that became nobody (one answer each)."""
+    pw = pwd.getpwnam("nobody")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(pw.pw_gid)
+            os.setuid(pw.pw_uid)
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(sock_path)
+            f = s.makefile("rwb")
+            out = []
+            for req in requests:
+                f.write((json.dumps(req) + "\n").encode())
+                f.flush()
+                out.append(json.loads(f.readline()))
+            os.write(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def test_list_on_the_unix_socket_shows_a_user_its_own():
+    if os.geteuid() != 0:
+        raise Skip("needs root to act as nobody")
+    with Daemon("--socket-mode", "0666") as d:
+        os.chmod(d.dir, 0o755)
+        c = d.client()
+        _, mine = c.submit({"kind": "echo", "value": "root's"}, detach=True)
+        acc, lst = as_nobody(d.sock, [
+            {"op": "submit", "task": {"kind": "echo", "value": 1}, "detach": True,
+             "label": "nobody's"},
+            {"op": "list"}])
+        nobody = "uid:%d" % pwd.getpwnam("nobody").pw_uid
+        check([(t["task"], t["owner"], t["label"]) for t in lst["tasks"]] ==
+              [(acc["task"], nobody, "nobody's")], "nobody sees its own only: %r", lst)
+        ev = c.request({"op": "list"})
+        check([t["task"] for t in ev["tasks"]] == [acc["task"], mine["task"]],
+              "root, an admin, sees both: %r", ev)
+        r = subprocess.run([TPCTL, "-s", d.sock, "list"], capture_output=True, text=True,
+                           timeout=TIMEOUT)
+        check([l.split()[0] for l in r.stdout.splitlines()[1:]] == [str(mine["task"])],
+              "tpctl list without --all: root's own: %r", r.stdout)
+        r = subprocess.run([TPCTL, "-s", d.sock, "list", "--all"], capture_output=True,
+                           text=True, timeout=TIMEOUT)
+        check(len(r.stdout.splitlines()) == 3, "--all: both: %r", r.stdout)
+
+
+def test_batch_labels_every_task():
+    with Daemon() as d:
+        path = os.path.join(d.dir, "jobs")
+        write(path, "echo a\necho b\n")
+        r = subprocess.run([TPCTL, "-s", d.sock, "batch", "--label", "nightly", path],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        check(r.returncode == 0, "%r", r)
+        ev = d.client().request({"op": "list", "label": "nightly"})
+        check(len(ev["tasks"]) == 2, "both lines labelled: %r", ev)
 
 
 def test_stats_has_the_recent_rate_and_quantiles():
