@@ -152,6 +152,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_RESULTS_FORGOTTEN "results_forgotten"
 #define FIELD_CONTAINMENT      "containment"
 #define FIELD_PHASE            "phase"
+#define FIELD_TCP_AUTH         "tcp_auth"
 #define FIELD_NAME             "name"
 #define FIELD_BUSY             "busy"
 #define FIELD_IDLE             "idle"
@@ -173,6 +174,10 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define PHASE_RUNNING  "running"
 #define PHASE_DRAINING "draining"
 #define PHASE_STOPPING "stopping"
+
+/* stats.tcp_auth: the [daemon] tcp_auth in force */
+#define TCP_AUTH_TOKEN "token"
+#define TCP_AUTH_NONE  "none"
 
 /* stats.containment (doc/exec.md) */
 #define CONTAINMENT_CGROUP  "cgroup"

@@ -240,6 +240,7 @@ enum conf_kind {
 	KIND_LISTEN,    /* repeatable, space-separated HOST:PORT list */
 	KIND_ENV,       /* repeatable NAME=value */
 	KIND_CONTAINMENT, /* char *, auto, cgroup or process */
+	KIND_TCP_AUTH,  /* bool, true for "none" (the other value: "token") */
 	KIND_PATH,      /* char *, any path; empty = the default */
 	KIND_RUN_AS,    /* a pool's run_as: daemon, caller or an existing user */
 	KIND_LIMIT_SIZE,  /* uint64_t bytes, units.h's size */
@@ -291,6 +292,7 @@ static const struct conf_key conf_keys[] = {
 	{ SECT_DAEMON, "admin_group", KIND_GROUP, D(admin_group), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "token_file", KIND_FILE, D(token_file), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "admin_token_file", KIND_FILE, D(admin_token_file), 0, 0, 0, NULL },
+	{ SECT_DAEMON, "tcp_auth", KIND_TCP_AUTH, D(tcp_auth_none), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "containment", KIND_CONTAINMENT, D(containment), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "cgroup_root", KIND_PATH, D(cgroup_root), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "metrics_listen", KIND_HOSTPORT, D(metrics_listen), 0, 0, 0, NULL },
@@ -560,6 +562,7 @@ conf_flags_usage(FILE *out)
 		[KIND_SOCKET] = "PATH", [KIND_MODE] = "MODE", [KIND_GROUP] = "GROUP",
 		[KIND_FILE] = "FILE", [KIND_LOGLEVEL] = "LEVEL", [KIND_LISTEN] = "HOST:PORT",
 		[KIND_ENV] = "NAME=VALUE", [KIND_CONTAINMENT] = "auto|cgroup|process",
+		[KIND_TCP_AUTH] = "token|none",
 		[KIND_PATH] = "CGROUP", [KIND_RUN_AS] = "USER", [KIND_LIMIT_SIZE] = "SIZE",
 		[KIND_LIMIT_COUNT] = "N", [KIND_LIMIT_CORES] = "CORES",
 		[KIND_HOSTPORT] = "HOST:PORT",
@@ -1208,6 +1211,13 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 			return;
 		}
 		set_string(slot, value);
+		return;
+	case KIND_TCP_AUTH:
+		if (strcmp(value, "token") != 0 && strcmp(value, "none") != 0) {
+			key_error(l, k->name, "\"%s\" is not token or none", value);
+			return;
+		}
+		*(bool *)slot = strcmp(value, "none") == 0;
 		return;
 	case KIND_PATH:
 		set_string(slot, value);

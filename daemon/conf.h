@@ -71,6 +71,7 @@ struct conf {
 	char *admin_group;              /* may run admin ops on the Unix socket */
 	char *token_file;               /* TCP submit token */
 	char *admin_token_file;         /* TCP admin token */
+	bool tcp_auth_none;             /* tcp_auth = none: TCP without a token (default: token) */
 	char *containment;              /* "auto" (default), "cgroup" or "process" */
 	char *cgroup_root;              /* NULL: the cgroup tpd was started in */
 	char *metrics_listen;           /* HOST:PORT of GET /metrics; NULL = off */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "cgroup.h"
 #include "conn.h"
 #include "daemon.h"
@@ -60,6 +61,7 @@ op_stats(struct conn *c, struct request *req)
 	st.version = PACKAGE_VERSION;
 	st.containment = cgroup_containment();
 	st.phase = phase_name(d->phase);
+	st.tcp_auth = auth_tcp_mode();
 	proto_encode_stats(&pt, req->id, &st);
 	conn_send_text(c, &pt);
 }

@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "conf.h"
 #include "conn-sink.h"
 #include "daemon.h"
+#include "log.h"
 #include "ops.h"
 #include "pools.h"
 #include "proto.h"
@@ -95,6 +97,8 @@ op_submit(struct conn *c, struct request *req)
 	}
 	cp = conf_pool_find(&daemon_state->conf, e->name);
 	if (cp != NULL && cp->run_as == CONF_RUN_AS_CALLER && !conn_creds(c, NULL, NULL, NULL)) {
+		log_info("connection %llu (%s): submit to pool %s forbidden: run_as = caller",
+		    (unsigned long long)conn_id(c), conn_peer(c), e->name);
 		conn_send_error(c, req->id, ERR_FORBIDDEN, "pool %s runs tasks as their caller "
 		    "(run_as = caller): submit on the Unix socket", e->name);
 		return;
@@ -135,11 +139,18 @@ op_submit(struct conn *c, struct request *req)
 	conn_send_text(c, &pt);
 }
 
-/* The task numbered id; NULL after answering no_such_task. */
+/*
+ * The task numbered id, for the op named op; NULL after answering
+ * no_such_task, or forbidden when it is not c's (auth.c). A task that does
+ * not exist is no_such_task for anyone: its id tells no more than the
+ * order of submissions does.
+ */
 static struct task *
-find_task_id(struct conn *c, struct request *req, uint64_t id)
+find_task_id(struct conn *c, struct request *req, uint64_t id, const char *op)
 {
 	struct task *t;
+	const char *code;
+	char why[256];
 
 	if ((t = tasks_find(id)) == NULL) {
 		const struct conf *cf = &daemon_state->conf;
@@ -152,13 +163,18 @@ find_task_id(struct conn *c, struct request *req, uint64_t id)
 		else
 			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "no task %llu: never "
 			    "submitted", (unsigned long long)id);
+		return NULL;
+	}
+	if (!auth_task_allowed(c, t, op, &code, why, sizeof why)) {
+		conn_send_error(c, req->id, code, "%s", why);
+		return NULL;
 	}
 	return t;
 }
 
-/* The task a request names; NULL after answering bad_request or no_such_task. */
+/* The task a request names; NULL after answering bad_request, no_such_task or forbidden. */
 static struct task *
-find_task(struct conn *c, struct request *req)
+find_task(struct conn *c, struct request *req, const char *op)
 {
 	uint64_t id = 0;
 	char *msg = NULL;
@@ -167,7 +183,7 @@ find_task(struct conn *c, struct request *req)
 		ops_bad_request(c, req, msg);
 		return NULL;
 	}
-	return find_task_id(c, req, id);
+	return find_task_id(c, req, id, op);
 }
 
 /*
@@ -190,7 +206,7 @@ op_wait(struct conn *c, struct request *req)
 		ops_bad_request(c, req, msg);
 		return;
 	}
-	if ((t = find_task_id(c, req, w.task)) == NULL)
+	if ((t = find_task_id(c, req, w.task, OP_WAIT)) == NULL)
 		return;
 	if (t->finished) {
 		conn_send_done(c, req->id, t->done_text);
@@ -225,7 +241,7 @@ op_wait(struct conn *c, struct request *req)
 void
 op_status(struct conn *c, struct request *req)
 {
-	struct task *t = find_task(c, req);
+	struct task *t = find_task(c, req, OP_STATUS);
 	struct proto_task view;
 	struct proto_text pt;
 
@@ -239,7 +255,7 @@ op_status(struct conn *c, struct request *req)
 void
 op_cancel(struct conn *c, struct request *req)
 {
-	struct task *t = find_task(c, req);
+	struct task *t = find_task(c, req, OP_CANCEL);
 	struct proto_text pt;
 
 	if (t == NULL)
@@ -249,9 +265,17 @@ op_cancel(struct conn *c, struct request *req)
 	conn_send_text(c, &pt);
 }
 
+/* Whether the connection arg may see t: its owner's or an admin's (auth.c). */
+static bool
+list_visible(const struct task *t, void *arg)
+{
+	return auth_may_see_task(arg, t);
+}
+
 /*
  * Up to limit tasks matching the filters, newest first. A connection that
- * is not an admin's sees its own tasks only: its owner is a filter too.
+ * is not an admin's sees its own tasks only (auth_may_see_task): the
+ * others are left out, not refused.
  */
 void
 op_list(struct conn *c, struct request *req)
@@ -259,8 +283,6 @@ op_list(struct conn *c, struct request *req)
 	struct proto_list l;
 	struct proto_task *views;
 	struct proto_text pt;
-	char owner[CONN_OWNER_MAX];
-	const char *own = NULL;
 	bool more = false;
 	size_t n;
 	char *msg = NULL;
@@ -269,21 +291,11 @@ op_list(struct conn *c, struct request *req)
 		ops_bad_request(c, req, msg);
 		return;
 	}
-	if (conn_role(c) != CONN_ROLE_ADMIN) {
-		own = conn_owner(c, owner, sizeof owner);
-		if (l.owner != NULL && strcmp(l.owner, own) != 0) {
-			/* another's tasks: none of them is this connection's to see */
-			proto_encode_list(&pt, req->id, NULL, 0, false);
-			conn_send_text(c, &pt);
-			return;
-		}
-		l.owner = own;
-	}
 	if ((views = calloc(l.limit, sizeof *views)) == NULL) {
 		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
 		return;
 	}
-	n = tasks_list(&l, views, l.limit, &more);
+	n = tasks_list(&l, list_visible, c, views, l.limit, &more);
 	proto_encode_list(&pt, req->id, views, n, more);
 	free(views);
 	conn_send_text(c, &pt);

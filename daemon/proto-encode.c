@@ -556,6 +556,8 @@ proto_encode_stats(struct proto_text *pt, json_t *id, const struct proto_stats *
 	pt_cstring(pt, st->containment);
 	pt_key(pt, FIELD_PHASE);
 	pt_cstring(pt, st->phase);
+	pt_key(pt, FIELD_TCP_AUTH);
+	pt_cstring(pt, st->tcp_auth);
 	pt_end(pt);
 }
 

@@ -224,6 +224,7 @@ struct proto_stats {
 	const char *version;
 	const char *containment;    /* CONTAINMENT_* */
 	const char *phase;          /* PHASE_* */
+	const char *tcp_auth;       /* TCP_AUTH_* */
 };
 
 /*

@@ -259,7 +259,8 @@ list_match(const struct task *t, const struct proto_list *l)
 }
 
 size_t
-tasks_list(const struct proto_list *l, struct proto_task *out, size_t max, bool *more)
+tasks_list(const struct proto_list *l, bool (*visible)(const struct task *, void *), void *arg,
+    struct proto_task *out, size_t max, bool *more)
 {
 	struct task *t = newest_task;
 	size_t n = 0;
@@ -275,7 +276,7 @@ tasks_list(const struct proto_list *l, struct proto_task *out, size_t max, bool 
 	}
 	*more = false;
 	for (; t != NULL; t = t->list_older) {
-		if (!list_match(t, l))
+		if (!list_match(t, l) || !visible(t, arg))
 			continue;
 		if (n == max) {
 			*more = true;

@@ -125,15 +125,15 @@ void tasks_add_sink(struct task *t, struct task_sink *sink);
 void tasks_stream_taken(uint64_t id, size_t weight);
 
 /*
- * list: up to max tasks matching l (every filter of it; owner too when
- * not NULL), newest first, older than l->before when it is set, viewed
- * into out (times so far for unfinished ones; the views borrow from the
- * tasks until the registry next changes). Returns how many; *more says
- * whether older ones match too.
+ * list: up to max tasks matching l (every filter of it) that visible says
+ * the asker may see, newest first, older than l->before when it is set,
+ * viewed into out (times so far for unfinished ones; the views borrow from
+ * the tasks until the registry next changes). Returns how many; *more
+ * says whether older ones match too.
  */
 struct proto_list;
-size_t tasks_list(const struct proto_list *l, struct proto_task *out, size_t max,
-    bool *more);
+size_t tasks_list(const struct proto_list *l, bool (*visible)(const struct task *, void *),
+    void *arg, struct proto_task *out, size_t max, bool *more);
 
 /* Asks t to stop (queued: cancelled at once; running: cancel flag). */
 void tasks_cancel(struct task *t);

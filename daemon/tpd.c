@@ -320,6 +320,16 @@ enforce_hook(const struct conf *c, struct conf_enforce *out)
 	exec_enforce(&probe, out);
 }
 
+/* A TCP listener's check (auth_check_tcp), the listener named as tpd names it. */
+static int
+check_tcp_listener(const struct auth *a, const char *hostport, bool warn, char **cause)
+{
+	char name[200];
+
+	snprintf(name, sizeof name, "tcp %s", hostport);
+	return auth_check_tcp(a, name, warn, cause);
+}
+
 /*
  * tpd -n: the configuration is read already; the token files and the
  * containment are checked too. Prints the verdict and exits.
@@ -335,6 +345,11 @@ check_only(struct daemon *d)
 		fprintf(stderr, "%s\n", cause ? cause : "out of memory");
 		exit(1);
 	}
+	for (size_t i = 0; i < d->conf.nlisten; i++)
+		if (check_tcp_listener(a, d->conf.listen[i], false, &cause) == -1) {
+			fprintf(stderr, "%s\n", cause ? cause : "out of memory");
+			exit(1);
+		}
 	auth_free(a);
 	if (cgroup_probe(d->conf.containment, d->conf.cgroup_root, &probe, &cause) == -1) {
 		if (d->conf.path != NULL)
@@ -365,7 +380,11 @@ stop_log(struct daemon *d)
 	log_notice("tpd stopped");
 }
 
-/* The token files and the admin group; exits naming FILE:LINE and what is wrong. */
+/*
+ * The token files and the admin group; exits naming FILE:LINE and what is
+ * wrong, or the listen address that would let anyone in without a token
+ * (socket-activated TCP sockets are checked when they are adopted).
+ */
 static void
 start_auth(struct daemon *d)
 {
@@ -375,6 +394,11 @@ start_auth(struct daemon *d)
 	if (auth_load(&d->conf, &a, &cause) == -1)
 		fatalx("%s", cause ? cause : "out of memory reading the token files");
 	auth_install(a);
+	if (getenv("LISTEN_FDS") != NULL)
+		return;                 /* socket-activated: start_listeners checks */
+	for (size_t i = 0; i < d->conf.nlisten; i++)
+		if (check_tcp_listener(NULL, d->conf.listen[i], true, &cause) == -1)
+			fatalx("%s", cause);
 }
 
 static void
@@ -578,6 +602,8 @@ start_listeners(struct daemon *d)
 	for (int i = 0; i < nact; i++) {
 		bool is_unix = act[i].kind == SDN_UNIX;
 		snprintf(name, sizeof name, "%s %s", is_unix ? "unix" : "tcp", act[i].addr);
+		if (!is_unix && auth_check_tcp(NULL, name, true, &cause) == -1)
+			fatalx("%s", cause);
 		if (listen_adopt(act[i].fd, is_unix, name, &cause) == -1)
 			fatalx("%s", cause);
 		have_unix = have_unix || is_unix;
@@ -592,6 +618,9 @@ start_listeners(struct daemon *d)
 		log_notice("socket activation: systemd passed a TCP socket; the %zu address%s "
 		    "of -l or listen = %s not used", d->conf.nlisten,
 		    d->conf.nlisten == 1 ? "" : "es", d->conf.nlisten == 1 ? "is" : "are");
+	for (size_t i = 0; nact > 0 && !have_tcp && i < d->conf.nlisten; i++)
+		if (check_tcp_listener(NULL, d->conf.listen[i], true, &cause) == -1)
+			fatalx("%s", cause);
 	if (have_unix)
 		socket_path = NULL;
 	else if (socket_path == NULL && (socket_path = wire_default_socket_path(path, sizeof path)) == NULL)

@@ -15,12 +15,12 @@ def write(path, text):
 
 
 def test_unauthenticated_says_where_the_token_goes():
-    d = Daemon(tcp=True, start=False)
+    d = Daemon(tcp=True, tcp_auth="token", start=False)
     d.args += ["--token-file", write(os.path.join(d.dir, "tokens"), "ci tok-ci\n")]
     with d:
         d.start()
         c = d.client(tcp=True)
-        ev = c.request({"op": "stats"})
+        ev = c.request({"op": "submit", "task": {"kind": "echo", "value": 1}})
         msg = ev["error"]["message"]
         check(ev["error"]["code"] == "unauthenticated", "%r", ev)
         check('"token"' in msg and "hello" in msg and "--token-file" in msg,
@@ -28,7 +28,7 @@ def test_unauthenticated_says_where_the_token_goes():
 
 
 def test_forbidden_over_tcp_needs_the_admin_token_in_hello():
-    d = Daemon(tcp=True, start=False)
+    d = Daemon(tcp=True, tcp_auth="token", start=False)
     d.args += ["--token-file", write(os.path.join(d.dir, "tokens"), "ci tok-ci\n"),
                "--admin-token-file", write(os.path.join(d.dir, "admin"), "root tok-root\n")]
     with d:

@@ -153,7 +153,7 @@ def test_list_bad_fields():
 
 
 def test_list_shows_a_non_admin_its_own_tasks_only():
-    d = Daemon(tcp=True, start=False)
+    d = Daemon(tcp=True, tcp_auth="token", start=False)
     tok = write(os.path.join(d.dir, "tokens"), "ci tok-ci\nalice tok-alice\n")
     adm = write(os.path.join(d.dir, "admin"), "root tok-root\n")
     d.args += ["--token-file", tok, "--admin-token-file", adm]

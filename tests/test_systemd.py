@@ -162,7 +162,7 @@ def test_socket_activation_serves_unix_and_tcp():
             port = free_port()
             # -s and -l name listeners tpd must not create: the passed fds replace them
             sp.start([activate, "-l", path, "-l", "127.0.0.1:%d" % port, "--fdname=unix:tcp",
-                      TPD, "-f", "-w", "1", "-s", own, "-l", "127.0.0.1:0",
+                      TPD, "-f", "-w", "1", "-s", own, "-l", "127.0.0.1:0", "--tcp-auth", "none",
                       "--log-level", "debug"])
             eventually(lambda: "as 4." in sp.read_log() or sp.proc.poll() is not None,
                        "systemd-socket-activate listens")
@@ -191,6 +191,29 @@ def test_socket_activation_serves_unix_and_tcp():
         sp.proc.send_signal(signal.SIGTERM)
         check(sp.proc.wait(timeout=TIMEOUT) == 0, "clean exit")
         check(os.path.exists(path), "systemd's socket file is not tpd's to remove")
+
+
+def test_socket_activated_tcp_without_a_token_stops_the_start():
+    """A TCP socket systemd passes is a TCP listener too: no token file, no start."""
+    activate = need("systemd-socket-activate")
+    with Spawned(None) as sp:
+        own = os.path.join(sp.dir, "own.sock")
+        for attempt in range(5):
+            port = free_port()
+            sp.start([activate, "-l", "127.0.0.1:%d" % port, "--fdname=tcp",
+                      TPD, "-f", "-w", "1", "-s", own])
+            eventually(lambda: "as 3." in sp.read_log() or sp.proc.poll() is not None,
+                       "systemd-socket-activate listens")
+            if sp.proc.poll() is None:
+                break
+            check("in use" in sp.read_log(), "activate failed: %s", sp.read_log())
+        c = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)   # starts tpd
+        check(sp.proc.wait(timeout=TIMEOUT) != 0, "tpd served a TCP socket without a token")
+        c.close()
+        log = sp.read_log()
+        check(re.search(r"error: tcp 127\.0\.0\.1:%d: a TCP listener needs a token: set "
+                        r"\[daemon\] token_file" % port, log), "%s", log)
+        check(not os.path.exists(own), "it made its own socket")
 
 
 def recv_notify(sock, timeout):
