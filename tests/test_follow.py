@@ -7,7 +7,7 @@ import base64
 import os
 import subprocess
 
-from tpdtest import TPCTL, TIMEOUT, Daemon, check, eventually, run_tests
+from tpdtest import TPCTL, TIMEOUT, Daemon, Skip, check, eventually, run_tests
 
 
 def gated(d, name):
@@ -154,6 +154,47 @@ def test_streamed_output_is_not_cut_by_output_limit():
         kept = base64.b64decode(res["stdout_base64"])
         check(res["truncated"] is True and len(kept) == 1024,
               "the result keeps output_limit: %d, %r", len(kept), res["truncated"])
+
+
+def test_follow_is_for_the_owner_and_admins():
+    if os.geteuid() != 0:
+        raise Skip("needs root to act as nobody")
+    import json
+    import pwd
+    import socket
+    with Daemon("--socket-mode", "0666") as d:
+        os.chmod(d.dir, 0o755)
+        fifo, mark, task = gated(d, "f")
+        s = d.client()
+        _, acc = s.submit(task, detach=True)
+        eventually(lambda: os.path.exists(mark), "the task printed its first line")
+        pw = pwd.getpwnam("nobody")
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(r)
+                os.setgroups([])
+                os.setgid(pw.pw_gid)
+                os.setuid(pw.pw_uid)
+                c = socket.socket(socket.AF_UNIX)
+                c.connect(d.sock)
+                f = c.makefile("rwb")
+                f.write((json.dumps({"op": "wait", "id": 1, "task": acc["task"],
+                                     "stream": True, "from": "start"}) + "\n").encode())
+                f.flush()
+                os.write(w, f.readline())
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            ev = json.loads(f.read())
+        os.waitpid(pid, 0)
+        check(ev["event"] == "error" and ev["error"]["code"] == "forbidden" and
+              "output" not in json.dumps(ev) and "one" not in json.dumps(ev),
+              "nobody may not follow root's task, nor see its kept output: %r", ev)
+        release(fifo)
+        s.request({"op": "wait", "task": acc["task"]})
 
 
 def tpctl(d, *args):
