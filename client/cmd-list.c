@@ -174,7 +174,7 @@ list_exec(struct tpctl *opt, int argc, char **argv)
 	if ((code = tpctl_resolve(opt)) != 0)
 		goto out;
 	if (owner == NULL && !all && opt->host == NULL) {
-		snprintf(own, sizeof own, "uid:%u", (unsigned)getuid());
+		snprintf(own, sizeof own, "uid:%u", (unsigned)geteuid());  /* as SO_PEERCRED sees it */
 		owner = own;
 	}
 	if (owner != NULL && json_object_set_new(req, FIELD_OWNER, json_string(owner)) == -1) {
