@@ -202,8 +202,9 @@ auth_allowed(struct conn *c, enum conn_role needs, const char *op, const char **
 		return true;
 	if (conn_role(c) == CONN_ROLE_NONE) {
 		*code = ERR_UNAUTHENTICATED;
-		utf8_format(msg, len, "op \"%s\" needs authentication: send hello with the token "
-		    "first", op);
+		utf8_format(msg, len, "op \"%s\" needs authentication: first send "
+		    "{\"op\":\"hello\",\"token\":\"...\"} with your token in its \"token\" "
+		    "(tpctl: --token-file FILE)", op);
 		return false;
 	}
 	if (conn_is_unix(c) && peer_in_admin_group(c)) {
@@ -219,9 +220,10 @@ auth_allowed(struct conn *c, enum conn_role needs, const char *op, const char **
 		    op, (unsigned)geteuid(), group != NULL ? " or group " : "",
 		    group != NULL ? group : "", (unsigned)uid);
 	} else
-		utf8_format(msg, len, "op \"%s\" over TCP needs the admin token%s", op,
+		utf8_format(msg, len, "op \"%s\" over TCP needs the admin token in hello%s", op,
 		    current != NULL && tokens_count(current->tokens, TOKENS_ADMIN) > 0 ?
-		    " in hello" : ", and none is configured");
+		    " (tpctl: --token-file with an admin token)" :
+		    ", and none is configured (admin_token_file)");
 	return false;
 }
 

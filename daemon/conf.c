@@ -71,6 +71,9 @@ conf_init(struct conf *c)
 	c->exec_output_limit_max = 16 * 1024 * 1024;
 	c->exec_kill_grace_ms = 5000;
 	c->stream_budget = 256 * 1024;
+	c->metrics_max_connections = 16;
+	c->metrics_timeout_ms = 10 * 1000;
+	c->metrics_max_header_bytes = 8 * 1024;
 	for (size_t i = 0; i < sizeof default_exec_env / sizeof default_exec_env[0]; i++)
 		c->exec_env[c->nexec_env++] = strdup(default_exec_env[i]);
 	d = conf_pool_get(c, "default");
@@ -90,6 +93,7 @@ conf_free(struct conf *c)
 	free(c->admin_token_file);
 	free(c->containment);
 	free(c->cgroup_root);
+	free(c->metrics_listen);
 	for (size_t i = 0; i < c->nexec_env; i++)
 		free(c->exec_env[i]);
 	for (size_t i = 0; i < c->npools; i++) {
@@ -242,6 +246,7 @@ enum conf_kind {
 	KIND_LIMIT_SIZE,  /* uint64_t bytes, units.h's size */
 	KIND_LIMIT_COUNT, /* uint64_t, decimal digits */
 	KIND_LIMIT_CORES, /* uint64_t thousandths of a core, from "0.5", "2" */
+	KIND_HOSTPORT,  /* char *, one HOST:PORT; empty = none */
 };
 
 /*
@@ -290,6 +295,13 @@ static const struct conf_key conf_keys[] = {
 	{ SECT_DAEMON, "tcp_auth", KIND_TCP_AUTH, D(tcp_auth_none), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "containment", KIND_CONTAINMENT, D(containment), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "cgroup_root", KIND_PATH, D(cgroup_root), 0, 0, 0, NULL },
+	{ SECT_DAEMON, "metrics_listen", KIND_HOSTPORT, D(metrics_listen), 0, 0, 0, NULL },
+	{ SECT_DAEMON, "metrics_max_connections", KIND_COUNT, D(metrics_max_connections), 1, 1024,
+	    0, NULL },
+	{ SECT_DAEMON, "metrics_timeout", KIND_DURATION, D(metrics_timeout_ms), 100, 3600 * SEC,
+	    0, NULL },
+	{ SECT_DAEMON, "metrics_max_header_bytes", KIND_SIZE, D(metrics_max_header_bytes),
+	    1 * KIB, MIB, 0, NULL },
 	{ SECT_EXEC, "output_limit", KIND_SIZE, D(exec_output_limit), 0, GIB, 0, NULL },
 	{ SECT_EXEC, "output_limit_max", KIND_SIZE, D(exec_output_limit_max), 0, GIB, 0, NULL },
 	{ SECT_EXEC, "kill_grace", KIND_DURATION, D(exec_kill_grace_ms), 0, 3600 * SEC, 0, NULL },
@@ -553,6 +565,7 @@ conf_flags_usage(FILE *out)
 		[KIND_TCP_AUTH] = "token|none",
 		[KIND_PATH] = "CGROUP", [KIND_RUN_AS] = "USER", [KIND_LIMIT_SIZE] = "SIZE",
 		[KIND_LIMIT_COUNT] = "N", [KIND_LIMIT_CORES] = "CORES",
+		[KIND_HOSTPORT] = "HOST:PORT",
 	};
 	char text[CONF_NKEYS][CONF_FLAG_MAX + 24], name[CONF_FLAG_MAX], lo[32], hi[32];
 	const char *m;
@@ -941,6 +954,25 @@ set_listen(struct conf_load *l, const struct conf_key *k, const char *value)
 	free(copy);
 }
 
+/* One HOST:PORT, form only (resolved when tpd listens); empty: none. */
+static void
+set_hostport(struct conf_load *l, const struct conf_key *k, char **slot, const char *value)
+{
+	char host[256], port[8], *cause = NULL;
+
+	if (value[strcspn(value, " \t")] != '\0') {
+		key_error(l, k->name, "\"%s\": one HOST:PORT, not a list", value);
+		return;
+	}
+	if (*value != '\0' && conf_split_hostport(value, host, sizeof host, port, sizeof port,
+	    &cause) == -1) {
+		key_error(l, k->name, "%s", cause ? cause : "out of memory");
+		free(cause);
+		return;
+	}
+	set_string(slot, value);
+}
+
 static void
 set_env(struct conf_load *l, const struct conf_key *k, const char *value)
 {
@@ -1190,6 +1222,9 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 	case KIND_PATH:
 		set_string(slot, value);
 		return;
+	case KIND_HOSTPORT:
+		set_hostport(l, k, slot, value);
+		return;
 	case KIND_RUN_AS:
 		set_run_as(l, k, (struct conf_pool *)(void *)base, value);
 		return;
@@ -1206,7 +1241,8 @@ static void
 key_assign(struct conf_load *l, const struct conf_key *k, char *base, const char *value)
 {
 	if (*value == '\0' && k->kind != KIND_SOCKET && k->kind != KIND_GROUP &&
-	    k->kind != KIND_FILE && k->kind != KIND_LISTEN && k->kind != KIND_PATH) {
+	    k->kind != KIND_FILE && k->kind != KIND_LISTEN && k->kind != KIND_PATH &&
+	    k->kind != KIND_HOSTPORT) {
 		key_error(l, k->name, "empty value");
 		return;
 	}

@@ -74,6 +74,10 @@ struct conf {
 	bool tcp_auth_none;             /* tcp_auth = none: TCP without a token (default: token) */
 	char *containment;              /* "auto" (default), "cgroup" or "process" */
 	char *cgroup_root;              /* NULL: the cgroup tpd was started in */
+	char *metrics_listen;           /* HOST:PORT of GET /metrics; NULL = off */
+	unsigned metrics_max_connections; /* open scrape connections at once; default 16 */
+	uint64_t metrics_timeout_ms;    /* a scrape connection idle this long is closed; 10 s */
+	size_t metrics_max_header_bytes; /* a scrape's request line and headers; 8 KiB */
 
 	/* [exec] */
 	size_t exec_output_limit;       /* default per-stream capture, 1 MiB */

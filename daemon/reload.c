@@ -14,8 +14,9 @@
  *    (exec_configure), stream_budget, tokens, tcp_auth and admin_group take
  *    effect for what comes next (a TCP listener left without a token
  *    refuses the reload);
- *  - the listeners stay as they are: socket, socket_mode, socket_group and
- *    listen need a restart, and a change to them is logged.
+ *  - the listeners stay as they are: socket, socket_mode, socket_group,
+ *    listen and metrics_listen need a restart, and a change to them is
+ *    logged (the other metrics_* limits apply to the scrapes that come next).
  *
  * daemon_state->conf is replaced here, on the loop thread: worker threads
  * must never read it (exec tasks hold a reference to the settings they
@@ -35,6 +36,7 @@
 #include "exec.h"
 #include "listen.h"
 #include "log.h"
+#include "metrics.h"
 #include "pools.h"
 #include "sd.h"
 #include "task.h"
@@ -175,6 +177,7 @@ daemon_reload(void)
 	    str_differs(nc.cgroup_root, d->conf.cgroup_root))
 		log_warnx("reload: containment and cgroup_root take effect at the next start; "
 		    "containment stays %s", cgroup_containment());
+	metrics_reload(&nc);
 	reload_pools(&nc);
 	log_set_level(nc.log_level);
 	task_set_stream_budget(nc.stream_budget);
@@ -184,7 +187,8 @@ daemon_reload(void)
 	memset(&nc, 0, sizeof nc);  /* its memory belongs to d->conf now */
 	conf_free(&old);
 	exec_configure(&d->conf);   /* tasks already running keep the settings they took */
-	log_notice("configuration reloaded: %zu pools", d->conf.npools);
+	log_notice("configuration reloaded: %zu pool%s", d->conf.npools,
+	    d->conf.npools == 1 ? "" : "s");
 	goto out;
 refused:
 	auth_free(auth);

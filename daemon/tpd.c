@@ -26,6 +26,7 @@
 #include "listen.h"
 #include "log.h"
 #include "mailbox.h"
+#include "metrics.h"
 #include "pgroup.h"
 #include "pools.h"
 #include "sd.h"
@@ -224,8 +225,8 @@ daemon_begin_shutdown(bool now)
 	if (d->phase == DAEMON_RUNNING) {
 		sdn_stopping();
 		d->phase = now ? DAEMON_STOPPING_NOW : DAEMON_DRAINING;
-		log_notice("shutting down (%s): %llu tasks outstanding", now ? "now" : "drain",
-		    (unsigned long long)tasks_outstanding());
+		log_notice("shutting down (%s): %llu task%s outstanding", now ? "now" : "drain",
+		    (unsigned long long)tasks_outstanding(), tasks_outstanding() == 1 ? "" : "s");
 		pools_close_all(now ? POOL_NOW : POOL_DRAIN);
 		if (!now && d->conf.shutdown_timeout_ms > 0) {
 			struct timeval tv = {
@@ -236,8 +237,8 @@ daemon_begin_shutdown(bool now)
 		}
 	} else if (now && d->phase == DAEMON_DRAINING) {
 		d->phase = DAEMON_STOPPING_NOW;
-		log_notice("shutdown turned into now: cancelling %llu outstanding tasks",
-		    (unsigned long long)tasks_outstanding());
+		log_notice("shutdown turned into now: cancelling %llu outstanding task%s",
+		    (unsigned long long)tasks_outstanding(), tasks_outstanding() == 1 ? "" : "s");
 		pools_close_all(POOL_NOW);
 	}
 	task_wake_streams();    /* a run blocked on its stream budget sees the cancel */
@@ -260,7 +261,8 @@ daemon_may_leave(struct daemon *d)
 		return false;
 	if (d->phase != DAEMON_EXITING) {
 		d->phase = DAEMON_EXITING;
-		log_info("every accepted task is done; flushing %zu connections", conn_count());
+		log_info("every accepted task is done; flushing %zu connection%s", conn_count(),
+		    conn_count() == 1 ? "" : "s");
 		evtimer_add(d->exit_timer, &tv);
 	}
 	return conn_all_flushed();
@@ -274,7 +276,7 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	switch (sig) {
 	case SIGTERM:
 	case SIGINT:
-		log_notice("%s received", strsignal((int)sig));
+		log_notice("SIG%s received", sigabbrev_np((int)sig));
 		daemon_begin_shutdown(d->phase != DAEMON_RUNNING);
 		break;
 	case SIGHUP:
@@ -403,6 +405,27 @@ static void
 stop_auth(struct daemon *d)
 {
 	auth_free_all();
+}
+
+/*
+ * A daemon already answering on the Unix socket: said in one line, before
+ * anything else is set up or logged. Under socket activation systemd owns
+ * the socket, and start_listeners takes what it passed.
+ */
+static void
+start_busy_check(struct daemon *d)
+{
+	char path[512];
+	const char *socket_path = d->conf.socket;
+	char *cause = NULL;
+
+	if (getenv("LISTEN_FDS") != NULL)
+		return;
+	if (socket_path == NULL && (socket_path = wire_default_socket_path(path,
+	    sizeof path)) == NULL)
+		return;
+	if (listen_unix_busy(socket_path, &cause) == -1)
+		fatalx("%s", cause);
 }
 
 /* Before any thread: tpd moves itself into its cgroup root's daemon/. */
@@ -542,6 +565,22 @@ stop_conns(struct daemon *d)
 	conn_close_all();
 }
 
+/* GET /metrics on [daemon] metrics_listen, if set (metrics.c). */
+static void
+start_metrics(struct daemon *d)
+{
+	char *cause = NULL;
+
+	if (metrics_start(d->base, &d->conf, &cause) == -1)
+		fatalx("%s", cause ? cause : "out of memory");
+}
+
+static void
+stop_metrics(struct daemon *d)
+{
+	metrics_stop();
+}
+
 /*
  * The listeners: those systemd passed, else the settings' Unix socket and
  * TCP addresses. Readiness (and each bound port) is told by READY=1 once
@@ -571,6 +610,14 @@ start_listeners(struct daemon *d)
 		have_tcp = have_tcp || !is_unix;
 	}
 	free(act);
+	/* what systemd passed wins: say so when the settings named another */
+	if (have_unix && d->conf.socket != NULL)
+		log_notice("socket activation: systemd passed a Unix socket; the socket %s "
+		    "(-s or socket =) is not used", d->conf.socket);
+	if (have_tcp && d->conf.nlisten > 0)
+		log_notice("socket activation: systemd passed a TCP socket; the %zu address%s "
+		    "of -l or listen = %s not used", d->conf.nlisten,
+		    d->conf.nlisten == 1 ? "" : "es", d->conf.nlisten == 1 ? "is" : "are");
 	for (size_t i = 0; nact > 0 && !have_tcp && i < d->conf.nlisten; i++)
 		if (check_tcp_listener(NULL, d->conf.listen[i], true, &cause) == -1)
 			fatalx("%s", cause);
@@ -661,6 +708,7 @@ static const struct step {
 } steps[] = {
 	{ start_log, stop_log },                /* the configuration's log level */
 	{ start_auth, stop_auth },              /* a bad token file stops tpd before anything else */
+	{ start_busy_check, NULL },             /* a live daemon on the socket: one line */
 	{ start_containment, NULL },            /* before any thread */
 	{ start_loop, stop_loop },
 	{ start_signals, stop_signals },
@@ -669,6 +717,7 @@ static const struct step {
 	{ start_exec, stop_exec },              /* [exec] settings */
 	{ start_pools, stop_pools },            /* the workers start here */
 	{ NULL, stop_conns },                   /* connections come with the listeners */
+	{ start_metrics, stop_metrics },        /* before the listeners: /metrics answers once they do */
 	{ start_listeners, stop_listeners },
 	{ start_timers, stop_timers },          /* shutdown_timeout, the exit flush, pruning */
 	{ start_systemd, stop_systemd },        /* READY=1 */
