@@ -55,7 +55,7 @@
 #include "wire.h"
 
 #define RS_BLOCK_MS 2000        /* how long one XREADGROUP waits for entries */
-#define RS_READ_MAX 1000        /* entries one XREADGROUP asks for at most */
+#define RS_READ_MAX 100        /* entries one XREADGROUP asks for at most */
 #define RS_CLAIM_MAX 100        /* entries one XAUTOCLAIM claims at most */
 #define RS_BATCH_MAX 256        /* results in one MULTI/EXEC */
 #define RS_REFRESH_MAX 1000     /* ids in one XCLAIM */
@@ -107,6 +107,7 @@ struct rs_conn {
 	const char *role;               /* "reader" or "writer", for messages */
 	redisAsyncContext *ac;          /* NULL when not connected */
 	unsigned owed;                  /* replies not yet in */
+	uint64_t progress_us;           /* when the last reply came, or the first was owed */
 	uint64_t slack_ms;              /* beyond timeout: the reader's BLOCK */
 	struct event *deadline;
 };
@@ -307,13 +308,18 @@ rs_set_done(struct source_redis *s, struct rs_entry *e, bool first)
 
 /* ---------------------------------------------------------------- commands */
 
-/* A command's words, binary-safe; numbers are kept in the builder itself. */
+/*
+ * A command, written in Redis's protocol as its words are added: hiredis's
+ * own formatting (sdscatfmt per word) cost more than the rest of a result.
+ * The header "*N\r\n" is written once the words are counted, right-aligned
+ * into the room kept for it before them.
+ */
+#define RS_HEAD 16
+
 struct rs_args {
-	const char **v;
-	size_t *len;
-	int n, cap;
-	char num[8][24];
-	int nnum;
+	char *p;
+	size_t len, cap;
+	int n;                  /* words so far */
 	bool failed;
 };
 
@@ -321,39 +327,73 @@ static void
 args_init(struct rs_args *a)
 {
 	memset(a, 0, sizeof *a);
+	a->len = RS_HEAD;
 }
 
 static void
 args_free(struct rs_args *a)
 {
-	free(a->v);
-	free(a->len);
+	free(a->p);
+}
+
+/* Starts another command in the same buffer. */
+static void
+args_reset(struct rs_args *a)
+{
+	a->len = RS_HEAD;
+	a->n = 0;
+}
+
+static char *
+args_room(struct rs_args *a, size_t n)
+{
+	if (a->failed)
+		return NULL;
+	if (a->len + n > a->cap) {
+		size_t cap = a->cap ? a->cap : 512;
+		char *p;
+
+		while (a->len + n > cap)
+			cap *= 2;
+		if ((p = realloc(a->p, cap)) == NULL) {
+			a->failed = true;
+			return NULL;
+		}
+		a->p = p;
+		a->cap = cap;
+	}
+	return a->p + a->len;
+}
+
+/* Writes v in decimal at p; returns the length. */
+static size_t
+put_u64(char *p, unsigned long long v)
+{
+	char tmp[24];
+	size_t n = 0, i;
+
+	do
+		tmp[n++] = (char)('0' + v % 10);
+	while ((v /= 10) != 0);
+	for (i = 0; i < n; i++)
+		p[i] = tmp[n - 1 - i];
+	return n;
 }
 
 static void
-args_mem(struct rs_args *a, const char *p, size_t n)
+args_mem(struct rs_args *a, const char *s, size_t n)
 {
-	if (a->failed)
-		return;
-	if (a->n == a->cap) {
-		int cap = a->cap ? a->cap * 2 : 16;
-		const char **v = realloc(a->v, (size_t)cap * sizeof *v);
-		size_t *len;
+	char *p = args_room(a, n + 32);
 
-		if (v == NULL) {
-			a->failed = true;
-			return;
-		}
-		a->v = v;
-		if ((len = realloc(a->len, (size_t)cap * sizeof *len)) == NULL) {
-			a->failed = true;
-			return;
-		}
-		a->len = len;
-		a->cap = cap;
-	}
-	a->v[a->n] = p;
-	a->len[a->n] = n;
+	if (p == NULL)
+		return;
+	*p = '$';
+	a->len += 1 + put_u64(p + 1, n);
+	p = a->p + a->len;
+	memcpy(p, "\r\n", 2);
+	memcpy(p + 2, s, n);
+	memcpy(p + 2 + n, "\r\n", 2);
+	a->len += n + 4;
 	a->n++;
 }
 
@@ -366,25 +406,38 @@ args_str(struct rs_args *a, const char *s)
 static void
 args_u64(struct rs_args *a, unsigned long long v)
 {
-	if (a->nnum == (int)(sizeof a->num / sizeof a->num[0])) {
-		a->failed = true;
-		return;
-	}
-	snprintf(a->num[a->nnum], sizeof a->num[0], "%llu", v);
-	args_str(a, a->num[a->nnum++]);
+	char num[24];
+
+	args_mem(a, num, put_u64(num, v));
 }
 
-/* Re-arms c's deadline while it owes replies; stops it when it owes none. */
+/* The command's text, header written: *start and its length. */
+static size_t
+args_finish(struct rs_args *a, const char **start)
+{
+	char head[RS_HEAD];
+	size_t n = 1;
+
+	head[0] = '*';
+	n += put_u64(head + 1, (unsigned long long)a->n);
+	memcpy(head + n, "\r\n", 2);
+	n += 2;
+	memcpy(a->p + RS_HEAD - n, head, n);
+	*start = a->p + RS_HEAD - n;
+	return a->len - (RS_HEAD - n);
+}
+
+/*
+ * The deadline: armed when c starts to owe replies, and left alone as they
+ * come (a timer per reply would cost more than the reply); when it fires
+ * it looks at the last reply's time and waits on if that was recent.
+ */
 static void
-conn_deadline(struct rs_conn *c)
+conn_deadline(struct rs_conn *c, uint64_t after_ms)
 {
 	struct timeval tv;
 
-	if (c->owed == 0) {
-		evtimer_del(c->deadline);
-		return;
-	}
-	tv_ms(&tv, c->s->conf.timeout_ms + c->slack_ms);
+	tv_ms(&tv, after_ms);
 	evtimer_add(c->deadline, &tv);
 }
 
@@ -397,19 +450,24 @@ conn_send(struct rs_conn *c, redisCallbackFn *fn, void *arg, struct rs_args *a)
 {
 	struct source_redis *s = c->s;
 
-	if (a->failed) {
+	if (a->failed || a->n == 0) {
 		rs_fail(s, "out of memory building a command");
 		return -1;
 	}
 	if (c->ac == NULL)
 		return -1;
-	if (redisAsyncCommandArgv(c->ac, fn, arg, a->n, a->v, a->len) != REDIS_OK) {
+	const char *text;
+	size_t len = args_finish(a, &text);
+	if (redisAsyncFormattedCommand(c->ac, fn, arg, text, len) != REDIS_OK) {
 		rs_fail(s, "%s: cannot send a command: %s", c->role,
 		    c->ac != NULL && c->ac->errstr != NULL ? c->ac->errstr : "out of memory");
 		return -1;
 	}
-	if (c->owed++ == 0)
-		conn_deadline(c);
+	if (c->owed++ == 0) {
+		c->progress_us = clock_now_us();
+		if (!evtimer_pending(c->deadline, NULL))
+			conn_deadline(c, s->conf.timeout_ms + c->slack_ms);
+	}
 	return 0;
 }
 
@@ -427,7 +485,7 @@ conn_replied(redisAsyncContext *ac, void *reply)
 		return NULL;
 	if (c->owed > 0)
 		c->owed--;
-	conn_deadline(c);
+	c->progress_us = clock_now_us();
 	return c;
 }
 
@@ -442,10 +500,17 @@ static void
 deadline_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct rs_conn *c = arg;
+	uint64_t limit = c->s->conf.timeout_ms + c->slack_ms, quiet;
 	char d[32];
 
+	if (c->ac == NULL || c->owed == 0)
+		return;
+	if ((quiet = ms_since(c->progress_us)) < limit) {
+		conn_deadline(c, limit - quiet);
+		return;
+	}
 	rs_fail(c->s, "%s: no answer from Redis within %s", c->role,
-	    units_format_duration(c->s->conf.timeout_ms + c->slack_ms, d, sizeof d));
+	    units_format_duration(limit, d, sizeof d));
 }
 
 /* Drops c's context (its callbacks run with NULL replies, now or once the running one returns). */
@@ -643,11 +708,11 @@ rs_connect(struct source_redis *s)
 	args_str(&a, "0");
 	args_str(&a, "MKSTREAM");
 	if (conn_send(&s->wr, setup_cb, s, &a) == 0) {
-		a.n = 0;
+		args_reset(&a);
 		args_str(&a, "TYPE");
 		args_str(&a, s->conf.results);
 		if (conn_send(&s->wr, setup_cb, s, &a) == 0) {
-			a.n = 0;
+			args_reset(&a);
 			args_str(&a, "TYPE");
 			args_str(&a, s->conf.dead_letter);
 			conn_send(&s->wr, setup_cb, s, &a);
@@ -661,7 +726,8 @@ static void
 refresh_claims(struct source_redis *s)
 {
 	struct rs_args a;
-	int base;
+	int base, n = 0;
+	size_t base_len;
 
 	if (s->state != RS_UP || s->nentries == 0)
 		return;
@@ -672,20 +738,23 @@ refresh_claims(struct source_redis *s)
 	args_str(&a, s->conf.consumer);
 	args_str(&a, "0");
 	base = a.n;
+	base_len = a.len;
 	for (size_t i = 0; i < s->nbuckets; i++) {
 		for (struct rs_entry *e = s->buckets[i]; e != NULL; e = e->hnext) {
 			if (e->where == RS_CLAIMING)
 				continue;
 			args_str(&a, e->id);
-			if (a.n - base == RS_REFRESH_MAX) {
+			if (++n == RS_REFRESH_MAX) {
 				args_str(&a, "JUSTID");
 				if (conn_send(&s->wr, ignore_cb, NULL, &a) == -1)
 					goto out;
-				a.n = base;
+				a.n = base;     /* the same first words, other ids */
+				a.len = base_len;
+				n = 0;
 			}
 		}
 	}
-	if (a.n > base) {
+	if (n > 0) {
 		args_str(&a, "JUSTID");
 		conn_send(&s->wr, ignore_cb, NULL, &a);
 	}
@@ -789,7 +858,8 @@ field_is(const redisReply *r, const char *name)
  * with a message in why (the entry is bad: failed, bad_request).
  */
 static int
-entry_parse(struct rs_entry *e, const redisReply *fields, char *why, size_t whylen)
+entry_parse(struct rs_entry *e, const redisReply *fields, bool keep_text, char *why,
+    size_t whylen)
 {
 	const redisReply *task = NULL, *label = NULL, *qt = NULL, *cid = NULL;
 	char b[200];
@@ -837,9 +907,12 @@ entry_parse(struct rs_entry *e, const redisReply *fields, char *why, size_t whyl
 		snprintf(why, whylen, "missing field \"task\" (the task object as JSON text)");
 		return -1;
 	}
-	if ((e->task_text = memdup0(task->str, task->len)) == NULL)
-		goto nomem;
-	e->task_len = task->len;
+	/* a claimed entry may turn out a dead letter, which carries its task */
+	if (keep_text) {
+		if ((e->task_text = memdup0(task->str, task->len)) == NULL)
+			goto nomem;
+		e->task_len = task->len;
+	}
 	if (proto_json_depth(task->str, task->len) > WIRE_MAX_DEPTH - 1) {
 		snprintf(why, whylen, "field \"task\" is nested deeper than %d levels",
 		    WIRE_MAX_DEPTH - 1);
@@ -948,7 +1021,7 @@ rs_take(struct source_redis *s, struct rs_entry *e, const redisReply *fields)
 		    "it ran");
 		return;
 	}
-	if (entry_parse(e, fields, why, sizeof why) == -1) {
+	if (entry_parse(e, fields, false, why, sizeof why) == -1) {
 		s->nbad++;
 		log_info("source %s: entry %s is not a task: %s", s->conf.name, e->id, why);
 		rs_done_bad(s, e, STATE_FAILED, ERR_BAD_REQUEST, "%s", why);
@@ -1107,7 +1180,8 @@ take_entries(struct source_redis *s, const redisReply *list, bool claimed)
 		}
 		/* read now (the reply goes); a bad one's reason waits with it */
 		char why[512];
-		if (entry_parse(e, fields, why, sizeof why) == -1 && (e->bad = strdup(why)) == NULL) {
+		if (entry_parse(e, fields, true, why, sizeof why) == -1 &&
+		    (e->bad = strdup(why)) == NULL) {
 			rs_forget(s, e);
 			continue;
 		}
@@ -1389,7 +1463,7 @@ rs_flush(struct source_redis *s)
 			s->nwriting++;
 			b->e[b->n++] = e;
 			if (e->dead_reason != NULL) {
-				a.n = 0;
+				args_reset(&a);
 				args_str(&a, "XADD");
 				args_str(&a, s->conf.dead_letter);
 				args_str(&a, "*");
@@ -1402,8 +1476,7 @@ rs_flush(struct source_redis *s)
 				if (conn_send(&s->wr, ignore_cb, NULL, &a) == -1)
 					goto fail;
 			}
-			a.n = 0;
-			a.nnum = 0;
+			args_reset(&a);
 			snprintf(attempt, sizeof attempt, "%u", e->attempt);
 			args_str(&a, "XADD");
 			args_str(&a, s->conf.results);
@@ -1428,7 +1501,7 @@ rs_flush(struct source_redis *s)
 			if (conn_send(&s->wr, ignore_cb, NULL, &a) == -1)
 				goto fail;
 		}
-		a.n = 0;
+		args_reset(&a);
 		args_str(&a, "XACK");
 		args_str(&a, s->conf.stream);
 		args_str(&a, s->conf.group);
@@ -1436,7 +1509,7 @@ rs_flush(struct source_redis *s)
 			args_str(&a, b->e[i]->id);
 		if (conn_send(&s->wr, ignore_cb, NULL, &a) == -1)
 			goto fail;
-		a.n = 0;
+		args_reset(&a);
 		args_str(&a, "EXEC");
 		if (conn_send(&s->wr, exec_cb, b, &a) == -1)
 			goto fail;
