@@ -107,7 +107,7 @@ loop(const char *addr, const char *stream, const char *group, long n, long batch
 	if ((argv = calloc((size_t)batch + 3, sizeof *argv)) == NULL)
 		return 1;
 	while (acked < n) {
-		redisReply *list;
+		redisReply *list, *a;
 		size_t k;
 
 		r = redisCommand(c, "XREADGROUP GROUP %s floor COUNT %s BLOCK 2000 STREAMS %s >",
@@ -125,7 +125,7 @@ loop(const char *addr, const char *stream, const char *group, long n, long batch
 		argv[2] = group;
 		for (k = 0; k < list->elements; k++)
 			argv[3 + k] = list->element[k]->element[0]->str;
-		redisReply *a = redisCommandArgv(c, (int)k + 3, argv, NULL);
+		a = redisCommandArgv(c, (int)k + 3, argv, NULL);
 		check_reply(c, a, "XACK");
 		acked += a->integer;
 		freeReplyObject(a);

@@ -287,9 +287,10 @@ results_exec(struct tpctl *opt, int argc, char **argv)
 	rf.count = count;
 	rf.nentries = (size_t)(argc - optind);
 	if (rf.nentries > 0) {
+		const char *first = NULL;
+
 		if (count > 0)
 			return cmd_usage_error(&cmd_results, "give entries or --count, not both");
-		const char *first = NULL;
 
 		rf.entries = argv + optind;
 		if ((rf.codes = calloc(rf.nentries, sizeof *rf.codes)) == NULL)

@@ -216,6 +216,8 @@ rs_find(const struct source_redis *s, const char *id)
 static int
 rs_table_add(struct source_redis *s, struct rs_entry *e)
 {
+	size_t h;
+
 	if (s->nentries >= s->nbuckets) {
 		size_t n = s->nbuckets ? s->nbuckets * 2 : 64;
 		struct rs_entry **b = calloc(n, sizeof *b);
@@ -225,17 +227,17 @@ rs_table_add(struct source_redis *s, struct rs_entry *e)
 		for (size_t i = 0; i < s->nbuckets; i++) {
 			struct rs_entry *x, *next;
 			for (x = s->buckets[i]; x != NULL; x = next) {
-				size_t h = rs_hash(x->id, n);
+				size_t k = rs_hash(x->id, n);
 				next = x->hnext;
-				x->hnext = b[h];
-				b[h] = x;
+				x->hnext = b[k];
+				b[k] = x;
 			}
 		}
 		free(s->buckets);
 		s->buckets = b;
 		s->nbuckets = n;
 	}
-	size_t h = rs_hash(e->id, s->nbuckets);
+	h = rs_hash(e->id, s->nbuckets);
 	e->hnext = s->buckets[h];
 	s->buckets[h] = e;
 	s->nentries++;
@@ -449,6 +451,8 @@ static int
 conn_send(struct rs_conn *c, redisCallbackFn *fn, void *arg, struct rs_args *a)
 {
 	struct source_redis *s = c->s;
+	const char *text;
+	size_t len;
 
 	if (a->failed || a->n == 0) {
 		rs_fail(s, "out of memory building a command");
@@ -456,8 +460,7 @@ conn_send(struct rs_conn *c, redisCallbackFn *fn, void *arg, struct rs_args *a)
 	}
 	if (c->ac == NULL)
 		return -1;
-	const char *text;
-	size_t len = args_finish(a, &text);
+	len = args_finish(a, &text);
 	if (redisAsyncFormattedCommand(c->ac, fn, arg, text, len) != REDIS_OK) {
 		rs_fail(s, "%s: cannot send a command: %s", c->role,
 		    c->ac != NULL && c->ac->errstr != NULL ? c->ac->errstr : "out of memory");
@@ -1147,6 +1150,7 @@ static void
 take_entries(struct source_redis *s, const redisReply *list, bool claimed)
 {
 	struct rs_args a;
+	char why[512];
 
 	if (list == NULL || list->type != REDIS_REPLY_ARRAY)
 		return;
@@ -1179,7 +1183,6 @@ take_entries(struct source_redis *s, const redisReply *list, bool claimed)
 			continue;
 		}
 		/* read now (the reply goes); a bad one's reason waits with it */
-		char why[512];
 		if (entry_parse(e, fields, true, why, sizeof why) == -1 &&
 		    (e->bad = strdup(why)) == NULL) {
 			rs_forget(s, e);

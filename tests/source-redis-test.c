@@ -774,8 +774,8 @@ test_bad_entries_failed_at_once(void)
 		    i);
 		free(ids[i]);
 	}
-	const struct result *ok = result_for(res, n, good);
-	CHECK(ok != NULL && strcmp(done_state(ok), "succeeded") == 0, "the good entry");
+	CHECK(result_for(res, n, good) != NULL &&
+	    strcmp(done_state(result_for(res, n, good)), "succeeded") == 0, "the good entry");
 	free(good);
 	results_free(res, n);
 	CHECK_EQ(pending_count("tasks", "g"), 0, "entries left pending");
@@ -801,6 +801,7 @@ test_claims_and_dead_letter(void)
 	char **ids;
 	size_t n;
 	redisReply *r;
+	const struct result *dl;
 
 	redis_begin(false);
 	freeReplyObject(cmd("XGROUP CREATE tasks g 0 MKSTREAM"));
@@ -822,7 +823,7 @@ test_claims_and_dead_letter(void)
 		CHECK(x != NULL && strcmp(done_state(x), "succeeded") == 0, "entry %d", i);
 		CHECK_EQ(x->attempt, 2, "attempt of a claimed entry");
 	}
-	const struct result *dl = result_for(res, n, ids[2]);
+	dl = result_for(res, n, ids[2]);
 	CHECK(dl != NULL && strcmp(done_state(dl), "lost") == 0 &&
 	    strcmp(done_code(dl), "lost") == 0, "the dead letter's result");
 	CHECK_EQ(dl->attempt, 4, "attempt of the dead letter");
