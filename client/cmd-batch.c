@@ -45,6 +45,7 @@ struct batch {
 	size_t succeeded, failed, cancelled, rejected;
 	bool denied;            /* an unauthenticated or forbidden error */
 	bool unauthenticated;   /* said once; the batch stops */
+	bool limit_refused;     /* a limit option the daemon refuses: likewise */
 	bool stopping;          /* send no more */
 	bool interrupted;
 	bool stdout_gone;       /* stdout is a closed pipe: stop as if interrupted */
@@ -105,6 +106,7 @@ batch_finish(struct batch *b, struct batch_item *it, enum batch_outcome out,
 {
 	/* once stdout is gone, nobody reads: stop quietly */
 	bool say = !b->stdout_gone && !b->s.stdout_gone;
+	int k;
 
 	it->state = BATCH_FINISHED;
 	b->inflight--;
@@ -149,6 +151,11 @@ batch_finish(struct batch *b, struct batch_item *it, enum batch_outcome out,
 			if (say && !b->unauthenticated)
 				event_report_error(b->name, ev);
 			b->unauthenticated = b->stopping = true;
+		} else if ((k = taskopt_refused_limit(b->to, it->task, ev)) != -1) {
+			/* the option's limit is in every line: likewise */
+			if (say && !b->limit_refused)
+				taskopt_report_refused(b->to, k, ev);
+			b->limit_refused = b->stopping = true;
 		} else if (say)
 			tpctl_warnx("%s:%zu: %s (%s)", b->name, it->line,
 			    event_error_message(ev), event_error_code(ev));

@@ -23,28 +23,28 @@ struct stats_col {
 };
 
 static const struct stats_col stats_now[] = {
-	{ "POOL", "name" }, { "STATE", NULL }, { "TARGET", "target" },
-	{ "WORKERS", "workers" }, { "BUSY", "busy" }, { "QUEUED", "queued" },
-	{ "CAPACITY", "capacity" }, { "LIMIT", "limit" },
-	{ "OLDEST", "oldest_queued_ms" }, { NULL, NULL }
+	{ "POOL", FIELD_NAME }, { "STATE", NULL }, { "TARGET", FIELD_TARGET },
+	{ "WORKERS", FIELD_WORKERS }, { "BUSY", FIELD_BUSY }, { "QUEUED", FIELD_QUEUED },
+	{ "CAPACITY", FIELD_CAPACITY }, { "LIMIT", FIELD_LIMIT },
+	{ "OLDEST", FIELD_OLDEST_QUEUED_MS }, { NULL, NULL }
 };
 
 static const struct stats_col stats_tasks[] = {
-	{ "POOL", "name" }, { "ACCEPTED", "accepted" }, { "QUEUED", "queued" },
-	{ "RUNNING", "busy" }, { "SUCCEEDED", "succeeded" }, { "FAILED", "failed" },
-	{ "TIMED_OUT", "timed_out" }, { "CANCELLED", "cancelled" },
-	{ "EXPIRED", "expired" }, { "REJECTED", "rejected" }, { NULL, NULL }
+	{ "POOL", FIELD_NAME }, { "ACCEPTED", FIELD_ACCEPTED }, { "QUEUED", FIELD_QUEUED },
+	{ "RUNNING", FIELD_BUSY }, { "SUCCEEDED", FIELD_SUCCEEDED }, { "FAILED", FIELD_FAILED },
+	{ "TIMED_OUT", FIELD_TIMED_OUT }, { "CANCELLED", FIELD_CANCELLED },
+	{ "EXPIRED", FIELD_EXPIRED }, { "REJECTED", FIELD_REJECTED }, { NULL, NULL }
 };
 
 /* open, closed (shutting down: it takes no more tasks) or removed (by SIGHUP). */
 static const char *
 stats_pool_state(const json_t *pool)
 {
-	if (json_is_true(json_object_get(pool, "removed")))
+	if (json_is_true(json_object_get(pool, FIELD_REMOVED)))
 		return "removed";
-	if (json_is_true(json_object_get(pool, "closed")))
+	if (json_is_true(json_object_get(pool, FIELD_CLOSED)))
 		return "closed";
-	if (json_object_get(pool, "closed") == NULL)
+	if (json_object_get(pool, FIELD_CLOSED) == NULL)
 		return "-";
 	return "open";
 }
@@ -58,8 +58,8 @@ stats_cell(const json_t *pool, const char *key)
 
 	if (key == NULL)
 		return strdup(stats_pool_state(pool));
-	if (strcmp(key, "oldest_queued_ms") == 0)
-		return strdup(event_int(pool, "queued", 0) > 0 ?
+	if (strcmp(key, FIELD_OLDEST_QUEUED_MS) == 0)
+		return strdup(event_int(pool, FIELD_QUEUED, 0) > 0 ?
 		    format_duration(event_num(pool, key, 0), buf, sizeof buf) : "-");
 	if ((v = json_object_get(pool, key)) == NULL)
 		return strdup("-");
@@ -99,13 +99,13 @@ stats_table(const json_t *pools, const struct stats_col *cols)
 static void
 stats_print(const json_t *ev)
 {
-	const char *phase = event_str(ev, "phase", NULL);
+	const char *phase = event_str(ev, FIELD_PHASE, NULL);
 	const char *version = event_str(ev, FIELD_VERSION, NULL);
 	json_t *pools = json_object_get(ev, FIELD_POOLS);
 	char up[FORMAT_DURATION_LEN];
 
 	printf("tpd%s%s:", version != NULL ? " " : "", version != NULL ? version : "");
-	if (phase != NULL && strcmp(phase, "draining") == 0)
+	if (phase != NULL && strcmp(phase, PHASE_DRAINING) == 0)
 		printf(" draining (no new tasks; the accepted ones run to their end),");
 	else if (phase != NULL)
 		printf(" %s,", phase);

@@ -23,13 +23,17 @@ static void
 wait_print(const json_t *ev, long long task, bool output)
 {
 	char *what = event_describe_done(ev);
-	char q[FORMAT_DURATION_LEN];
+	char q[FORMAT_DURATION_LEN], used[FORMAT_USAGE_LEN];
 	bool ok = strcmp(event_str(ev, FIELD_STATE, ""), STATE_SUCCEEDED) == 0;
 
 	if (output) {
 		if (!ok)
 			tpctl_warnx("task %lld %s", task, what != NULL ? what : "failed");
-	} else
+	} else if (format_usage(event_usage(ev), used, sizeof used) != NULL)
+		printf("task %lld: %s, queued %s, %s\n", task, what != NULL ? what : "?",
+		    format_duration(event_num(ev, FIELD_QUEUED_MS, 0), q, sizeof q),
+		    used);
+	else
 		printf("task %lld: %s, queued %s\n", task, what != NULL ? what : "?",
 		    format_duration(event_num(ev, FIELD_QUEUED_MS, 0), q,
 		    sizeof q));
@@ -141,10 +145,11 @@ const struct cmd cmd_wait = {
 	.args = "[--output] ID...",
 	.summary = "wait for tasks to end; exit as run does for one task",
 	.help =
-	    "Waits for each task and prints a line as each ends. With one task,\n"
-	    "exits as tpctl run does (its exit status, 124 timed out, 128+N signal N,\n"
-	    "1 failed); with several, 0 when all succeeded, else 1. An interrupt\n"
-	    "stops the waiting; the tasks go on.\n"
+	    "Waits for each task and prints a line as each ends, for an exec task\n"
+	    "with what it used (cpu 0.25s user, 0.01s system, peak 12.3 MiB). With\n"
+	    "one task, exits as tpctl run does (its exit status, 124 timed out,\n"
+	    "128+N signal N, 1 failed); with several, 0 when all succeeded, else 1.\n"
+	    "An interrupt stops the waiting; the tasks go on.\n"
 	    "\n"
 	    "  -o, --output             print the output each task captured instead\n"
 	    "                           of its line (then, on stderr, a line for a\n"

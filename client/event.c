@@ -145,6 +145,38 @@ event_signal_name(const json_t *result, int64_t n, char *buf, size_t len)
 	return buf;
 }
 
+json_t *
+event_usage(const json_t *done)
+{
+	json_t *usage = json_object_get(json_object_get(done, FIELD_RESULT), FIELD_USAGE);
+
+	return json_is_object(usage) ? usage : NULL;
+}
+
+/*
+ * An oom's limit: the daemon names it in its message, "... (memory_bytes
+ * N)". Returns 0, or -1 when the message does not say.
+ */
+static int
+event_oom_limit(const char *message, uint64_t *bytes)
+{
+	const char *p = strstr(message, LIMIT_MEMORY_BYTES " ");
+	unsigned long long v;
+	char *end;
+
+	if (p == NULL)
+		return -1;
+	p += sizeof LIMIT_MEMORY_BYTES;
+	if (*p < '0' || *p > '9')
+		return -1;
+	errno = 0;
+	v = strtoull(p, &end, 10);
+	if (errno != 0 || end == p)
+		return -1;
+	*bytes = v;
+	return 0;
+}
+
 char *
 event_describe_done(const json_t *done)
 {
@@ -152,7 +184,8 @@ event_describe_done(const json_t *done)
 	const char *code = event_error_code(done);
 	const char *message = event_error_message(done);
 	json_t *result = json_object_get(done, FIELD_RESULT);
-	char buf[FORMAT_DURATION_LEN], name[32], *s = NULL;
+	char buf[FORMAT_DURATION_LEN], name[32], limit[FORMAT_BYTES_LEN], *s = NULL;
+	uint64_t bytes;
 	int64_t n;
 	int r;
 
@@ -166,6 +199,12 @@ event_describe_done(const json_t *done)
 		n = event_int(result, FIELD_SIGNAL, 0);
 		r = asprintf(&s, "killed by signal %lld (%s) after %s", (long long)n,
 		    event_signal_name(result, n, name, sizeof name), buf);
+	} else if (strcmp(code, ERR_OOM) == 0) {
+		if (event_oom_limit(message, &bytes) == 0)
+			r = asprintf(&s, "killed: it passed its memory limit of %s",
+			    format_bytes(bytes, limit, sizeof limit));
+		else
+			r = asprintf(&s, "killed: it passed its memory limit");
 	} else if (strcmp(state, STATE_TIMED_OUT) == 0)
 		r = asprintf(&s, "timed out after %s", buf);
 	else if (*message != '\0' && strcmp(message, state) != 0 &&

@@ -51,6 +51,8 @@ struct link {
 	uint64_t last_io_us;    /* when bytes last moved either way */
 };
 
+static char *link_xasprintf(const char *, ...) __attribute__((format(printf, 1, 2)));
+
 static char *
 link_xasprintf(const char *fmt, ...)
 {

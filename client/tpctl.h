@@ -264,6 +264,7 @@ int pipeline_run(struct session *, size_t n, bool waits,
     pipeline_request_fn request, pipeline_answer_fn answer, void *arg);
 
 /* taskopt.c: the task options run, submit and batch share. */
+#define TASKOPT_NLIMITS 6               /* --memory ... --file-size */
 struct taskopt {
 	const char *pool;               /* --pool */
 	uint64_t timeout_ms;            /* --timeout */
@@ -276,10 +277,20 @@ struct taskopt {
 	bool output_limit_set;
 	bool read_stdin;                /* --stdin: send tpctl's stdin */
 	json_t *task;                   /* --task JSON, or NULL */
+	json_t *limits;                 /* --memory, --cpus, ...: task.limits, or NULL */
+	const char *limit_arg[TASKOPT_NLIMITS]; /* each limit option's value as given */
 };
 #define OPT_QUEUE_TIMEOUT 1001
 #define OPT_OUTPUT_LIMIT  1002
 #define OPT_TASK          1003
+/* The limit options, in the order of limit_arg (taskopt.c's table). */
+#define OPT_LIMIT_FIRST   1100
+#define OPT_MEMORY        1100
+#define OPT_CPUS          1101
+#define OPT_PIDS          1102
+#define OPT_OPEN_FILES    1103
+#define OPT_CPU_SECONDS   1104
+#define OPT_FILE_SIZE     1105
 /* Short and long forms of the options every task-submitting command takes. */
 #define TASKOPT_SHORTOPTS "p:t:e:C:"
 #define TASKOPT_LONGOPTS \
@@ -288,7 +299,13 @@ struct taskopt {
 	{ "queue-timeout", required_argument, NULL, OPT_QUEUE_TIMEOUT }, \
 	{ "env", required_argument, NULL, 'e' }, \
 	{ "cwd", required_argument, NULL, 'C' }, \
-	{ "output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT }
+	{ "output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT }, \
+	{ "memory", required_argument, NULL, OPT_MEMORY }, \
+	{ "cpus", required_argument, NULL, OPT_CPUS }, \
+	{ "pids", required_argument, NULL, OPT_PIDS }, \
+	{ "open-files", required_argument, NULL, OPT_OPEN_FILES }, \
+	{ "cpu-seconds", required_argument, NULL, OPT_CPU_SECONDS }, \
+	{ "file-size", required_argument, NULL, OPT_FILE_SIZE }
 #define TASKOPT_HELP \
 	"  -p, --pool P             submit to pool P (default: the daemon's \"default\")\n" \
 	"  -t, --timeout DUR        end the task after DUR (state timed_out; 0: never)\n" \
@@ -297,7 +314,14 @@ struct taskopt {
 	"  -e, --env NAME=VALUE     add to the command's environment (NAME alone:\n" \
 	"                           pass on tpctl's own value); repeatable\n" \
 	"  -C, --cwd DIR            run the command in DIR (on the daemon's host)\n" \
-	"      --output-limit SIZE  capture at most SIZE bytes per stream (64k, 1M)\n"
+	"      --output-limit SIZE  capture at most SIZE bytes per stream (64k, 1M)\n" \
+	"      --memory SIZE        limit the task's memory (512M): with cgroups it\n" \
+	"                           is killed past it (oom), else allocations fail\n" \
+	"      --cpus N             limit it to N cores of CPU time (0.5: half a core)\n" \
+	"      --pids N             limit its processes and threads to N at once\n" \
+	"      --open-files N       limit each process's open files (at least 3)\n" \
+	"      --cpu-seconds N      limit each process's CPU time (90, or 2min)\n" \
+	"      --file-size SIZE     limit the size of each file it writes (10M)\n"
 void taskopt_init(struct taskopt *);
 void taskopt_free(struct taskopt *);
 /* Handles one option: 1 taken, 0 not a task option, -1 bad value (printed). */
@@ -311,6 +335,15 @@ int taskopt_build(struct taskopt *, const struct cmd *, int argc, char **argv,
     json_t **task);
 /* A submit request carrying task (taken). */
 json_t *taskopt_submit(const struct taskopt *, json_t *task);
+/*
+ * The limit an error event refuses (a bad_request about task.limits.NAME:
+ * beyond the pool's maximum, or not enforceable there) when it came from
+ * the options, task holding the option's value: its index in limit_arg, or
+ * -1.
+ */
+int taskopt_refused_limit(const struct taskopt *, const json_t *task, const json_t *ev);
+/* Prints that refusal in one line naming the option; returns the exit code. */
+int taskopt_report_refused(const struct taskopt *, int limit, const json_t *ev);
 
 /* batch-parse.c: the lines of a batch file. */
 enum batch_state { BATCH_PENDING, BATCH_SENT, BATCH_ACCEPTED, BATCH_FINISHED };
@@ -372,7 +405,12 @@ extern bool event_token_presented;
  * task's exit status, 124 timed out, 128+N signal N, 1 otherwise.
  */
 int event_task_exit_code(const json_t *done);
-/* One line describing a done event ("exit status 3", "killed by signal 9 (SIGKILL)"). */
+/* The usage in a done's result (an exec task's), or NULL. */
+json_t *event_usage(const json_t *done);
+/*
+ * One line describing a done event ("exit status 3", "killed by signal 9
+ * (SIGKILL)", "killed: it passed its memory limit of 512 MiB").
+ */
 char *event_describe_done(const json_t *done);
 /*
  * Writes what a finished task returned: an exec result's captured stdout
@@ -394,6 +432,15 @@ char *format_duration(double ms, char *buf, size_t len);
 #define FORMAT_DURATION_LEN 32
 /* Parses a size: "4096", "64k", "1M", "1G". */
 int format_parse_size(const char *s, uint64_t *out);
+/* Formats bytes for people: "900 B", "512 KiB", "12.3 MiB", "1.5 GiB". */
+char *format_bytes(uint64_t bytes, char *buf, size_t len);
+#define FORMAT_BYTES_LEN 32
+/*
+ * What an exec task used (its result's usage), in one line: "cpu 0.25s
+ * user, 0.01s system, peak 12.3 MiB"; NULL when usage is not one.
+ */
+char *format_usage(const json_t *usage, char *buf, size_t len);
+#define FORMAT_USAGE_LEN 96
 /* Parses a decimal integer in [min, max]. */
 int format_parse_int(const char *s, long long min, long long max, long long *out);
 /*

@@ -106,6 +106,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_ROLE             "role"
 #define FIELD_TASK             "task"
 #define FIELD_POOL             "pool"
+#define FIELD_OWNER            "owner"
 #define FIELD_DETACH           "detach"
 #define FIELD_STREAM           "stream"
 #define FIELD_QUEUE_TIMEOUT_MS "queue_timeout_ms"
@@ -123,9 +124,43 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_TARGET           "target"
 #define FIELD_WORKERS          "workers"
 #define FIELD_MODE             "mode"
+#define FIELD_PID              "pid"            /* started (exec) */
+
+/* stats, and each of its pools */
 #define FIELD_POOLS            "pools"
 #define FIELD_CONNECTIONS      "connections"
 #define FIELD_UPTIME_MS        "uptime_ms"
+#define FIELD_TASKS_OUTSTANDING "tasks_outstanding"
+#define FIELD_TASKS_RETAINED   "tasks_retained"
+#define FIELD_TASKS_RETAINED_BYTES "tasks_retained_bytes"
+#define FIELD_RESULTS_FORGOTTEN "results_forgotten"
+#define FIELD_CONTAINMENT      "containment"
+#define FIELD_PHASE            "phase"
+#define FIELD_NAME             "name"
+#define FIELD_BUSY             "busy"
+#define FIELD_IDLE             "idle"
+#define FIELD_CAPACITY         "capacity"
+#define FIELD_LIMIT            "limit"
+#define FIELD_ACCEPTED         "accepted"
+#define FIELD_REJECTED         "rejected"
+#define FIELD_REJECTED_FULL    "rejected_full"
+#define FIELD_SUCCEEDED        "succeeded"
+#define FIELD_FAILED           "failed"
+#define FIELD_TIMED_OUT        "timed_out"
+#define FIELD_CANCELLED        "cancelled"
+#define FIELD_EXPIRED          "expired"
+#define FIELD_OLDEST_QUEUED_MS "oldest_queued_ms"
+#define FIELD_CLOSED           "closed"
+#define FIELD_REMOVED          "removed"
+
+/* stats.phase */
+#define PHASE_RUNNING  "running"
+#define PHASE_DRAINING "draining"
+#define PHASE_STOPPING "stopping"
+
+/* stats.containment (doc/exec.md) */
+#define CONTAINMENT_CGROUP  "cgroup"
+#define CONTAINMENT_PROCESS "process"
 
 /* task fields (submit.task) */
 #define FIELD_KIND             "kind"
@@ -150,6 +185,19 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_TRUNCATED        "truncated"
 #define STREAM_STDOUT          "stdout"
 #define STREAM_STDERR          "stderr"
+#define FIELD_USAGE            "usage"          /* what an exec task used */
+#define FIELD_USER_MS          "user_ms"
+#define FIELD_SYSTEM_MS        "system_ms"
+#define FIELD_MAX_RSS_BYTES    "max_rss_bytes"
+
+/* an exec task's limits: the fields of task.limits (doc/exec.md) */
+#define FIELD_LIMITS           "limits"
+#define LIMIT_MEMORY_BYTES     "memory_bytes"
+#define LIMIT_CPU_CORES        "cpu_cores"      /* a number: 0.5 is half a core */
+#define LIMIT_PIDS             "pids"
+#define LIMIT_OPEN_FILES       "open_files"
+#define LIMIT_CPU_SECONDS      "cpu_seconds"
+#define LIMIT_FILE_BYTES       "file_bytes"
 
 /* task kinds */
 #define KIND_EXEC  "exec"

@@ -18,6 +18,7 @@
 
 #include "cgroup.h"
 #include "log.h"
+#include "wire.h"
 
 /* How long the start-up waits for a leftover task cgroup to empty. */
 #define CGROUP_LEFTOVER_WAIT_MS 5000
@@ -48,7 +49,7 @@ cgroup_current(void)
 const char *
 cgroup_containment(void)
 {
-	return cgroup_state.cgroup ? "cgroup" : "process";
+	return cgroup_state.cgroup ? CONTAINMENT_CGROUP : CONTAINMENT_PROCESS;
 }
 
 static uint64_t
@@ -280,13 +281,14 @@ cgroup_remove_tree(int parent, const char *name, uint64_t deadline)
 	struct cgroup_task ct = { .dirfd = -1, .events_fd = -1, .peak_fd = -1 };
 	DIR *d;
 	struct dirent *de;
+	uint64_t now;
 	int fd;
 
 	if ((ct.dirfd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1)
 		return -1;
 	snprintf(ct.name, sizeof ct.name, "%s", name);
 	ct.events_fd = openat(ct.dirfd, "cgroup.events", O_RDONLY | O_CLOEXEC);
-	uint64_t now = cgroup_now_ms();
+	now = cgroup_now_ms();
 	cgroup_task_kill_wait(&ct, deadline > now ? deadline - now : 1);
 	/* a task may have made cgroups of its own below (were it delegated them) */
 	if ((fd = dup(ct.dirfd)) != -1 && (d = fdopendir(fd)) != NULL) {

@@ -41,6 +41,7 @@
 #include "conf.h"
 #include "log.h"
 #include "units.h"
+#include "wire.h"
 
 /* A safe base environment for exec tasks; the daemon's own never leaks. */
 static const char *const default_exec_env[] = {
@@ -52,12 +53,14 @@ void
 conf_init(struct conf *c)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	struct conf_pool *d;
 
 	memset(c, 0, sizeof *c);
 	c->socket_mode = 0660;
 	c->max_connections = 1024;
 	c->max_request_bytes = 1024 * 1024;
 	c->max_output_buffer = 8 * 1024 * 1024;
+	c->output_stall_timeout_ms = 60 * 1000;
 	c->result_ttl_ms = 10 * 60 * 1000;
 	c->result_retain = 10000;
 	c->result_retain_bytes = 256 * 1024 * 1024;
@@ -70,7 +73,7 @@ conf_init(struct conf *c)
 	c->stream_budget = 256 * 1024;
 	for (size_t i = 0; i < sizeof default_exec_env / sizeof default_exec_env[0]; i++)
 		c->exec_env[c->nexec_env++] = strdup(default_exec_env[i]);
-	struct conf_pool *d = conf_pool_get(c, "default");
+	d = conf_pool_get(c, "default");
 	d->size = cpus > 0 && cpus <= 64 ? (unsigned)cpus : 4;
 }
 
@@ -190,12 +193,12 @@ const char *
 conf_limit_name(enum conf_limit l)
 {
 	static const char *const names[CONF_NLIMITS] = {
-		[CONF_LIMIT_MEMORY_BYTES] = "memory_bytes",
-		[CONF_LIMIT_CPU_CORES] = "cpu_cores",
-		[CONF_LIMIT_PIDS] = "pids",
-		[CONF_LIMIT_OPEN_FILES] = "open_files",
-		[CONF_LIMIT_CPU_SECONDS] = "cpu_seconds",
-		[CONF_LIMIT_FILE_BYTES] = "file_bytes",
+		[CONF_LIMIT_MEMORY_BYTES] = LIMIT_MEMORY_BYTES,
+		[CONF_LIMIT_CPU_CORES] = LIMIT_CPU_CORES,
+		[CONF_LIMIT_PIDS] = LIMIT_PIDS,
+		[CONF_LIMIT_OPEN_FILES] = LIMIT_OPEN_FILES,
+		[CONF_LIMIT_CPU_SECONDS] = LIMIT_CPU_SECONDS,
+		[CONF_LIMIT_FILE_BYTES] = LIMIT_FILE_BYTES,
 	};
 
 	return (unsigned)l < CONF_NLIMITS ? names[l] : "?";
@@ -339,6 +342,8 @@ static const struct conf_key conf_keys[] = {
 	{ SECT_DAEMON, "max_connections", KIND_COUNT, D(max_connections), 1, 1048576, 0, NULL },
 	{ SECT_DAEMON, "max_request_bytes", KIND_SIZE, D(max_request_bytes), 256, GIB, 0, NULL },
 	{ SECT_DAEMON, "max_output_buffer", KIND_SIZE, D(max_output_buffer), 64 * KIB, GIB, 0, NULL },
+	{ SECT_DAEMON, "output_stall_timeout", KIND_DURATION, D(output_stall_timeout_ms), 0, DAY, 0,
+	    NULL },
 	{ SECT_DAEMON, "result_ttl", KIND_DURATION, D(result_ttl_ms), 0, 30 * DAY, 0, NULL },
 	{ SECT_DAEMON, "result_retain", KIND_COUNT, D(result_retain), 0, 10000000, 0, NULL },
 	{ SECT_DAEMON, "result_retain_bytes", KIND_SIZE, D(result_retain_bytes), 0, 1024 * GIB, 0, NULL },
@@ -923,12 +928,14 @@ key_unknown(struct conf_load *l, const char *name)
 
 	for (size_t i = 0; i < CONF_NKEYS; i++) {
 		const struct conf_key *k = &conf_keys[i];
+		size_t d;
+
 		if (k->sect != l->sect) {
 			if (strcmp(k->name, name) == 0)
 				elsewhere = k;
 			continue;
 		}
-		size_t d = edit_distance(name, k->name);
+		d = edit_distance(name, k->name);
 		if (d < best) {
 			best = d;
 			near = k;

@@ -85,6 +85,7 @@ struct conf {
 	unsigned max_connections;       /* default 1024 */
 	size_t max_request_bytes;       /* default 1 MiB */
 	size_t max_output_buffer;       /* default 8 MiB */
+	uint64_t output_stall_timeout_ms; /* a client reading none of its output goes; 60 s; 0 = never */
 	uint64_t result_ttl_ms;         /* finished tasks kept for wait/status; default 10 min */
 	unsigned result_retain;         /* and at most this many; default 10000 */
 	size_t result_retain_bytes;     /* and their results in at most this; default 256 MiB */

@@ -43,9 +43,11 @@
  * bounded and no output is lost. task_emit stops waiting on cancel and at
  * the task's deadline, so both still end the task on time. Since events stop
  * at output_limit, a task never emits more than output_limit bytes per
- * stream. A client that cannot take its events at all is disconnected by the
- * front end at max_output_buffer; the task goes on, and its result still
- * holds the full capture for wait.
+ * stream. The task's sink gives the budget back only as the client's
+ * connection takes the events (flow control, conn.c), so a slow reader
+ * paces the run; one that reads nothing for output_stall_timeout is
+ * disconnected, the task goes on, and its result still holds the full
+ * capture for wait.
  */
 #include "config.h"
 
@@ -69,6 +71,7 @@
 #include "exec.h"
 #include "log.h"
 #include "pgroup.h"
+#include "proto.h"
 #include "wire.h"
 
 #define EXEC_READ_SIZE 65536
@@ -161,8 +164,7 @@ exec_internal(struct exec_run *r, const char *what)
 static void
 exec_emit_started(struct exec_run *r)
 {
-	json_t *ev = json_pack("{s:s, s:I}", "event", EV_STARTED, "pid",
-	    (json_int_t)r->child.pid);
+	json_t *ev = proto_event_started(r->child.pid);
 
 	if (ev != NULL)
 		task_emit(r->t, ev, 0);
@@ -173,7 +175,7 @@ static void
 exec_stream_emit(struct exec_run *r, struct exec_stream *s, const char *data,
     size_t n, bool final)
 {
-	json_t *ev = json_pack("{s:s, s:s}", "event", EV_OUTPUT, "stream", s->name);
+	json_t *ev = proto_event_output(s->name);
 	long len;
 
 	if (ev == NULL || (len = capture_chunk(&s->cap, ev, data, n, final)) == -1) {
@@ -370,17 +372,17 @@ exec_rlimits(struct exec_run *r, struct spawn_request *req)
 	struct spawn_rlimit *rl = req->rlimits;
 
 	if (lim[CONF_LIMIT_OPEN_FILES] != CONF_NO_LIMIT)
-		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_NOFILE, "open_files",
+		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_NOFILE, LIMIT_OPEN_FILES,
 		    { lim[CONF_LIMIT_OPEN_FILES], lim[CONF_LIMIT_OPEN_FILES] } };
 	/* SIGXCPU at the limit, SIGKILL a second later for one that ignores it */
 	if (lim[CONF_LIMIT_CPU_SECONDS] != CONF_NO_LIMIT)
-		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_CPU, "cpu_seconds",
+		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_CPU, LIMIT_CPU_SECONDS,
 		    { lim[CONF_LIMIT_CPU_SECONDS], lim[CONF_LIMIT_CPU_SECONDS] + 1 } };
 	if (lim[CONF_LIMIT_FILE_BYTES] != CONF_NO_LIMIT)
-		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_FSIZE, "file_bytes",
+		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_FSIZE, LIMIT_FILE_BYTES,
 		    { lim[CONF_LIMIT_FILE_BYTES], lim[CONF_LIMIT_FILE_BYTES] } };
 	if (lim[CONF_LIMIT_MEMORY_BYTES] != CONF_NO_LIMIT && !memory_cg)
-		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_AS, "memory_bytes",
+		rl[req->nrlimits++] = (struct spawn_rlimit){ RLIMIT_AS, LIMIT_MEMORY_BYTES,
 		    { lim[CONF_LIMIT_MEMORY_BYTES], lim[CONF_LIMIT_MEMORY_BYTES] } };
 }
 
@@ -582,8 +584,8 @@ exec_usage(struct exec_run *r, const struct cgroup_usage *cu)
 	}
 	if (cu->memory_peak != 0)
 		rss = cu->memory_peak;
-	return json_pack("{s:f, s:f, s:I}", "user_ms", user_ms, "system_ms", system_ms,
-	    "max_rss_bytes", (json_int_t)rss);
+	return json_pack("{s:f, s:f, s:I}", FIELD_USER_MS, user_ms, FIELD_SYSTEM_MS, system_ms,
+	    FIELD_MAX_RSS_BYTES, (json_int_t)rss);
 }
 
 /*
@@ -605,22 +607,22 @@ exec_result(struct exec_run *r, int status, const struct cgroup_usage *cu)
 		return NULL;
 	if (WIFSIGNALED(status)) {
 		exec_signal_name(WTERMSIG(status), name, sizeof name);
-		json_object_set_new(res, "exit_code", json_null());
-		json_object_set_new(res, "signal", json_integer(WTERMSIG(status)));
-		json_object_set_new(res, "signal_name", json_string(name));
+		json_object_set_new(res, FIELD_EXIT_CODE, json_null());
+		json_object_set_new(res, FIELD_SIGNAL, json_integer(WTERMSIG(status)));
+		json_object_set_new(res, FIELD_SIGNAL_NAME, json_string(name));
 	} else {
-		json_object_set_new(res, "exit_code", json_integer(WEXITSTATUS(status)));
-		json_object_set_new(res, "signal", json_null());
-		json_object_set_new(res, "signal_name", json_null());
+		json_object_set_new(res, FIELD_EXIT_CODE, json_integer(WEXITSTATUS(status)));
+		json_object_set_new(res, FIELD_SIGNAL, json_null());
+		json_object_set_new(res, FIELD_SIGNAL_NAME, json_null());
 	}
-	if (capture_result_set(&r->out.cap, res, "stdout", "stdout_base64") == -1 ||
-	    capture_result_set(&r->err.cap, res, "stderr", "stderr_base64") == -1) {
+	if (capture_result_set(&r->out.cap, res, FIELD_STDOUT, FIELD_STDOUT_BASE64) == -1 ||
+	    capture_result_set(&r->err.cap, res, FIELD_STDERR, FIELD_STDERR_BASE64) == -1) {
 		json_decref(res);
 		return NULL;
 	}
-	json_object_set_new(res, "truncated",
+	json_object_set_new(res, FIELD_TRUNCATED,
 	    json_boolean(r->out.cap.truncated || r->err.cap.truncated));
-	json_object_set_new(res, "usage", exec_usage(r, cu));
+	json_object_set_new(res, FIELD_USAGE, exec_usage(r, cu));
 	return res;
 }
 
@@ -718,8 +720,8 @@ exec_run(struct task *t)
 	struct exec_run r = {
 		.t = t,
 		.x = x,
-		.out = { .name = "stdout" },
-		.err = { .name = "stderr" },
+		.out = { .name = STREAM_STDOUT },
+		.err = { .name = STREAM_STDERR },
 		.wake_fd = -1,
 		.end = EXEC_END_EXITED,
 		.cg = { .dirfd = -1, .events_fd = -1, .peak_fd = -1 },

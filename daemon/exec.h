@@ -1,5 +1,5 @@
 /*
- * exec.h: the exec task kind (SPEC section 2): settings from the daemon's
+ * exec.h: the exec task kind (doc/exec.md): settings from the daemon's
  * configuration, and what the kind's files share.
  *
  * The daemon calls exec_configure at start and on every reload (loop

@@ -347,14 +347,13 @@ pgroup_round(struct pgroup_walk *w, struct pgroup_task *pt, uint64_t deadline,
 	pthread_mutex_lock(&pgroup_lock);
 	for (size_t i = 0; i < w->n; i++) {
 		struct pgroup_proc *p = &w->p[i];
+		int fd;
 
 		if (p->state == 'Z' || p->state == 'X' || !pgroup_is_task(w, pt, p, self))
 			continue;
 		if (fds == NULL && (fds = calloc(w->n, sizeof *fds)) == NULL)
 			break;
-		int fd = pgroup_open(p);
-
-		if (fd == -1)
+		if ((fd = pgroup_open(p)) == -1)
 			continue;
 		pidfd_send_signal(fd, SIGKILL, NULL, 0);
 		fds[nfds++] = (struct pollfd){ .fd = fd, .events = POLLIN };

@@ -3,7 +3,7 @@
  * object, cancel and free. Running is exec-run.c; starting the process is
  * exec-spawn.c; output is capture.c.
  *
- * Request fields (SPEC section 2), all copied here on the loop thread so no
+ * Request fields (doc/exec.md), all copied here on the loop thread so no
  * json_t crosses to the worker:
  *   argv          non-empty array of strings, argv[0] non-empty (required)
  *   env           object: NAME -> string, added to the configured base
@@ -296,6 +296,7 @@ static int
 exec_parse_limit(enum conf_limit k, json_t *v, uint64_t *out, char **cause)
 {
 	const char *name = conf_limit_name(k);
+	json_int_t n, least;
 
 	if (k == CONF_LIMIT_CPU_CORES) {
 		double d = json_number_value(v);
@@ -306,8 +307,8 @@ exec_parse_limit(enum conf_limit k, json_t *v, uint64_t *out, char **cause)
 		*out = (uint64_t)(d * 1000 + 0.5);
 		return 0;
 	}
-	json_int_t n = json_integer_value(v);
-	json_int_t least = k == CONF_LIMIT_FILE_BYTES ? 0 : k == CONF_LIMIT_OPEN_FILES ? 3 : 1;
+	n = json_integer_value(v);
+	least = k == CONF_LIMIT_FILE_BYTES ? 0 : k == CONF_LIMIT_OPEN_FILES ? 3 : 1;
 
 	if (!json_is_integer(v) || n < least)
 		return cause_set(cause, "task.limits.%s must be an integer of at least %lld",
@@ -387,11 +388,11 @@ exec_parse_run_as(struct task *t, struct exec_task *x, char **cause)
 		return 0;
 	case CONF_RUN_AS_CALLER:
 		/* op_submit refuses TCP and credential-less peers; checked again */
-		if (!t->via_unix || !t->have_creds)
+		if (!t->caller.via_unix || !t->caller.have_creds)
 			return cause_set(cause, "pool %s runs tasks as their caller: submit "
 			    "on the Unix socket", p->name);
-		x->uid = t->uid;
-		x->gid = t->gid;
+		x->uid = t->caller.uid;
+		x->gid = t->caller.gid;
 		return 0;
 	case CONF_RUN_AS_USER:
 		if ((x->user = strdup(p->run_as_user)) == NULL)
@@ -413,21 +414,21 @@ exec_parse(struct task *t, json_t *spec, char **cause)
 
 	*cause = NULL;
 	json_object_foreach(spec, key, value) {
-		if (strcmp(key, "kind") == 0 || strcmp(key, "timeout_ms") == 0)
+		if (strcmp(key, FIELD_KIND) == 0 || strcmp(key, FIELD_TIMEOUT_MS) == 0)
 			continue;
-		else if (strcmp(key, "argv") == 0)
+		else if (strcmp(key, FIELD_ARGV) == 0)
 			argv = value;
-		else if (strcmp(key, "env") == 0)
+		else if (strcmp(key, FIELD_ENV) == 0)
 			env = value;
-		else if (strcmp(key, "cwd") == 0)
+		else if (strcmp(key, FIELD_CWD) == 0)
 			cwd = value;
-		else if (strcmp(key, "stdin") == 0)
+		else if (strcmp(key, FIELD_STDIN) == 0)
 			in = value;
-		else if (strcmp(key, "stdin_base64") == 0)
+		else if (strcmp(key, FIELD_STDIN_BASE64) == 0)
 			in64 = value;
-		else if (strcmp(key, "output_limit") == 0)
+		else if (strcmp(key, FIELD_OUTPUT_LIMIT) == 0)
 			limit = value;
-		else if (strcmp(key, "limits") == 0)
+		else if (strcmp(key, FIELD_LIMITS) == 0)
 			limits = value;
 		else {
 			char q[UTF8_QUOTE_SIZE];
@@ -518,7 +519,7 @@ exec_free(struct task *t)
 }
 
 const struct task_kind task_kind_exec = {
-	.name = "exec",
+	.name = KIND_EXEC,
 	.parse = exec_parse,
 	.run = exec_run,
 	.cancel = exec_cancel,

@@ -237,7 +237,10 @@ def test_notify_ready_status_watchdog_reload_stopping_in_order():
             return -1
 
         until(lambda: texts().count("WATCHDOG=1") >= 2, "two watchdog pings")
-        check(texts()[0] == "READY=1", "READY=1 first: %r", texts())
+        check(texts()[0].split("\n")[0] == "READY=1", "READY=1 first: %r", texts())
+        check(texts()[0].split("\n")[1:] == ["X_TPD_LISTEN=unix " +
+                                             os.path.join(sp.dir, "tpd.sock")],
+              "with the listener: %r", texts()[0])
         s = index("STATUS=")
         check(0 < s < index("WATCHDOG=1"), "READY=1, STATUS=, WATCHDOG=1: %r", texts())
         status = texts()[s]
@@ -278,7 +281,7 @@ def test_no_watchdog_for_another_pid():
         sp.start([TPD, "-f", "-s", os.path.join(sp.dir, "tpd.sock")], env=env)
         got = []
         deadline = time.monotonic() + TIMEOUT
-        while "READY=1" not in got:
+        while not any(t.split("\n")[0] == "READY=1" for t in got):
             check(time.monotonic() < deadline, "no READY=1: %r", got)
             m = recv_notify(sock, TIMEOUT)
             if m is not None:
