@@ -311,17 +311,17 @@ rs_set_done(struct source_redis *s, struct rs_entry *e, bool first)
 /* ---------------------------------------------------------------- commands */
 
 /*
- * A command, written in Redis's protocol as its words are added: hiredis's
- * own formatting (sdscatfmt per word) cost more than the rest of a result.
- * The header "*N\r\n" is written once the words are counted, right-aligned
- * into the room kept for it before them.
+ * A command's words, gathered in one buffer as they are added and handed
+ * to hiredis (redisAsyncCommandArgv, which writes Redis's protocol) with
+ * their lengths, so that a word may hold any bytes.
  */
-#define RS_HEAD 16
-
 struct rs_args {
-	char *p;
+	char *p;                /* the words, one after another */
 	size_t len, cap;
-	int n;                  /* words so far */
+	size_t *off;            /* where each word starts in p, and its length */
+	size_t *wlen;
+	const char **argv;      /* built at send: p moves while words are added */
+	int n, wcap;            /* words so far, and room for them */
 	bool failed;
 };
 
@@ -329,73 +329,73 @@ static void
 args_init(struct rs_args *a)
 {
 	memset(a, 0, sizeof *a);
-	a->len = RS_HEAD;
 }
 
 static void
 args_free(struct rs_args *a)
 {
 	free(a->p);
+	free(a->off);
+	free(a->wlen);
+	free(a->argv);
 }
 
 /* Starts another command in the same buffer. */
 static void
 args_reset(struct rs_args *a)
 {
-	a->len = RS_HEAD;
+	a->len = 0;
 	a->n = 0;
 }
 
-static char *
+/* Room for n more bytes and one more word; false when memory ran out. */
+static bool
 args_room(struct rs_args *a, size_t n)
 {
 	if (a->failed)
-		return NULL;
+		return false;
 	if (a->len + n > a->cap) {
 		size_t cap = a->cap ? a->cap : 512;
 		char *p;
 
 		while (a->len + n > cap)
 			cap *= 2;
-		if ((p = realloc(a->p, cap)) == NULL) {
-			a->failed = true;
-			return NULL;
-		}
+		if ((p = realloc(a->p, cap)) == NULL)
+			goto fail;
 		a->p = p;
 		a->cap = cap;
 	}
-	return a->p + a->len;
-}
+	if (a->n == a->wcap) {
+		int wcap = a->wcap ? a->wcap * 2 : 16;
+		size_t *off, *wlen;
+		const char **argv;
 
-/* Writes v in decimal at p; returns the length. */
-static size_t
-put_u64(char *p, unsigned long long v)
-{
-	char tmp[24];
-	size_t n = 0, i;
-
-	do
-		tmp[n++] = (char)('0' + v % 10);
-	while ((v /= 10) != 0);
-	for (i = 0; i < n; i++)
-		p[i] = tmp[n - 1 - i];
-	return n;
+		if ((off = reallocarray(a->off, (size_t)wcap, sizeof *off)) == NULL)
+			goto fail;
+		a->off = off;
+		if ((wlen = reallocarray(a->wlen, (size_t)wcap, sizeof *wlen)) == NULL)
+			goto fail;
+		a->wlen = wlen;
+		if ((argv = reallocarray(a->argv, (size_t)wcap, sizeof *argv)) == NULL)
+			goto fail;
+		a->argv = argv;
+		a->wcap = wcap;
+	}
+	return true;
+fail:
+	a->failed = true;
+	return false;
 }
 
 static void
 args_mem(struct rs_args *a, const char *s, size_t n)
 {
-	char *p = args_room(a, n + 32);
-
-	if (p == NULL)
+	if (!args_room(a, n))
 		return;
-	*p = '$';
-	a->len += 1 + put_u64(p + 1, n);
-	p = a->p + a->len;
-	memcpy(p, "\r\n", 2);
-	memcpy(p + 2, s, n);
-	memcpy(p + 2 + n, "\r\n", 2);
-	a->len += n + 4;
+	memcpy(a->p + a->len, s, n);
+	a->off[a->n] = a->len;
+	a->wlen[a->n] = n;
+	a->len += n;
 	a->n++;
 }
 
@@ -410,23 +410,7 @@ args_u64(struct rs_args *a, unsigned long long v)
 {
 	char num[24];
 
-	args_mem(a, num, put_u64(num, v));
-}
-
-/* The command's text, header written: *start and its length. */
-static size_t
-args_finish(struct rs_args *a, const char **start)
-{
-	char head[RS_HEAD];
-	size_t n = 1;
-
-	head[0] = '*';
-	n += put_u64(head + 1, (unsigned long long)a->n);
-	memcpy(head + n, "\r\n", 2);
-	n += 2;
-	memcpy(a->p + RS_HEAD - n, head, n);
-	*start = a->p + RS_HEAD - n;
-	return a->len - (RS_HEAD - n);
+	args_mem(a, num, (size_t)snprintf(num, sizeof num, "%llu", v));
 }
 
 /*
@@ -451,8 +435,6 @@ static int
 conn_send(struct rs_conn *c, redisCallbackFn *fn, void *arg, struct rs_args *a)
 {
 	struct source_redis *s = c->s;
-	const char *text;
-	size_t len;
 
 	if (a->failed || a->n == 0) {
 		rs_fail(s, "out of memory building a command");
@@ -460,8 +442,9 @@ conn_send(struct rs_conn *c, redisCallbackFn *fn, void *arg, struct rs_args *a)
 	}
 	if (c->ac == NULL)
 		return -1;
-	len = args_finish(a, &text);
-	if (redisAsyncFormattedCommand(c->ac, fn, arg, text, len) != REDIS_OK) {
+	for (int i = 0; i < a->n; i++)
+		a->argv[i] = a->p + a->off[i];
+	if (redisAsyncCommandArgv(c->ac, fn, arg, a->n, a->argv, a->wlen) != REDIS_OK) {
 		rs_fail(s, "%s: cannot send a command: %s", c->role,
 		    c->ac != NULL && c->ac->errstr != NULL ? c->ac->errstr : "out of memory");
 		return -1;
