@@ -10,6 +10,7 @@
 #include "health.h"
 #include "log.h"
 #include "pools.h"
+#include "sources.h"
 #include "tasks.h"
 
 #define HEALTH_STUCK_MS 5000
@@ -68,4 +69,5 @@ health_status(void *arg, char *buf, size_t len)
 	}
 	APPEND("%zu connections", conn_count());
 #undef APPEND
+	sources_describe(buf, len);
 }

@@ -11,6 +11,7 @@
 #include "ops.h"
 #include "pools.h"
 #include "proto.h"
+#include "sources.h"
 #include "tasks.h"
 #include "utf8.h"
 #include "wire.h"
@@ -60,7 +61,9 @@ op_stats(struct conn *c, struct request *req)
 	st.version = PACKAGE_VERSION;
 	st.containment = cgroup_containment();
 	st.phase = phase_name(d->phase);
+	st.sources = sources_stats();
 	proto_encode_stats(&pt, req->id, &st);
+	json_decref(st.sources);
 	conn_send_text(c, &pt);
 }
 
@@ -103,6 +106,7 @@ op_resize(struct conn *c, struct request *req)
 	log_info("pool %s resized to %u by connection %llu (%s); %u workers now", e->name,
 	    s.target, (unsigned long long)conn_id(c), conn_peer(c), s.workers);
 	proto_encode_resized(&pt, req->id, e->name, s.target, s.workers);
+	sources_kick();         /* the pool may take more at once */
 	conn_send_text(c, &pt);
 }
 

@@ -201,6 +201,7 @@ struct proto_stats {
 	const char *version;
 	const char *containment;    /* CONTAINMENT_* */
 	const char *phase;          /* PHASE_* */
+	json_t *sources;            /* an array, one object per [source NAME] (borrowed) */
 };
 
 /*

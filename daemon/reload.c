@@ -13,6 +13,9 @@
  *    result_retain_bytes, max_subscriptions, shutdown_timeout), [exec]
  *    (exec_configure), stream_budget, tokens and admin_group take effect for
  *    what comes next;
+ *  - sources: a [source NAME] gone or changed stops reading and goes once
+ *    its running tasks are acked (a changed one starts again with its new
+ *    keys at once), a new one starts (sources.c);
  *  - the listeners stay as they are: socket, socket_mode, socket_group and
  *    listen need a restart, and a change to them is logged.
  *
@@ -35,6 +38,7 @@
 #include "log.h"
 #include "pools.h"
 #include "sd.h"
+#include "sources.h"
 #include "task.h"
 
 static bool
@@ -177,6 +181,8 @@ daemon_reload(void)
 	memset(&nc, 0, sizeof nc);  /* its memory belongs to d->conf now */
 	conf_free(&old);
 	exec_configure(&d->conf);   /* tasks already running keep the settings they took */
+	sources_reload(&d->conf);   /* after the pools: a new source's pool exists */
+	sources_kick();             /* pools may have grown */
 	log_notice("configuration reloaded: %zu pools", d->conf.npools);
 	goto out;
 refused:
