@@ -5,16 +5,18 @@ result each, never more entries held than a pool takes), a tpd killed mid-stream
 pending entries the other claims (attempt 2, nothing lost), bad entries failed at once,
 a poison entry dead-lettered, Redis stopped and started again with its data (nothing
 lost, local submits go on), SIGHUP adding, changing and removing a source, a drain that
-acks its running tasks, and stats' sources. Waits poll Redis or tpd's stats, never sleep
+acks its running tasks, stats' sources, and the README's example. Waits poll Redis or tpd's stats, never sleep
 as synchronisation; skipped, saying why, only when redis-server cannot start."""
 import json
 import os
+import shutil
 import signal
+import subprocess
 import threading
 import time
 
 from redistest import Redis, RedisError, fields
-from tpdtest import Daemon, TIMEOUT, check, eventually, run_tests
+from tpdtest import TPCTL, TIMEOUT, Daemon, Skip, check, eventually, run_tests
 
 
 def source_conf(name="jobs", redis=None, stream="jobs", group="tpd", consumer="c1",
@@ -331,6 +333,37 @@ def test_stop_now_leaves_running_entries_pending():
                   rc.call("XPENDING", "jobs", "tpd"))
         finally:
             d.close()
+
+
+def test_readme_example():
+    """The README's "More than one machine" commands, with redis-cli and tpctl, on a
+    Unix socket instead of redis.example.net."""
+    if shutil.which("redis-cli") is None:
+        raise Skip("redis-cli is not installed (Debian package redis-tools)")
+    with Redis() as r:
+        with tpd(r, "[source jobs]\ntype = redis-stream\nredis = %s\nstream = jobs\n"
+                 "group = tpd\n" % r.addr):
+            cli = ["redis-cli", "-s", r.sock]
+            uname = subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout
+            p = subprocess.run(cli + ["XADD", "jobs", "*", "id", "build-1", "task",
+                                      '{"kind":"exec","argv":["uname","-r"]}'],
+                               capture_output=True, text=True, timeout=TIMEOUT)
+            check(p.returncode == 0 and "-" in p.stdout, "XADD: %r", p)
+            rc = r.client()
+            eventually(lambda: int(rc.call("XLEN", "jobs:results")) == 1, "its result")
+            p = subprocess.run(cli + ["XRANGE", "jobs:results", "-", "+"],
+                               capture_output=True, text=True, timeout=TIMEOUT)
+            for word in ("done", "entry", "build-1", "consumer", "attempt", uname.strip()):
+                check(word in p.stdout, "XRANGE lacks %r: %r", word, p.stdout)
+            p = subprocess.run([TPCTL, "enqueue", "--redis", r.addr, "--stream", "jobs",
+                                "--id", "build-2", "--wait", "--", "uname", "-r"],
+                               capture_output=True, text=True, timeout=TIMEOUT)
+            check(p.returncode == 0 and "(id build-2): succeeded" in p.stdout, "enqueue --wait: %r", p)
+            p = subprocess.run([TPCTL, "results", "--redis", r.addr, "--stream",
+                                "jobs:results", "--from", "0", "--count", "2"],
+                               capture_output=True, text=True, timeout=TIMEOUT)
+            check(p.returncode == 0 and "build-1" in p.stdout and "build-2" in p.stdout and
+                  p.stdout.count("succeeded") == 2, "results: %r", p)
 
 
 if __name__ == "__main__":
