@@ -335,6 +335,21 @@ def test_stop_now_leaves_running_entries_pending():
             d.close()
 
 
+def test_status_line_names_the_source():
+    """systemd's STATUS= carries each source's state: in flight while connected, down
+    while Redis is gone."""
+    with Redis() as r:
+        with tpd(r, source_conf(redis=r.addr, backoff_max="200ms")) as d:
+            def status(pred):
+                with d.notify.cond:
+                    return any(m.startswith("STATUS=") and pred(m) for m in d.notify.messages)
+            eventually(lambda: status(lambda m: m.endswith("; jobs 0 in flight")),
+                       "STATUS= with the source connected")
+            r.stop()
+            eventually(lambda: status(lambda m: m.endswith("; jobs down (0 in flight)")),
+                       "STATUS= with the source down")
+
+
 def test_readme_example():
     """The README's "More than one machine" commands, with redis-cli and tpctl, on a
     Unix socket instead of redis.example.net."""
