@@ -212,8 +212,13 @@ shutdown_timeout_cb(evutil_socket_t fd, short what, void *arg)
 static void
 exit_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
-	log_warnx("clients did not read their last events within %d ms: exiting anyway",
-	    EXIT_FLUSH_MS);
+	if (!sources_idle())
+		log_warnx("sources' last results not written to Redis within %d ms: exiting "
+		    "anyway (their entries stay pending: Redis delivers them again)",
+		    EXIT_FLUSH_MS);
+	if (!conn_all_flushed())
+		log_warnx("clients did not read their last events within %d ms: exiting anyway",
+		    EXIT_FLUSH_MS);
 	daemon_state->leave = true;
 }
 

@@ -315,6 +315,30 @@ def test_drain_acks_running_and_owner_and_stats():
             d.close()
 
 
+def test_drain_with_redis_down_leaves_the_entry_pending():
+    """tpd drains while Redis is down: its task ends, its result cannot be written, tpd
+    leaves after the exit flush, and the entry is still pending (not acked, not lost)
+    once Redis is back."""
+    with Redis(persist=True) as r:
+        rc = r.client()
+        add_entries(rc, "jobs", [{"kind": "sleep", "ms": 300}])
+        d = tpd(r, source_conf(redis=r.addr, timeout="1s", backoff_max="200ms"))
+        try:
+            c = d.client()
+            eventually(lambda: c.stats()["busy"] == 1, "the task running")
+            r.stop()
+            d.signal(signal.SIGTERM)
+            check(d.wait_exit(timeout=30) == 0, "tpd exit")
+            check("last results not written to Redis" in d.read_log(), "the exit does not "
+                  "say why it waited:\n%s", d.read_log()[-2000:])
+            r.start()
+            rc = r.client()
+            check(int(rc.call("XPENDING", "jobs", "tpd")[0]) == 1, "the entry is not pending")
+            check(int(rc.call("XLEN", "jobs:results") or 0) == 0, "a result was written")
+        finally:
+            d.close()
+
+
 def test_stop_now_leaves_running_entries_pending():
     with Redis() as r:
         rc = r.client()
