@@ -259,7 +259,10 @@ def test_sighup_adds_changes_and_removes_sources():
                        "source jobs added")
             add_entries(rc, "a", [{"kind": "echo", "value": 1}])
             eventually(lambda: int(rc.call("XLEN", "a:results")) == 1, "a result from a")
-            # changed: another stream
+            # changed: another stream, with a task of the old one running: it still
+            # ends, and the old source acks it before it goes
+            add_entries(rc, "a", [{"kind": "sleep", "ms": 400}])
+            eventually(lambda: c.stats()["busy"] == 1, "a's sleep running")
             with open(path, "w") as f:
                 f.write(source_conf(redis=r.addr, stream="b", consumer="two"))
             d.signal(signal.SIGHUP)
@@ -267,10 +270,14 @@ def test_sighup_adds_changes_and_removes_sources():
                        source_stats(c)["state"] == "connected", "source jobs changed")
             eventually(lambda: len(c.request({"op": "stats"}, "stats")["sources"]) == 1,
                        "the old one gone")
+            ra = results(rc, "a:results")
+            check(len(ra) == 2 and ra[1][1]["done"]["state"] == "succeeded" and
+                  ra[1][1]["consumer"] == "one", "the old source's running task: %r", ra)
+            check(int(rc.call("XPENDING", "a", "tpd")[0]) == 0, "left pending on a")
             add_entries(rc, "a", [{"kind": "echo", "value": 2}])
             add_entries(rc, "b", [{"kind": "echo", "value": 3}])
             eventually(lambda: int(rc.call("XLEN", "b:results")) == 1, "a result from b")
-            check(int(rc.call("XLEN", "a:results")) == 1, "a is still read after the change")
+            check(int(rc.call("XLEN", "a:results")) == 2, "a is still read after the change")
             check(fields(rc.call("XRANGE", "b:results", "-", "+")[0][1])["consumer"] == "two",
                   "the new consumer name")
             # removed
