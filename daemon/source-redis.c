@@ -139,6 +139,7 @@ struct source_redis {
 	unsigned asked;                 /* what it asked for */
 	bool claiming;                  /* an XAUTOCLAIM is out */
 	char claim_cursor[48];
+	char history[48];               /* reading its own pending entries from here; "": not */
 	unsigned backoff_ms;
 	uint64_t outage_since_us;       /* 0: no outage */
 	unsigned attempts;              /* connection attempts in this outage */
@@ -788,6 +789,13 @@ rs_up(struct source_redis *s)
 	s->attempts = 0;
 	s->backoff_ms = 0;
 	s->state = RS_UP;
+	/*
+	 * Its own pending entries first: a read whose answer was lost with the
+	 * connection (or a life of this consumer before a restart) left
+	 * entries pending here that it never saw. They run now, not after
+	 * claim_idle.
+	 */
+	snprintf(s->history, sizeof s->history, "0");
 	refresh_claims(s);
 	tv_ms(&tv, s->conf.claim_idle_ms / 3 > 0 ? s->conf.claim_idle_ms / 3 : 1);
 	evtimer_add(s->refresh_ev, &tv);
@@ -1095,6 +1103,47 @@ rs_submit(struct source_redis *s, struct rs_entry *e)
 static void
 take_entries(struct source_redis *s, const redisReply *list, bool claimed);
 
+/*
+ * A read of its own pending entries (XREADGROUP from an id, not ">"):
+ * those it does not hold are taken as claimed ones (their delivery count
+ * decides); an empty answer ends the history.
+ */
+static void
+history_cb(redisAsyncContext *ac, void *r, void *arg)
+{
+	struct source_redis *s = arg;
+	redisReply *reply = r;
+	const redisReply *list = NULL;
+
+	if (conn_replied(ac, r) == NULL) {
+		s->reading = false;
+		s->asked = 0;
+		return;
+	}
+	s->reading = false;
+	s->asked = 0;
+	if (reply->type == REDIS_REPLY_ERROR) {
+		rs_fail(s, "XREADGROUP: %s", reply->str);
+		return;
+	}
+	/* [[stream, [[id, fields], ...]]] */
+	if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 1 &&
+	    reply->element[0]->type == REDIS_REPLY_ARRAY && reply->element[0]->elements == 2)
+		list = reply->element[0]->element[1];
+	if (list == NULL || list->type != REDIS_REPLY_ARRAY || list->elements == 0) {
+		s->history[0] = '\0';
+	} else {
+		const redisReply *last = list->element[list->elements - 1];
+		if (last->type == REDIS_REPLY_ARRAY && last->elements == 2 &&
+		    last->element[0]->type == REDIS_REPLY_STRING)
+			snprintf(s->history, sizeof s->history, "%s", last->element[0]->str);
+		else
+			s->history[0] = '\0';
+		take_entries(s, list, true);
+	}
+	rs_schedule(s);
+}
+
 static void
 read_cb(redisAsyncContext *ac, void *r, void *arg)
 {
@@ -1358,12 +1407,14 @@ rs_read(struct source_redis *s)
 	args_str(&a, s->conf.consumer);
 	args_str(&a, "COUNT");
 	args_u64(&a, room);
-	args_str(&a, "BLOCK");
-	args_u64(&a, RS_BLOCK_MS);
+	if (s->history[0] == '\0') {
+		args_str(&a, "BLOCK");
+		args_u64(&a, RS_BLOCK_MS);
+	}
 	args_str(&a, "STREAMS");
 	args_str(&a, s->conf.stream);
-	args_str(&a, ">");
-	if (conn_send(&s->rd, read_cb, s, &a) == 0) {
+	args_str(&a, s->history[0] != '\0' ? s->history : ">");
+	if (conn_send(&s->rd, s->history[0] != '\0' ? history_cb : read_cb, s, &a) == 0) {
 		s->reading = true;
 		s->asked = room;
 	}

@@ -11,7 +11,10 @@
  *    not a task, unknown fields) becomes a done with state failed and
  *    code bad_request at once. When a task ends, its done goes to the
  *    results stream and the entry is acknowledged in one MULTI/EXEC.
- *  - Entries pending longer than claim_idle (their consumer stopped) are
+ *  - At each connect it first reads its own pending entries (XREADGROUP
+ *    from 0): those it does not hold (a read's answer lost with the
+ *    connection, a life before a restart) run at once, as claimed ones.
+ *    Entries pending longer than claim_idle (their consumer stopped) are
  *    claimed (XAUTOCLAIM); a running task keeps its claim fresh (XCLAIM
  *    JUSTID). An entry delivered more than max_deliveries times goes to
  *    the dead-letter stream, gets a done with state lost, and is acked.

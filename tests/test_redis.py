@@ -233,9 +233,18 @@ def test_redis_stopped_and_started_again_loses_nothing():
             check(ev["state"] == "succeeded" and ev["result"] == {"value": "local"}, "%r", ev)
             r.start()
             rc = r.client()
-            eventually(lambda: int(rc.call("XLEN", "jobs:results")) >= n and
-                       int(rc.call("XPENDING", "jobs", "tpd")[0]) == 0,
-                       "every entry has its result", timeout=60)
+            try:
+                eventually(lambda: int(rc.call("XLEN", "jobs:results")) >= n and
+                           int(rc.call("XPENDING", "jobs", "tpd")[0]) == 0,
+                           "every entry has its result", timeout=60)
+            except AssertionError:
+                pend = rc.call("XPENDING", "jobs", "tpd", "-", "+", 100)
+                about = [line for line in d.read_log().splitlines()
+                         if any(p[0] in line for p in pend)]
+                raise AssertionError("not every entry has its result: %d results, pending "
+                                     "%r, source %r; the log about them:\n%s" %
+                                     (int(rc.call("XLEN", "jobs:results")), pend,
+                                      source_stats(c), "\n".join(about)))
             entries = [f["entry"] for _, f in results(rc, "jobs:results")]
             check(len(set(entries)) == n, "%d entries with results of %d", len(set(entries)),
                   n)
@@ -320,6 +329,25 @@ def test_drain_acks_running_and_owner_and_stats():
                   "pending by the drain")
         finally:
             d.close()
+
+
+def test_own_pending_entries_run_at_once_after_a_restart():
+    """Entries pending for this consumer that it never saw (delivered by a read whose
+    answer was lost with the connection, or to its life before a restart) run as soon
+    as it connects, not after claim_idle (60 s here): with their delivery count."""
+    with Redis() as r:
+        rc = r.client()
+        rc.call("XGROUP", "CREATE", "jobs", "tpd", "0", "MKSTREAM")
+        add_entries(rc, "jobs", [{"kind": "echo", "value": i} for i in range(3)])
+        rc.call("XREADGROUP", "GROUP", "tpd", "c1", "COUNT", 2, "STREAMS", "jobs", ">")
+        with tpd(r, source_conf(redis=r.addr, consumer="c1")) as d:
+            eventually(lambda: int(rc.call("XLEN", "jobs:results")) == 3 and
+                       int(rc.call("XPENDING", "jobs", "tpd")[0]) == 0,
+                       "the three entries done well before claim_idle")
+            res = {f["id"]: f for _, f in results(rc, "jobs:results")}
+            check([res[i]["attempt"] for i in ("e0", "e1", "e2")] == ["2", "2", "1"],
+                  "attempts: %r", res)
+            check(source_stats(d.client())["claimed"] == 2, "%r", source_stats(d.client()))
 
 
 def test_drain_with_redis_down_leaves_the_entry_pending():
