@@ -10,8 +10,9 @@ Machines here are shared and noisy: quote ratios, not absolute figures.
 
 usage: run.py --build DIR [--rounds N] [--duration S] [--warmup S]
               [--idle N] [--only NAME,...] [--json FILE] [--keep]
-Needs: DIR/tpd, DIR/bench/{tpbench,floor,spawn-loop,beanstalk-cycle};
-beanstalkd (Debian package beanstalkd) for the beanstalkd row; xargs.
+Needs: DIR/tpd, DIR/bench/{tpbench,floor,spawn-loop,beanstalk-cycle,redis-floor};
+beanstalkd (Debian package beanstalkd) for the beanstalkd row; redis-server
+(Debian package redis-server) for the Redis source's rows; xargs.
 Processes it starts are stopped by pid, always.
 """
 
@@ -281,6 +282,123 @@ class Bench:
         self.record("tpd resize", {"rate": max(times), "median_ms": statistics.median(times),
                                    "all_ms": times, "stats_ok": stats["ok"]})
 
+    # ------------------------------------------------------------ redis
+    def redis_start(self):
+        """A private redis-server and three tpds reading its streams: tpd-r1 the stream
+        "one" alone, tpd-r1..3 together the stream "three"."""
+        self.rs = None
+        exe = shutil.which("redis-server")
+        if exe is None:
+            self.notes.append("redis-server not installed (apt-get install redis-server): "
+                              "the Redis source's rows are missing")
+            return
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                        "..", "tests"))
+        from redistest import RedisClient
+        self.rsock = os.path.join(self.tmp, "redis.sock")
+        self.raddr = "unix:" + self.rsock
+        self.start("redis", [exe, "--port", "0", "--unixsocket", self.rsock, "--save", "",
+                             "--appendonly", "no", "--dir", self.tmp], self.rsock)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.rs = RedisClient(self.rsock, timeout=60)
+                self.rs.call("PING")
+                break
+            except (OSError, EOFError):
+                if time.monotonic() > deadline:
+                    self.fail_start("redis")
+                time.sleep(0.01)
+        self.rtpds = []
+        for i in (1, 2, 3):
+            text = ""
+            for stream in (["one"] if i == 1 else []) + ["three"]:
+                text += ("[source %s]\ntype = redis-stream\nredis = %s\nstream = %s\n"
+                         "group = tpd\nconsumer = tpd-r%d\nresults_maxlen = 0\n" %
+                         (stream, self.raddr, stream, i))
+            self.rtpds.append(self.tpd("tpd-r%d" % i, 2, ["-c", self.conf("r%d" % i, text)]))
+
+    def redis_run(self, stream, n, task, tpds):
+        """n entries through stream, filled while its tpds are stopped (SIGSTOP, so
+        that they start on a full stream, as the floor does); the rate from the first
+        result to the last (the results' own ids are Redis's clock, in ms)."""
+        rs = self.rs
+        results = stream + ":results"
+        rpid = [q for name, q in self.procs if name == "redis"][0].pid
+        cpu0 = [self.cpu_s(p.pid) for p, _ in tpds] + [self.cpu_s(rpid)]
+        for p, _ in tpds:
+            p.send_signal(signal.SIGSTOP)
+        try:
+            subprocess.run([self.prog("bench/redis-floor"), "fill", self.raddr, stream,
+                            str(n), task], check=True, timeout=600)
+        finally:
+            for p, _ in tpds:
+                p.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 600
+        while int(rs.call("XLEN", results)) < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError("%s: %s of %d results" % (stream, rs.call("XLEN", results),
+                                                             n))
+            time.sleep(0.05)
+        first = rs.call("XRANGE", results, "-", "+", "COUNT", 1)[0][0]
+        last = rs.call("XREVRANGE", results, "+", "-", "COUNT", 1)[0][0]
+        ms = lambda eid: int(eid.split("-")[0])
+        span = max(ms(last) - ms(first), 1) / 1000.0
+        bad = 0
+        for _, flat in rs.call("XRANGE", results, "-", "+") or []:
+            d = dict(zip(flat[::2], flat[1::2]))
+            bad += json.loads(d["done"]).get("state") != "succeeded"
+        cpu = [b - a for a, b in zip(cpu0, [self.cpu_s(p.pid) for p, _ in tpds] +
+                                      [self.cpu_s(rpid)])]
+        rs.call("XTRIM", stream, "MAXLEN", 0)
+        rs.call("DEL", results)
+        return {"rate": (n - 1) / span, "ok": n, "failed": bad,
+                "tpd_cpu_us": sum(cpu[:-1]) / n * 1e6, "redis_cpu_us": cpu[-1] / n * 1e6}
+
+    def redis_floor(self, n):
+        rs = self.rs
+        rpid = [q for name, q in self.procs if name == "redis"][0].pid
+        cpu0 = self.cpu_s(rpid)
+        subprocess.run([self.prog("bench/redis-floor"), "fill", self.raddr, "floor", str(n),
+                        '{"kind":"echo","value":"x"}'], check=True, timeout=600)
+        out = subprocess.run([self.prog("bench/redis-floor"), "loop", self.raddr, "floor",
+                              "g", str(n), "100"], stdout=subprocess.PIPE, text=True,
+                             check=True, timeout=600)
+        rs.call("XTRIM", "floor", "MAXLEN", 0)
+        fig = json.loads(out.stdout)
+        fig["redis_cpu_us"] = (self.cpu_s(rpid) - cpu0) / n * 1e6
+        fig["tpd_cpu_us"] = 0.0
+        return fig
+
+    def print_redis(self):
+        """The CPU each entry cost tpd and Redis, per Redis row."""
+        for key, figs in self.results.items():
+            if figs and "redis_cpu_us" in figs[0]:
+                print("CPU per entry (the fill's XADD included), %s: tpd %.2f us, "
+                      "redis-server %.2f us" % (key,
+                      statistics.median(f["tpd_cpu_us"] for f in figs),
+                      statistics.median(f["redis_cpu_us"] for f in figs)))
+
+    def round_redis(self):
+        if self.rs is None:
+            return
+        n = max(2000, int(10000 * self.args.duration))
+        echo = '{"kind":"echo","value":"x"}'
+        true = '{"kind":"exec","argv":["true"]}'
+        nexec = max(200, int(800 * self.args.duration))
+        self.record("redis floor", self.redis_floor(n))
+        self.record("redis echo, 1 tpd", self.redis_run("one", n, echo, self.rtpds[:1]))
+        self.record("redis echo, 3 tpds", self.redis_run("three", n, echo, self.rtpds))
+        p, sock = self.rtpds[0]
+        self.record("local echo 1x64, tpd-r1", self.load(sock, ["--echo", "64"], 1, 64, p))
+        if self.exec_ok:
+            self.record("redis exec true, 1 tpd", self.redis_run("one", nexec, true,
+                                                               self.rtpds[:1]))
+            self.record("redis exec true, 3 tpds", self.redis_run("three", nexec, true,
+                                                                  self.rtpds))
+            self.record("local exec true 1x8, tpd-r1", self.load(sock, ["--exec", "true"], 1,
+                                                                 8, p))
+
     def round_validate(self):
         """
         Is tpbench the bottleneck? The same load on the floor (2 connections x
@@ -328,8 +446,10 @@ class Bench:
                               (probe["errors"], probe["failed"]))
         parts = [("throughput", self.round_throughput), ("exec", self.round_exec),
                  ("idle", self.round_idle), ("resize", self.round_resize),
-                 ("validate", self.round_validate)]
+                 ("validate", self.round_validate), ("redis", self.round_redis)]
         only = set(a.only.split(",")) if a.only else None
+        if not only or "redis" in only:
+            self.redis_start()
         for rnd in range(a.rounds):
             for name, fn in parts:
                 if only and name not in only:
@@ -391,6 +511,15 @@ class Bench:
         add("resize 1->64->1 under load, slowest answer", t, None, None, "<= 10 ms",
             None if t is None else t <= 10, "ms")
         more("echo 1x64: 64 workers vs 2 workers", "tpd -w 64 echo 1x64", "tpd echo 1x64", 0.8)
+        more("redis stream, echo, 1 tpd -w 2, vs bare XREADGROUP/XACK loop",
+             "redis echo, 1 tpd", "redis floor", 0.5)
+        more("redis stream, echo, 3 tpds vs 1", "redis echo, 3 tpds", "redis echo, 1 tpd", 1.0)
+        more("redis stream, echo, 1 tpd, vs its local socket (1 conn x 64)",
+             "redis echo, 1 tpd", "local echo 1x64, tpd-r1", 0.3)
+        more("redis stream, exec true, 1 tpd -w 2, vs its local socket (1 conn x 8)",
+             "redis exec true, 1 tpd", "local exec true 1x8, tpd-r1", 0.8)
+        more("redis stream, exec true, 3 tpds vs 1", "redis exec true, 3 tpds",
+             "redis exec true, 1 tpd", 1.0)
         return rows
 
     @staticmethod
@@ -448,6 +577,7 @@ class Bench:
                     [((f["cpu_user_s"] + f["cpu_sys_s"]) / f["ok"] * 1e6) if f["ok"] else 0
                      for f in figs])
                 print("CPU per request, %s: server %.2f us, tpbench %.2f us" % (key, per, gen))
+        self.print_redis()
         rs = self.results.get("tpd resize", [])
         if rs:
             every = sorted(t for r in rs for t in r["all_ms"])
@@ -487,7 +617,8 @@ def main():
     ap.add_argument("--duration", type=float, default=2.0, help="seconds measured per run")
     ap.add_argument("--warmup", type=float, default=0.5, help="seconds before measuring")
     ap.add_argument("--idle", type=int, default=10000, help="idle connections to hold")
-    ap.add_argument("--only", help="comma-separated parts: throughput,exec,idle,resize,validate")
+    ap.add_argument("--only", help="comma-separated parts: "
+                    "throughput,exec,idle,resize,validate,redis")
     ap.add_argument("--json", help="also write every figure to this file")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     args = ap.parse_args()

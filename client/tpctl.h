@@ -91,6 +91,50 @@ int cmd_parse_task_ids(const struct cmd *, int argc, char **argv, long long **id
 extern const struct cmd cmd_run, cmd_submit, cmd_wait, cmd_status, cmd_cancel,
     cmd_stats, cmd_resize, cmd_shutdown, cmd_ping, cmd_batch, cmd_top, cmd_list,
     cmd_follow;
+/* The commands that work with a tpd source's Redis streams (hiredis). */
+extern const struct cmd cmd_enqueue, cmd_results;
+
+/* redislink.c: tpctl's connection to Redis (hiredis's synchronous API). */
+struct redisContext;
+/* The address given, else $TPD_REDIS, else NULL. */
+const char *redislink_address(const char *given);
+/*
+ * Connects to addr (unix:PATH, HOST:PORT, [IPV6]:PORT), giving up after
+ * timeout_ms (0: never). NULL with *code set (EX_USAGE, EX_UNAVAILABLE;
+ * printed) when it cannot.
+ */
+struct redisContext *redislink_open(const struct cmd *, const char *addr,
+    uint64_t timeout_ms, int *code);
+/*
+ * Sends a command and waits for its reply, which may take long, beside
+ * the interrupts: 0 with *reply set (caller frees), -1 on an error (see
+ * redislink_failed), -2 when a signal arrived.
+ */
+struct redisReply;
+int redislink_call(struct redisContext *, int argc, const char **argv, struct redisReply **reply);
+/* After a command failed: prints why; the exit code (69 lost, 128+N interrupted, 1). */
+int redislink_failed(struct redisContext *, const char *addr, const char *what);
+
+/* cmd-results.c: following a source's results stream (enqueue --wait too). */
+struct results_follow {
+	struct redisContext *rc;
+	const char *addr;
+	const char *stream;             /* the results stream */
+	char last[64];                  /* read after this id ("$": new ones only) */
+	bool json;                      /* one JSON object per result */
+	bool output;                    /* the tasks' output instead of a line */
+	char **entries;                 /* the task entries waited for, or none: all */
+	int *codes;                     /* their exit codes, -1 until their result */
+	size_t nentries, left;
+	long long count;                /* without entries: stop after this many (0: never) */
+	long long seen;
+};
+/* Reads and prints until every entry has its result (or count). 0, or an exit code (printed). */
+int results_follow_run(struct results_follow *);
+/* The exit code for the entries, as wait's for tasks. */
+int results_follow_code(const struct results_follow *);
+/* Starts rf just before entry's time (a result comes after its entry). */
+void results_follow_from_entry(struct results_follow *, const char *entry);
 
 /* link.c: one stream socket carrying newline-delimited JSON. */
 struct link;

@@ -144,6 +144,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 
 /* stats, and each of its pools */
 #define FIELD_POOLS            "pools"
+#define FIELD_SOURCES          "sources"
 #define FIELD_CONNECTIONS      "connections"
 #define FIELD_UPTIME_MS        "uptime_ms"
 #define FIELD_TASKS_OUTSTANDING "tasks_outstanding"

@@ -100,6 +100,18 @@ conf_free(struct conf *c)
 		free(c->pools[i].name);
 		free(c->pools[i].run_as_user);
 	}
+	for (size_t i = 0; i < c->nsources; i++) {
+		struct conf_source *s = &c->sources[i];
+		free(s->name);
+		free(s->type);
+		free(s->redis);
+		free(s->stream);
+		free(s->group);
+		free(s->consumer);
+		free(s->pool);
+		free(s->results);
+		free(s->dead_letter);
+	}
 	memset(c, 0, sizeof *c);
 }
 
@@ -130,6 +142,55 @@ conf_pool_get(struct conf *c, const char *name)
 	for (size_t i = 0; i < CONF_NLIMITS; i++)
 		p->limits[i] = p->max_limits[i] = CONF_NO_LIMIT;
 	return p;
+}
+
+struct conf_source *
+conf_source_find(struct conf *c, const char *name)
+{
+	for (size_t i = 0; i < c->nsources; i++)
+		if (strcmp(c->sources[i].name, name) == 0)
+			return &c->sources[i];
+	return NULL;
+}
+
+/* The named source, added with its defaults if missing (NULL when full). */
+static struct conf_source *
+conf_source_get(struct conf *c, const char *name)
+{
+	struct conf_source *s = conf_source_find(c, name);
+
+	if (s != NULL)
+		return s;
+	if (c->nsources == CONF_MAX_SOURCES)
+		return NULL;
+	s = &c->sources[c->nsources++];
+	memset(s, 0, sizeof *s);
+	s->name = strdup(name);
+	s->claim_idle_ms = 60 * 1000;
+	s->max_deliveries = 3;
+	s->results_maxlen = 100000;
+	s->timeout_ms = 5000;
+	s->backoff_max_ms = 5000;
+	return s;
+}
+
+static bool
+str_same(const char *a, const char *b)
+{
+	return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
+}
+
+bool
+conf_source_equal(const struct conf_source *a, const struct conf_source *b)
+{
+	return str_same(a->name, b->name) && str_same(a->type, b->type) &&
+	    str_same(a->redis, b->redis) && str_same(a->stream, b->stream) &&
+	    str_same(a->group, b->group) && str_same(a->consumer, b->consumer) &&
+	    str_same(a->pool, b->pool) && str_same(a->results, b->results) &&
+	    str_same(a->dead_letter, b->dead_letter) &&
+	    a->claim_idle_ms == b->claim_idle_ms && a->max_deliveries == b->max_deliveries &&
+	    a->results_maxlen == b->results_maxlen && a->timeout_ms == b->timeout_ms &&
+	    a->backoff_max_ms == b->backoff_max_ms;
 }
 
 const char *
@@ -226,7 +287,7 @@ conf_split_hostport(const char *s, char *host, size_t hostlen,
 
 /* ---------------------------------------------------------------- the keys */
 
-enum conf_sect { SECT_NONE, SECT_DAEMON, SECT_EXEC, SECT_POOL, SECT_BAD };
+enum conf_sect { SECT_NONE, SECT_DAEMON, SECT_EXEC, SECT_POOL, SECT_SOURCE, SECT_BAD };
 
 enum conf_kind {
 	KIND_COUNT,     /* unsigned, decimal digits */
@@ -247,19 +308,24 @@ enum conf_kind {
 	KIND_LIMIT_COUNT, /* uint64_t, decimal digits */
 	KIND_LIMIT_CORES, /* uint64_t thousandths of a core, from "0.5", "2" */
 	KIND_HOSTPORT,  /* char *, one HOST:PORT; empty = none */
+	KIND_SOURCE_TYPE, /* char *, a source's type: redis-stream */
+	KIND_REDIS,     /* char *, unix:PATH or HOST:PORT */
+	KIND_NAME,      /* char *, a Redis key or consumer name (no white space) */
+	KIND_POOL_NAME, /* char *, a pool's name (that it exists is a cross-check) */
 };
 
 /*
  * A key of the file, and its flag: --NAME with '_' written '-', or
  * --FLAG when flag is set; letter, when not 0, is its short flag. The flag
  * of a [pool NAME] key sets it for the pool "default" (--pool sets any
- * pool's). One line here makes a key, its flag and its checks.
+ * pool's). One line here makes a key, its flag and its checks. The keys
+ * of [source NAME] have no flag: a source is a block of the file.
  */
 struct conf_key {
 	enum conf_sect sect;
 	const char *name;
 	enum conf_kind kind;
-	size_t off;             /* in struct conf, or in struct conf_pool for SECT_POOL */
+	size_t off;             /* in struct conf, conf_pool (SECT_POOL) or conf_source (SECT_SOURCE) */
 	uint64_t min, max;
 	char letter;
 	const char *flag;
@@ -272,6 +338,7 @@ struct conf_key {
 #define DAY (24ULL * 3600 * SEC)
 #define D(f) offsetof(struct conf, f)
 #define P(f) offsetof(struct conf_pool, f)
+#define S(f) offsetof(struct conf_source, f)
 
 static const struct conf_key conf_keys[] = {
 	{ SECT_DAEMON, "socket", KIND_SOCKET, D(socket), 0, 0, 's', NULL },
@@ -327,6 +394,19 @@ static const struct conf_key conf_keys[] = {
 	LIMIT_KEYS("limit_", limits),
 	LIMIT_KEYS("max_limit_", max_limits),
 #undef LIMIT_KEYS
+	{ SECT_SOURCE, "type", KIND_SOURCE_TYPE, S(type), 0, 0, 0, NULL },
+	{ SECT_SOURCE, "redis", KIND_REDIS, S(redis), 0, 0, 0, NULL },
+	{ SECT_SOURCE, "stream", KIND_NAME, S(stream), 0, 0, 0, NULL },
+	{ SECT_SOURCE, "group", KIND_NAME, S(group), 0, 0, 0, NULL },
+	{ SECT_SOURCE, "consumer", KIND_NAME, S(consumer), 0, 0, 0, NULL },
+	{ SECT_SOURCE, "pool", KIND_POOL_NAME, S(pool), 0, 0, 0, NULL },
+	{ SECT_SOURCE, "results", KIND_NAME, S(results), 0, 0, 0, NULL },
+	{ SECT_SOURCE, "dead_letter", KIND_NAME, S(dead_letter), 0, 0, 0, NULL },
+	{ SECT_SOURCE, "claim_idle", KIND_DURATION, S(claim_idle_ms), 100, DAY, 0, NULL },
+	{ SECT_SOURCE, "max_deliveries", KIND_COUNT, S(max_deliveries), 1, 1000, 0, NULL },
+	{ SECT_SOURCE, "results_maxlen", KIND_COUNT, S(results_maxlen), 0, 1000000000, 0, NULL },
+	{ SECT_SOURCE, "timeout", KIND_DURATION, S(timeout_ms), 100, 600 * SEC, 0, NULL },
+	{ SECT_SOURCE, "backoff_max", KIND_DURATION, S(backoff_max_ms), 100, 600 * SEC, 0, NULL },
 };
 
 #define CONF_NKEYS (sizeof conf_keys / sizeof conf_keys[0])
@@ -347,6 +427,7 @@ sect_label(enum conf_sect sect)
 	case SECT_DAEMON: return "[daemon]";
 	case SECT_EXEC: return "[exec]";
 	case SECT_POOL: return "[pool NAME]";
+	case SECT_SOURCE: return "[source NAME]";
 	default: return "no section";
 	}
 }
@@ -410,6 +491,8 @@ conf_flags_new(const struct option *own, const char *own_short)
 	s = stpcpy(s, own_short);
 	for (size_t i = 0; i < CONF_NKEYS; i++) {
 		char *name = f->names + i * CONF_FLAG_MAX;
+		if (conf_keys[i].sect == SECT_SOURCE)
+			continue;
 		key_flag_name(&conf_keys[i], name, CONF_FLAG_MAX);
 		f->longopts[j++] = (struct option){ name, required_argument, NULL,
 		    FLAG_KEY + (int)i };
@@ -573,6 +656,9 @@ conf_flags_usage(FILE *out)
 
 	for (size_t i = 0; i < CONF_NKEYS; i++) {
 		const struct conf_key *k = &conf_keys[i];
+		text[i][0] = '\0';
+		if (k->sect == SECT_SOURCE)
+			continue;
 		key_flag_name(k, name, sizeof name);
 		m = (size_t)k->kind < sizeof meta / sizeof meta[0] && meta[k->kind] != NULL ?
 		    meta[k->kind] : "VALUE";
@@ -585,6 +671,8 @@ conf_flags_usage(FILE *out)
 	}
 	for (size_t i = 0; i < CONF_NKEYS; i++) {
 		const struct conf_key *k = &conf_keys[i];
+		if (k->sect == SECT_SOURCE)
+			continue;
 		fprintf(out, "  %-*s  [%s] %s", width, text[i], k->sect == SECT_DAEMON ?
 		    "daemon" : k->sect == SECT_EXEC ? "exec" : "pool default", k->name);
 		if (k->kind == KIND_COUNT || k->kind == KIND_LIMIT_COUNT)
@@ -642,8 +730,9 @@ struct conf_load {
 
 	/* the section the reader saw last, or the flag's */
 	enum conf_sect sect;
-	char sect_name[8 + CONF_POOL_NAME_MAX];  /* "daemon", "exec", "pool NAME" */
+	char sect_name[8 + CONF_POOL_NAME_MAX];  /* "daemon", "exec", "pool NAME", "source NAME" */
 	struct conf_pool *pool;
+	struct conf_source *source;
 
 	struct conf_seen *seen;
 	size_t nseen, seencap;
@@ -1111,6 +1200,36 @@ set_limit(struct conf_load *l, const struct conf_key *k, void *slot, const char 
 	*(uint64_t *)slot = v;
 }
 
+/* Where Redis listens: unix:PATH, or HOST:PORT (resolved when tpd connects). */
+static void
+set_redis(struct conf_load *l, const struct conf_key *k, void *slot, const char *value)
+{
+	char host[256], port[8], *cause = NULL;
+
+	if (strncmp(value, "unix:", 5) == 0) {
+		if (value[5] == '\0') {
+			key_error(l, k->name, "unix: needs the socket's path, as unix:PATH");
+			return;
+		}
+		if (strlen(value + 5) >= sizeof ((struct sockaddr_un *)0)->sun_path) {
+			key_error(l, k->name, "path longer than %zu bytes",
+			    sizeof ((struct sockaddr_un *)0)->sun_path - 1);
+			return;
+		}
+	} else if (conf_split_hostport(value, host, sizeof host, port, sizeof port,
+	    &cause) == -1) {
+		key_error(l, k->name, "%s (expected unix:PATH or HOST:PORT)",
+		    cause ? cause : "out of memory");
+		free(cause);
+		return;
+	} else if (strcmp(host, "*") == 0 || strcmp(port, "0") == 0) {
+		key_error(l, k->name, "\"%s\": name one host and a port from 1 to 65535",
+		    value);
+		return;
+	}
+	set_string(slot, value);
+}
+
 static void
 key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *value)
 {
@@ -1233,6 +1352,38 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 	case KIND_LIMIT_CORES:
 		set_limit(l, k, slot, value);
 		return;
+	case KIND_SOURCE_TYPE:
+		if (strcmp(value, "redis-stream") != 0) {
+			key_error(l, k->name, "\"%s\" is not a source type (the one type is "
+			    "redis-stream)", value);
+			return;
+		}
+		set_string(slot, value);
+		return;
+	case KIND_REDIS:
+		set_redis(l, k, slot, value);
+		return;
+	case KIND_NAME:
+		for (const char *p = value; *p != '\0'; p++)
+			if (isspace((unsigned char)*p) || iscntrl((unsigned char)*p)) {
+				key_error(l, k->name, "\"%s\": a name without white space or "
+				    "control characters", value);
+				return;
+			}
+		if (strlen(value) > CONF_SOURCE_KEY_MAX) {
+			key_error(l, k->name, "longer than %d bytes", CONF_SOURCE_KEY_MAX);
+			return;
+		}
+		set_string(slot, value);
+		return;
+	case KIND_POOL_NAME:
+		if (!conf_pool_name_ok(value)) {
+			key_error(l, k->name, "\"%s\" is not a pool name (1 to %d letters, "
+			    "digits, '_', '.' or '-')", value, CONF_POOL_NAME_MAX);
+			return;
+		}
+		set_string(slot, value);
+		return;
 	}
 }
 
@@ -1280,7 +1431,7 @@ file_entry(struct conf_load *l, const char *name, const char *value)
 	}
 	if (l->sect == SECT_NONE) {
 		load_error(l, l->line, "%s: key outside any section (keys go under "
-		    "[daemon], [exec] or [pool NAME])", name);
+		    "[daemon], [exec], [pool NAME] or [source NAME])", name);
 		return;
 	}
 	if ((k = key_find(l->sect, name)) == NULL) {
@@ -1292,7 +1443,8 @@ file_entry(struct conf_load *l, const char *name, const char *value)
 		key_error(l, k->name, "already set at line %d", first);
 		return;
 	}
-	key_assign(l, k, k->sect == SECT_POOL ? (char *)l->pool : (char *)l->c, value);
+	key_assign(l, k, k->sect == SECT_POOL ? (char *)l->pool : k->sect == SECT_SOURCE ?
+	    (char *)l->source : (char *)l->c, value);
 }
 
 /* Cuts a comment ('#' or ';' at the start or after white space) and trims. */
@@ -1323,6 +1475,7 @@ section_open(struct conf_load *l, char *s)
 
 	l->sect = SECT_BAD;
 	l->pool = NULL;
+	l->source = NULL;
 	snprintf(l->sect_name, sizeof l->sect_name, "?");
 	if (close == NULL) {
 		load_error(l, l->line, "section header without \"]\"");
@@ -1352,12 +1505,32 @@ section_open(struct conf_load *l, char *s)
 		}
 		l->sect = SECT_POOL;
 		snprintf(l->sect_name, sizeof l->sect_name, "pool %s", name);
+	} else if (strncmp(inner, "source", 6) == 0 &&
+	    (inner[6] == '\0' || isspace((unsigned char)inner[6]))) {
+		name = line_clean(inner + 6);
+		if (*name == '\0') {
+			load_error(l, l->line, "[source]: a source section needs a name, "
+			    "as [source NAME]");
+			return;
+		}
+		if (!conf_pool_name_ok(name)) {
+			load_error(l, l->line, "[source %s]: a source name is 1 to %d letters, "
+			    "digits, '_', '.' or '-'", name, CONF_POOL_NAME_MAX);
+			return;
+		}
+		if ((l->source = conf_source_get(l->c, name)) == NULL) {
+			load_error(l, l->line, "[source %s]: too many sources (at most %d)", name,
+			    CONF_MAX_SOURCES);
+			return;
+		}
+		l->sect = SECT_SOURCE;
+		snprintf(l->sect_name, sizeof l->sect_name, "source %s", name);
 	} else {
-		load_error(l, l->line, "[%s]: unknown section (expected [daemon], [exec] "
-		    "or [pool NAME])", inner);
+		load_error(l, l->line, "[%s]: unknown section (expected [daemon], [exec], "
+		    "[pool NAME] or [source NAME])", inner);
 		return;
 	}
-	if (l->sect != SECT_POOL)
+	if (l->sect != SECT_POOL && l->sect != SECT_SOURCE)
 		snprintf(l->sect_name, sizeof l->sect_name, "%s", inner);
 	if ((first = seen_note(l, l->sect_name, "[")) != 0)
 		load_error(l, l->line, "[%s]: section repeated (first at line %d)",
@@ -1446,6 +1619,87 @@ conf_clamp_sizes(const struct conf_load *l, struct conf *c)
 		snprintf(sect, sizeof sect, "pool %s", p->name);
 		if (seen_find(l, sect, "size") == NULL && p->size > p->limit)
 			p->size = p->limit;
+	}
+}
+
+/* What a [source NAME] leaves out: the consumer, pool, results and dead_letter. */
+static void
+conf_source_defaults(struct conf *c)
+{
+	char host[256];
+
+	for (size_t i = 0; i < c->nsources; i++) {
+		struct conf_source *s = &c->sources[i];
+
+		if (s->consumer == NULL) {
+			if (gethostname(host, sizeof host) == -1 || host[0] == '\0')
+				snprintf(host, sizeof host, "tpd");
+			host[sizeof host - 1] = '\0';
+			s->consumer = strdup(host);
+		}
+		if (s->pool == NULL)
+			s->pool = strdup("default");
+		if (s->stream != NULL && s->results == NULL &&
+		    asprintf(&s->results, "%s:results", s->stream) == -1)
+			s->results = NULL;
+		if (s->stream != NULL && s->dead_letter == NULL &&
+		    asprintf(&s->dead_letter, "%s:dead", s->stream) == -1)
+			s->dead_letter = NULL;
+	}
+}
+
+/*
+ * A source names where Redis is, its stream and group, a pool that exists,
+ * and streams for results and dead letters that are not its own stream.
+ */
+static void
+conf_check_sources(struct conf_load *l, const struct conf *c)
+{
+	for (size_t i = 0; i < c->nsources; i++) {
+		const struct conf_source *s = &c->sources[i];
+		char sect[8 + CONF_POOL_NAME_MAX];
+		bool pool_found = false;
+
+		/* a key given with a bad value was reported: it is not missing too */
+		snprintf(sect, sizeof sect, "source %s", s->name);
+		if (s->type == NULL && seen_find(l, sect, "type") == NULL)
+			source_error(l, sect, "type", "[", "missing (type = redis-stream)");
+		if (s->redis == NULL && seen_find(l, sect, "redis") == NULL)
+			source_error(l, sect, "redis", "[", "missing: where Redis listens, "
+			    "unix:PATH or HOST:PORT");
+		if (s->stream == NULL && seen_find(l, sect, "stream") == NULL)
+			source_error(l, sect, "stream", "[", "missing: the stream to read "
+			    "tasks from");
+		if (s->group == NULL && seen_find(l, sect, "group") == NULL)
+			source_error(l, sect, "group", "[", "missing: the consumer group "
+			    "to read as (created if missing)");
+		for (size_t j = 0; s->pool != NULL && j < c->npools; j++) {
+			if (strcmp(c->pools[j].name, s->pool) != 0)
+				continue;
+			pool_found = true;
+			if (c->pools[j].run_as == CONF_RUN_AS_CALLER)
+				source_error(l, sect, "pool", seen_find(l, sect, "pool") ? "pool" :
+				    "[", "pool %s runs tasks as their caller (run_as = caller), and "
+				    "a task from a stream has none", s->pool);
+		}
+		if (s->pool != NULL && !pool_found)
+			source_error(l, sect, "pool", seen_find(l, sect, "pool") ? "pool" : "[",
+			    "no pool named \"%s\" (a [pool %s] section makes one)", s->pool,
+			    s->pool);
+		if (s->stream == NULL)
+			continue;
+		if (s->results != NULL && strcmp(s->results, s->stream) == 0)
+			source_error(l, sect, "results", "results", "\"%s\" is the stream "
+			    "tasks are read from: results need a stream of their own", s->results);
+		if (s->dead_letter != NULL && strcmp(s->dead_letter, s->stream) == 0)
+			source_error(l, sect, "dead_letter", "dead_letter", "\"%s\" is the "
+			    "stream tasks are read from: dead letters need a stream of their "
+			    "own", s->dead_letter);
+		if (s->results != NULL && s->dead_letter != NULL &&
+		    strcmp(s->results, s->dead_letter) == 0)
+			source_error(l, sect, "dead_letter", "dead_letter", "\"%s\" is the "
+			    "results stream too: dead letters need a stream of their own",
+			    s->dead_letter);
 	}
 }
 
@@ -1561,6 +1815,7 @@ conf_cross_check(struct conf_load *l, const struct conf *c)
 		    units_format_size(c->exec_output_limit, a, sizeof a),
 		    units_format_size(c->exec_output_limit_max, b, sizeof b));
 	conf_check_pool_exec(l, c);
+	conf_check_sources(l, c);
 }
 
 /* The file's errors by line, then the flags' in command-line order. */
@@ -1640,6 +1895,7 @@ conf_read(struct conf *c, const char *path, const struct conf_flags *flags, char
 	/* without the file, figures that it may have fixed are left unchecked */
 	if (readable) {
 		conf_clamp_sizes(&l, c);
+		conf_source_defaults(c);
 		conf_cross_check(&l, c);
 	}
 	return load_finish(&l, errors);

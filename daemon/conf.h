@@ -18,6 +18,8 @@
 #define CONF_POOL_MAX_LIMIT 1024        /* most workers any pool may have */
 #define CONF_POOL_MAX_CAPACITY 1000000  /* largest queue capacity */
 #define CONF_POOL_NAME_MAX 32
+#define CONF_MAX_SOURCES 32
+#define CONF_SOURCE_KEY_MAX 512         /* a Redis key or consumer name in a [source NAME] */
 
 /* An exec task's limits, in the order of the limit_* keys (doc/exec.md). */
 enum conf_limit {
@@ -47,6 +49,28 @@ struct conf_pool {
 	char *run_as_user;      /* CONF_RUN_AS_USER */
 	uint64_t limits[CONF_NLIMITS];          /* limit_*: defaults; CONF_NO_LIMIT none */
 	uint64_t max_limits[CONF_NLIMITS];      /* max_limit_*: maxima; CONF_NO_LIMIT none */
+};
+
+/*
+ * A [source NAME]: tasks consumed from a Redis stream through a consumer
+ * group (source-redis.h). The names are those of the file; NAME has the
+ * characters of a pool name.
+ */
+struct conf_source {
+	char *name;
+	char *type;             /* "redis-stream" (the only type) */
+	char *redis;            /* "unix:PATH" or "HOST:PORT" */
+	char *stream;
+	char *group;
+	char *consumer;         /* default: the host name */
+	char *pool;             /* default "default" */
+	char *results;          /* default STREAM:results */
+	char *dead_letter;      /* default STREAM:dead */
+	uint64_t claim_idle_ms; /* default 60 s */
+	unsigned max_deliveries; /* default 3 */
+	unsigned results_maxlen; /* default 100000; 0: results are not trimmed */
+	uint64_t timeout_ms;    /* connect and command timeout, default 5 s */
+	uint64_t backoff_max_ms; /* longest wait between reconnects, default 5 s */
 };
 
 struct conf {
@@ -90,6 +114,10 @@ struct conf {
 	/* [pool NAME]; pools[0] is always "default" */
 	struct conf_pool pools[CONF_MAX_POOLS];
 	size_t npools;
+
+	/* [source NAME] */
+	struct conf_source sources[CONF_MAX_SOURCES];
+	size_t nsources;
 };
 
 /* Fills c with the built-in defaults (one pool "default", size = CPUs, limit 64, capacity 1024). */
@@ -209,6 +237,12 @@ struct conf_pool *conf_pool_find(struct conf *c, const char *name);
 
 /* The named pool, added with defaults if missing (NULL when full). */
 struct conf_pool *conf_pool_get(struct conf *c, const char *name);
+
+/* The source called name, or NULL. */
+struct conf_source *conf_source_find(struct conf *c, const char *name);
+
+/* True when a and b say the same in every key (a reload keeps such a source running). */
+bool conf_source_equal(const struct conf_source *a, const struct conf_source *b);
 
 /* Parses a pool or queue count: decimal digits only, at most max. */
 int conf_parse_count(const char *s, unsigned max, unsigned *out);

@@ -15,6 +15,7 @@
 #include "health.h"
 #include "log.h"
 #include "pools.h"
+#include "sources.h"
 #include "tasks.h"
 
 #define HEALTH_STUCK_MS 5000
@@ -99,4 +100,5 @@ health_status(void *arg, char *buf, size_t len)
 	}
 	APPEND("%zu connection%s", conn_count(), conn_count() == 1 ? "" : "s");
 #undef APPEND
+	sources_describe(buf, len);
 }

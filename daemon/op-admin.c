@@ -12,6 +12,7 @@
 #include "ops.h"
 #include "pools.h"
 #include "proto.h"
+#include "sources.h"
 #include "tasks.h"
 #include "utf8.h"
 #include "wire.h"
@@ -62,7 +63,9 @@ op_stats(struct conn *c, struct request *req)
 	st.containment = cgroup_containment();
 	st.phase = phase_name(d->phase);
 	st.tcp_auth = auth_tcp_mode();
+	st.sources = sources_stats();
 	proto_encode_stats(&pt, req->id, &st);
+	json_decref(st.sources);
 	conn_send_text(c, &pt);
 }
 
@@ -106,6 +109,7 @@ op_resize(struct conn *c, struct request *req)
 	    s.target, (unsigned long long)conn_id(c), conn_peer(c), s.workers,
 	    s.workers == 1 ? "" : "s");
 	proto_encode_resized(&pt, req->id, e->name, s.target, s.workers);
+	sources_kick();         /* the pool may take more at once */
 	conn_send_text(c, &pt);
 }
 

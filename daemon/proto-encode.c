@@ -538,6 +538,10 @@ proto_encode_stats(struct proto_text *pt, json_t *id, const struct proto_stats *
 	for (size_t i = 0; i < st->npools; i++)
 		pt_pool_stats(pt, &st->pools[i]);
 	pt_close(pt, ']');
+	if (st->sources != NULL) {
+		pt_key(pt, FIELD_SOURCES);
+		proto_text_json(pt, st->sources);
+	}
 	pt_key(pt, FIELD_CONNECTIONS);
 	pt_u64(pt, st->connections);
 	pt_key(pt, FIELD_UPTIME_MS);

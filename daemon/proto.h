@@ -225,6 +225,7 @@ struct proto_stats {
 	const char *containment;    /* CONTAINMENT_* */
 	const char *phase;          /* PHASE_* */
 	const char *tcp_auth;       /* TCP_AUTH_* */
+	json_t *sources;            /* an array, one object per [source NAME] (borrowed) */
 };
 
 /*

@@ -14,6 +14,9 @@
  *    (exec_configure), stream_budget, tokens, tcp_auth and admin_group take
  *    effect for what comes next (a TCP listener left without a token
  *    refuses the reload);
+ *  - sources: a [source NAME] gone or changed stops reading and goes once
+ *    its running tasks are acked (a changed one starts again with its new
+ *    keys at once), a new one starts (sources.c);
  *  - the listeners stay as they are: socket, socket_mode, socket_group,
  *    listen and metrics_listen need a restart, and a change to them is
  *    logged (the other metrics_* limits apply to the scrapes that come next).
@@ -39,6 +42,7 @@
 #include "metrics.h"
 #include "pools.h"
 #include "sd.h"
+#include "sources.h"
 #include "task.h"
 
 static bool
@@ -187,6 +191,8 @@ daemon_reload(void)
 	memset(&nc, 0, sizeof nc);  /* its memory belongs to d->conf now */
 	conf_free(&old);
 	exec_configure(&d->conf);   /* tasks already running keep the settings they took */
+	sources_reload(&d->conf);   /* after the pools: a new source's pool exists */
+	sources_kick();             /* pools may have grown */
 	log_notice("configuration reloaded: %zu pool%s", d->conf.npools,
 	    d->conf.npools == 1 ? "" : "s");
 	goto out;

@@ -30,6 +30,7 @@
 #include "pgroup.h"
 #include "pools.h"
 #include "sd.h"
+#include "sources.h"
 #include "tasks.h"
 #include "wire.h"
 
@@ -212,8 +213,13 @@ shutdown_timeout_cb(evutil_socket_t fd, short what, void *arg)
 static void
 exit_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
-	log_warnx("clients did not read their last events within %d ms: exiting anyway",
-	    EXIT_FLUSH_MS);
+	if (!sources_idle())
+		log_warnx("sources' last results not written to Redis within %d ms: exiting "
+		    "anyway (their entries stay pending: Redis delivers them again)",
+		    EXIT_FLUSH_MS);
+	if (!conn_all_flushed())
+		log_warnx("clients did not read their last events within %d ms: exiting anyway",
+		    EXIT_FLUSH_MS);
 	daemon_state->leave = true;
 }
 
@@ -227,6 +233,7 @@ daemon_begin_shutdown(bool now)
 		d->phase = now ? DAEMON_STOPPING_NOW : DAEMON_DRAINING;
 		log_notice("shutting down (%s): %llu task%s outstanding", now ? "now" : "drain",
 		    (unsigned long long)tasks_outstanding(), tasks_outstanding() == 1 ? "" : "s");
+		sources_stop(now);      /* first: a task cancelled by now stays pending */
 		pools_close_all(now ? POOL_NOW : POOL_DRAIN);
 		if (!now && d->conf.shutdown_timeout_ms > 0) {
 			struct timeval tv = {
@@ -239,6 +246,7 @@ daemon_begin_shutdown(bool now)
 		d->phase = DAEMON_STOPPING_NOW;
 		log_notice("shutdown turned into now: cancelling %llu outstanding task%s",
 		    (unsigned long long)tasks_outstanding(), tasks_outstanding() == 1 ? "" : "s");
+		sources_stop(true);
 		pools_close_all(POOL_NOW);
 	}
 	task_wake_streams();    /* a run blocked on its stream budget sees the cancel */
@@ -248,7 +256,9 @@ daemon_begin_shutdown(bool now)
  * Once per pass of the loop, and only here: whether tpd may leave now.
  * Once it is shutting down and the done of every accepted task is
  * processed, it is exiting: it leaves when every connection's output is
- * written, or when the exit flush (EXIT_FLUSH_MS) runs out.
+ * written and every source's results are in Redis, or when the exit flush
+ * (EXIT_FLUSH_MS) runs out (a source's entry whose result was not written
+ * stays pending: Redis delivers it again).
  */
 static bool
 daemon_may_leave(struct daemon *d)
@@ -265,7 +275,7 @@ daemon_may_leave(struct daemon *d)
 		    conn_count() == 1 ? "" : "s");
 		evtimer_add(d->exit_timer, &tv);
 	}
-	return conn_all_flushed();
+	return conn_all_flushed() && sources_idle();
 }
 
 static void
@@ -552,6 +562,22 @@ start_pools(struct daemon *d)
 		fatalx("%s", cause);
 }
 
+/* The [source NAME] sections: each connects in the background. */
+static void
+start_sources(struct daemon *d)
+{
+	char *cause = NULL;
+
+	if (sources_start(d->base, &d->conf, &cause) == -1)
+		fatalx("%s", cause ? cause : "out of memory");
+}
+
+static void
+stop_sources(struct daemon *d)
+{
+	sources_free_all();
+}
+
 /* Joins every pool's threads: the loop has left, every accepted task is done. */
 static void
 stop_pools(struct daemon *d)
@@ -716,6 +742,7 @@ static const struct step {
 	{ start_tasks, stop_tasks },            /* the registry */
 	{ start_exec, stop_exec },              /* [exec] settings */
 	{ start_pools, stop_pools },            /* the workers start here */
+	{ start_sources, stop_sources },        /* [source NAME]: tasks from Redis streams */
 	{ NULL, stop_conns },                   /* connections come with the listeners */
 	{ start_metrics, stop_metrics },        /* before the listeners: /metrics answers once they do */
 	{ start_listeners, stop_listeners },

@@ -146,6 +146,72 @@ test_every_key(void)
 	printf("ok: every key is read into struct conf\n");
 }
 
+/* [source NAME]: every key read, and what a section leaves out filled in. */
+static void
+test_sources(void)
+{
+	char *path, *errors, host[256];
+	struct conf c;
+	struct conf_source *s;
+
+	path = write_file("sources.conf",
+	    "[pool io]\n"
+	    "[source jobs]\n"
+	    "type = redis-stream\n"
+	    "redis = unix:/run/redis/redis.sock\n"
+	    "stream = tasks\n"
+	    "group = tpd\n"
+	    "consumer = host-a\n"
+	    "pool = io\n"
+	    "results = done\n"
+	    "dead_letter = dead\n"
+	    "claim_idle = 2s\n"
+	    "max_deliveries = 5\n"
+	    "results_maxlen = 0\n"
+	    "timeout = 250ms\n"
+	    "backoff_max = 1min\n"
+	    "[source plain]\n"
+	    "type = redis-stream\n"
+	    "redis = [::1]:6379\n"
+	    "stream = t2\n"
+	    "group = g\n");
+	conf_init(&c);
+	EXPECT(conf_load(&c, path, &errors) == 0);
+	if (errors != NULL)
+		fprintf(stderr, "unexpected errors:\n%s\n", errors);
+	free(errors);
+	EXPECT(c.nsources == 2);
+	s = conf_source_find(&c, "jobs");
+	EXPECT(s != NULL);
+	if (s != NULL) {
+		EXPECT(strcmp(s->type, "redis-stream") == 0);
+		EXPECT(strcmp(s->redis, "unix:/run/redis/redis.sock") == 0);
+		EXPECT(strcmp(s->stream, "tasks") == 0 && strcmp(s->group, "tpd") == 0);
+		EXPECT(strcmp(s->consumer, "host-a") == 0 && strcmp(s->pool, "io") == 0);
+		EXPECT(strcmp(s->results, "done") == 0 && strcmp(s->dead_letter, "dead") == 0);
+		EXPECT(s->claim_idle_ms == 2000 && s->max_deliveries == 5);
+		EXPECT(s->results_maxlen == 0 && s->timeout_ms == 250);
+		EXPECT(s->backoff_max_ms == 60000);
+	}
+	s = conf_source_find(&c, "plain");
+	EXPECT(s != NULL);
+	if (s != NULL) {
+		EXPECT(gethostname(host, sizeof host) == 0 && strcmp(s->consumer, host) == 0);
+		EXPECT(strcmp(s->pool, "default") == 0);
+		EXPECT(strcmp(s->results, "t2:results") == 0);
+		EXPECT(strcmp(s->dead_letter, "t2:dead") == 0);
+		EXPECT(s->claim_idle_ms == 60000 && s->max_deliveries == 3);
+		EXPECT(s->results_maxlen == 100000 && s->timeout_ms == 5000);
+		EXPECT(s->backoff_max_ms == 5000);
+		EXPECT(conf_source_equal(s, s));
+		EXPECT(!conf_source_equal(s, conf_source_find(&c, "jobs")));
+	}
+	EXPECT(conf_source_find(&c, "nope") == NULL);
+	conf_free(&c);
+	free(path);
+	printf("ok: [source NAME] keys and defaults\n");
+}
+
 static void
 test_defaults_kept(void)
 {
@@ -461,6 +527,7 @@ main(void)
 		return 1;
 	}
 	test_every_key();
+	test_sources();
 	test_defaults_kept();
 	test_errors_collected();
 	test_missing_file();

@@ -25,10 +25,10 @@ BROKEN = [
      ["F:2: [exec] frobnicate: unknown key"]),
     ("an unknown section, whose keys are not reported again",
      "[deamon]\nsocket = /x\nbogus = 1\n",
-     ["F:1: [deamon]: unknown section (expected [daemon], [exec] or [pool NAME])"]),
+     ["F:1: [deamon]: unknown section (expected [daemon], [exec], [pool NAME] or [source NAME])"]),
     ("a key before any section",
      "socket = /x\n[daemon]\n",
-     ["F:1: socket: key outside any section (keys go under [daemon], [exec] or [pool NAME])"]),
+     ["F:1: socket: key outside any section (keys go under [daemon], [exec], [pool NAME] or [source NAME])"]),
     ("a line that is not key = value",
      "[daemon]\njust some words\nname: value\n",
      ['F:2: expected "key = value", a [section] or a comment',
@@ -118,13 +118,56 @@ BROKEN = [
     ("a line too long for the parser",
      "[daemon]\nsocket = /" + "x" * 200 + "\n",
      ["F:2: line too long (at most 198 characters without comments)"]),
+    ("a source without what it needs, each missing key named at its header",
+     "[source jobs]\nclaim_idle = 2s\n",
+     ["F:1: [source jobs] type: missing (type = redis-stream)",
+      "F:1: [source jobs] redis: missing: where Redis listens, unix:PATH or HOST:PORT",
+      "F:1: [source jobs] stream: missing: the stream to read tasks from",
+      "F:1: [source jobs] group: missing: the consumer group to read as (created if missing)"]),
+    ("a source's values, each bad one named",
+     "[source jobs]\ntype = kafka\nredis = localhost\nstream = a b\ngroup = g\n"
+     "claim_idle = 5\nmax_deliveries = 0\nresults_maxlen = many\npool = no/pool\n"
+     "timeout = 1h\nstrem = x\n",
+     ['F:2: [source jobs] type: "kafka" is not a source type (the one type is redis-stream)',
+      'F:3: [source jobs] redis: "localhost" is not HOST:PORT (expected unix:PATH or HOST:PORT)',
+      'F:4: [source jobs] stream: "a b": a name without white space or control characters',
+      "F:6: [source jobs] claim_idle: 5: add a unit, as 5s or 5ms",
+      "F:7: [source jobs] max_deliveries: 0 is out of range (1 to 1000)",
+      'F:8: [source jobs] results_maxlen: "many" is not a whole number',
+      "F:9: [source jobs] pool: \"no/pool\" is not a pool name (1 to 32 letters, digits, "
+      "'_', '.' or '-')",
+      "F:10: [source jobs] timeout: 1h is out of range (100ms to 10min)",
+      "F:11: [source jobs] strem: unknown key (did you mean stream?)"]),
+    ("a source's redis address, its pool, and streams of its own",
+     "[source a]\ntype = redis-stream\nredis = unix:\nstream = s\ngroup = g\npool = io\n"
+     "results = s\n[source b]\ntype = redis-stream\nredis = 127.0.0.1:0\nstream = t\n"
+     "group = g\ndead_letter = t\n[source c]\ntype = redis-stream\nredis = *:6379\n"
+     "stream = u\ngroup = g\nresults = r\ndead_letter = r\n[source d/e]\n[source]\n"
+     "[daemon]\npool = x\n",
+     ["F:3: [source a] redis: unix: needs the socket's path, as unix:PATH",
+      'F:6: [source a] pool: no pool named "io" (a [pool io] section makes one)',
+      'F:7: [source a] results: "s" is the stream tasks are read from: results need a '
+      "stream of their own",
+      'F:10: [source b] redis: "127.0.0.1:0": name one host and a port from 1 to 65535',
+      'F:13: [source b] dead_letter: "t" is the stream tasks are read from: dead letters '
+      "need a stream of their own",
+      'F:16: [source c] redis: "*:6379": name one host and a port from 1 to 65535',
+      'F:20: [source c] dead_letter: "r" is the results stream too: dead letters need a '
+      "stream of their own",
+      "F:21: [source d/e]: a source name is 1 to 32 letters, digits, '_', '.' or '-'",
+      "F:22: [source]: a source section needs a name, as [source NAME]",
+      "F:24: [daemon] pool: unknown key here (it belongs in [source NAME])"]),
+    ("a source cannot feed a pool that runs tasks as their caller",
+     "[pool mine]\nrun_as = caller\n[source s]\ntype = redis-stream\nredis = unix:/r\n"
+     "stream = s\ngroup = g\npool = mine\n",
+     None),
     ("every error of a file, in line order",
      "[daemon]\nsockt = /x\nmax_connections = many\n[pool io]\nsize = 80\n[nope]\n"
      "[exec]\nkill_grace = soon\n",
      ["F:2: [daemon] sockt: unknown key (did you mean socket?)",
       'F:3: [daemon] max_connections: "many" is not a whole number',
       "F:5: [pool io] size: 80 is above limit 64",
-      "F:6: [nope]: unknown section (expected [daemon], [exec] or [pool NAME])",
+      "F:6: [nope]: unknown section (expected [daemon], [exec], [pool NAME] or [source NAME])",
       'F:8: [exec] kill_grace: "soon" is not a duration (like 500ms, 5s, 2min, 1h, 1d)']),
 ]
 
@@ -144,6 +187,8 @@ def check_file(text):
 
 def test_broken_files_name_file_line_and_key():
     for what, text, want in BROKEN:
+        if want is None:
+            continue  # needs privileges to say anything but that: see the test below
         rc, out, err, path = check_file(text)
         want = [w.replace("F:", path + ":", 1) for w in want]
         got = err.rstrip("\n").split("\n")
@@ -151,6 +196,14 @@ def test_broken_files_name_file_line_and_key():
         check(got == want, "%s:\n want %r\n got  %r", what, want, got)
         check("configuration OK" not in out, "%s: no OK", what)
     print("checked %d broken files" % len(BROKEN))
+
+
+def test_source_pool_running_as_caller_is_refused():
+    text = [t for w, t, want in BROKEN if want is None][0]
+    rc, out, err, path = check_file(text)
+    want = ("%s:8: [source s] pool: pool mine runs tasks as their caller (run_as = caller), "
+            "and a task from a stream has none" % path)
+    check(rc == 1 and want in err.split("\n"), "want %r in %r", want, err)
 
 
 def test_good_files_are_ok():
@@ -170,7 +223,7 @@ def test_good_files_are_ok():
         if key == "tcp_auth":
             # the example listen needs a token file (left out above) or tcp_auth = none
             line = "tcp_auth = none"
-        if line.startswith("#[pool "):
+        if line.startswith("#[pool ") or line.startswith("#[source "):
             line = line[1:]
         lines.append(line)
     uncommented = "\n".join(lines)
