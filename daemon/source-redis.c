@@ -61,7 +61,6 @@
 #define RS_REFRESH_MAX 1000     /* ids in one XCLAIM */
 #define RS_POLL_MS 100          /* with no room and nothing read, look again this often */
 #define RS_BACKOFF_MIN_MS 100
-#define RS_LABEL_MAX 128
 
 enum rs_state {
 	RS_CONNECTING,          /* first connection, not yet up */
@@ -924,9 +923,9 @@ entry_parse(struct rs_entry *e, const redisReply *fields, bool keep_text, char *
 		return -1;
 	}
 	if (label != NULL) {
-		if (label->len > RS_LABEL_MAX || !utf8_text(label->str, label->len)) {
+		if (label->len > WIRE_MAX_LABEL || !utf8_text(label->str, label->len)) {
 			snprintf(why, whylen, "field \"label\" must be UTF-8 text of at most "
-			    "%d bytes", RS_LABEL_MAX);
+			    "%d bytes", WIRE_MAX_LABEL);
 			return -1;
 		}
 		if ((e->label = memdup0(label->str, label->len)) == NULL)

@@ -179,6 +179,7 @@ host_submit(void *ctx, const struct source_task *st, uint64_t *task_id, char **c
 	o.timeout_ms = ts.timeout_ms;
 	o.queue_timeout_ms = st->queue_timeout_ms;
 	o.owner = me->owner;
+	o.label = st->label;
 	switch (tasks_submit(t, &o)) {
 	case POOL_ACCEPTED:
 		*task_id = t->id;

@@ -307,14 +307,28 @@ def test_drain_acks_running_and_owner_and_stats():
     counters."""
     with Redis() as r:
         rc = r.client()
-        add_entries(rc, "jobs", [{"kind": "sleep", "ms": 300} for _ in range(6)])
-        d = tpd(r, source_conf(redis=r.addr), workers=2, queue=1)
+        add_entries(rc, "jobs", [{"kind": "sleep", "ms": 300} for _ in range(6)],
+                    extra={"label": "nightly"})
+        tokens = os.path.join(r.dir, "tokens")
+        with open(tokens, "w") as f:
+            f.write("alice tok-alice\n")
+        d = tpd(r, source_conf(redis=r.addr), workers=2, queue=1,
+                extra=("-l", "127.0.0.1:0", "--token-file", tokens))
         try:
             c = d.client()
             eventually(lambda: c.stats()["busy"] == 2 and c.stats()["queued"] == 1,
                        "two tasks running, one queued")
+            # a source's tasks are for admins: a client with a plain token is refused
+            alice = d.client(tcp=True)
+            check(alice.request({"op": "hello", "token": "tok-alice"})["event"] == "hello", "hi")
+            for op in ("status", "wait", "cancel"):
+                ev = alice.request({"op": op, "task": 1})
+                check(ev["event"] == "error" and ev["error"]["code"] == "forbidden",
+                      "%s of a redis:jobs task by token:alice: %r", op, ev)
+            check(alice.request({"op": "list"})["tasks"] == [], "alice lists none of them")
             st = c.request({"op": "status", "task": 1}, "status")
             check(st.get("owner") == "redis:jobs", "owner: %r", st)
+            check(st.get("label") == "nightly", "the entry's label is the task's: %r", st)
             s = source_stats(c)
             for k in ("name", "state", "read", "acked", "claimed", "dead_lettered",
                       "last_error"):
@@ -379,11 +393,23 @@ def test_stop_now_leaves_running_entries_pending():
         rc = r.client()
         add_entries(rc, "jobs", [{"kind": "sleep", "ms": 30000} for _ in range(2)])
         add_entries(rc, "jobs", [{"kind": "sleep", "ms": 30000}])
-        d = tpd(r, source_conf(redis=r.addr), workers=2, queue=1)
+        tokens = os.path.join(r.dir, "tokens")
+        with open(tokens, "w") as f:
+            f.write("alice tok-alice\n")
+        d = tpd(r, source_conf(redis=r.addr), workers=2, queue=1,
+                extra=("-l", "127.0.0.1:0", "--token-file", tokens))
         try:
             c = d.client()
             eventually(lambda: c.stats()["busy"] == 2 and c.stats()["queued"] == 1,
                        "two tasks running, one queued")
+            # a source's tasks are for admins: a client with a plain token is refused
+            alice = d.client(tcp=True)
+            check(alice.request({"op": "hello", "token": "tok-alice"})["event"] == "hello", "hi")
+            for op in ("status", "wait", "cancel"):
+                ev = alice.request({"op": op, "task": 1})
+                check(ev["event"] == "error" and ev["error"]["code"] == "forbidden",
+                      "%s of a redis:jobs task by token:alice: %r", op, ev)
+            check(alice.request({"op": "list"})["tasks"] == [], "alice lists none of them")
             c.request({"op": "shutdown", "mode": "now"})
             check(d.wait_exit() == 0, "tpd exit")
             check(int(rc.call("XLEN", "jobs:results")) == 0, "results written: %r",
