@@ -27,13 +27,12 @@ enqueue_exec(struct tpctl *opt, int argc, char **argv)
 		{ "redis", required_argument, NULL, OPT_REDIS },
 		{ "stream", required_argument, NULL, 'S' },
 		{ "id", required_argument, NULL, OPT_ID },
-		{ "label", required_argument, NULL, 'l' },
 		{ "wait", no_argument, NULL, 'w' },
 		{ "results", required_argument, NULL, OPT_RESULTS },
 		{ "output", no_argument, NULL, 'o' },
 		{ NULL, 0, NULL, 0 }
 	};
-	const char *redis = NULL, *stream = NULL, *cid = NULL, *label = NULL;
+	const char *redis = NULL, *stream = NULL, *cid = NULL;
 	const char *results = NULL;
 	const char *av[12];
 	char *text = NULL, *results_default = NULL, qt[24], entry[64];
@@ -58,9 +57,9 @@ enqueue_exec(struct tpctl *opt, int argc, char **argv)
 		case OPT_ID:
 			cid = optarg;
 			continue;
-		case 'l':
-			label = optarg;
-			continue;
+		case 'l':               /* -l: --label, which TASKOPT_LONGOPTS has */
+			ch = OPT_LABEL;
+			break;
 		case 'w':
 			wait = true;
 			continue;
@@ -114,9 +113,9 @@ enqueue_exec(struct tpctl *opt, int argc, char **argv)
 		av[ac++] = "id";
 		av[ac++] = cid;
 	}
-	if (label != NULL) {
+	if (to.label != NULL) {     /* the entry's field, not the task's */
 		av[ac++] = "label";
-		av[ac++] = label;
+		av[ac++] = to.label;
 	}
 	if (to.queue_timeout_set) {
 		snprintf(qt, sizeof qt, "%llu", (unsigned long long)to.queue_timeout_ms);
