@@ -8,6 +8,11 @@
  *
  *   redis-floor fill ADDR STREAM N TASK      XADD N entries (pipelined), task TASK
  *   redis-floor loop ADDR STREAM GROUP N [B] consume N entries, B per read (100)
+ *   redis-floor results ADDR STREAM GROUP RESULTS N [B]
+ *                                            the same, and write each entry's
+ *       result as tpd's source does: MULTI, an XADD to RESULTS per entry (a done
+ *       of the size of an echo's), one XACK of the B ids, EXEC, pipelined. The
+ *       floor for what the source's contract asks of Redis, not only of reads.
  *
  * ADDR is unix:PATH or HOST:PORT. loop prints one JSON line: n, seconds,
  * rate (entries per second, from its first read's answer to its last ack's).
@@ -89,8 +94,44 @@ fill(const char *addr, const char *stream, long n, const char *task)
 	return 0;
 }
 
+/* An echo's done as the source writes it (its size is what Redis pays for). */
+#define FLOOR_DONE "{\"event\":\"done\",\"task\":1,\"state\":\"succeeded\"," \
+	"\"result\":{\"value\":\"x\"},\"queued_ms\":0.012,\"run_ms\":0.003}"
+
+/* MULTI, an XADD of a result per entry of list, one XACK of them, EXEC: pipelined. */
+static long
+write_results(redisContext *c, const char *stream, const char *group, const char *results,
+    redisReply *list, const char **argv)
+{
+	redisReply *r;
+	long acked = 0;
+	size_t k;
+
+	redisAppendCommand(c, "MULTI");
+	for (k = 0; k < list->elements; k++)
+		redisAppendCommand(c, "XADD %s MAXLEN ~ 100000 * done %s entry %s consumer floor "
+		    "attempt 1", results, FLOOR_DONE, list->element[k]->element[0]->str);
+	argv[0] = "XACK";
+	argv[1] = stream;
+	argv[2] = group;
+	for (k = 0; k < list->elements; k++)
+		argv[3 + k] = list->element[k]->element[0]->str;
+	redisAppendCommandArgv(c, (int)k + 3, argv, NULL);
+	redisAppendCommand(c, "EXEC");
+	for (k = 0; k < list->elements + 3; k++) {
+		if (redisGetReply(c, (void **)&r) != REDIS_OK)
+			check_reply(c, NULL, "EXEC");
+		check_reply(c, r, "MULTI/EXEC");
+		if (k == list->elements + 2)    /* EXEC: the XADDs' ids, then XACK's count */
+			acked = r->element[r->elements - 1]->integer;
+		freeReplyObject(r);
+	}
+	return acked;
+}
+
 static int
-loop(const char *addr, const char *stream, const char *group, long n, long batch)
+loop(const char *addr, const char *stream, const char *group, const char *results, long n,
+    long batch)
 {
 	redisContext *c = connect_to(addr);
 	redisReply *r;
@@ -120,6 +161,11 @@ loop(const char *addr, const char *stream, const char *group, long n, long batch
 		if (t0 == 0)
 			t0 = now_s();
 		list = r->element[0]->element[1];
+		if (results != NULL) {
+			acked += write_results(c, stream, group, results, list, argv);
+			freeReplyObject(r);
+			continue;
+		}
 		argv[0] = "XACK";
 		argv[1] = stream;
 		argv[2] = group;
@@ -145,9 +191,13 @@ main(int argc, char **argv)
 	if (argc == 6 && strcmp(argv[1], "fill") == 0)
 		return fill(argv[2], argv[3], atol(argv[4]), argv[5]);
 	if ((argc == 6 || argc == 7) && strcmp(argv[1], "loop") == 0)
-		return loop(argv[2], argv[3], argv[4], atol(argv[5]),
+		return loop(argv[2], argv[3], argv[4], NULL, atol(argv[5]),
 		    argc == 7 ? atol(argv[6]) : 100);
+	if ((argc == 7 || argc == 8) && strcmp(argv[1], "results") == 0)
+		return loop(argv[2], argv[3], argv[4], argv[5], atol(argv[6]),
+		    argc == 8 ? atol(argv[7]) : 100);
 	fprintf(stderr, "usage: redis-floor fill ADDR STREAM N TASK\n"
-	    "       redis-floor loop ADDR STREAM GROUP N [BATCH]\n");
+	    "       redis-floor loop ADDR STREAM GROUP N [BATCH]\n"
+	    "       redis-floor results ADDR STREAM GROUP RESULTS N [BATCH]\n");
 	return 64;
 }

@@ -355,16 +355,19 @@ class Bench:
         return {"rate": (n - 1) / span, "ok": n, "failed": bad,
                 "tpd_cpu_us": sum(cpu[:-1]) / n * 1e6, "redis_cpu_us": cpu[-1] / n * 1e6}
 
-    def redis_floor(self, n):
+    def redis_floor(self, n, results=False):
+        """The bare consumer's rate; with results, it also writes each entry's result."""
         rs = self.rs
         rpid = [q for name, q in self.procs if name == "redis"][0].pid
         cpu0 = self.cpu_s(rpid)
         subprocess.run([self.prog("bench/redis-floor"), "fill", self.raddr, "floor", str(n),
                         '{"kind":"echo","value":"x"}'], check=True, timeout=600)
-        out = subprocess.run([self.prog("bench/redis-floor"), "loop", self.raddr, "floor",
-                              "g", str(n), "100"], stdout=subprocess.PIPE, text=True,
-                             check=True, timeout=600)
+        mode = ["results", self.raddr, "floor", "g", "floor:results"] if results else \
+            ["loop", self.raddr, "floor", "g"]
+        out = subprocess.run([self.prog("bench/redis-floor")] + mode + [str(n), "100"],
+                             stdout=subprocess.PIPE, text=True, check=True, timeout=600)
         rs.call("XTRIM", "floor", "MAXLEN", 0)
+        rs.call("DEL", "floor:results")
         fig = json.loads(out.stdout)
         fig["redis_cpu_us"] = (self.cpu_s(rpid) - cpu0) / n * 1e6
         fig["tpd_cpu_us"] = 0.0
@@ -387,6 +390,7 @@ class Bench:
         true = '{"kind":"exec","argv":["true"]}'
         nexec = max(200, int(800 * self.args.duration))
         self.record("redis floor", self.redis_floor(n))
+        self.record("redis floor with results", self.redis_floor(n, results=True))
         self.record("redis echo, 1 tpd", self.redis_run("one", n, echo, self.rtpds[:1]))
         self.record("redis echo, 3 tpds", self.redis_run("three", n, echo, self.rtpds))
         p, sock = self.rtpds[0]
@@ -513,6 +517,8 @@ class Bench:
         more("echo 1x64: 64 workers vs 2 workers", "tpd -w 64 echo 1x64", "tpd echo 1x64", 0.8)
         more("redis stream, echo, 1 tpd -w 2, vs bare XREADGROUP/XACK loop",
              "redis echo, 1 tpd", "redis floor", 0.5)
+        more("redis stream, echo, 1 tpd -w 2, vs a bare loop that also writes results",
+             "redis echo, 1 tpd", "redis floor with results", 0.5)
         more("redis stream, echo, 3 tpds vs 1", "redis echo, 3 tpds", "redis echo, 1 tpd", 1.0)
         more("redis stream, echo, 1 tpd, vs its local socket (1 conn x 64)",
              "redis echo, 1 tpd", "local echo 1x64, tpd-r1", 0.3)
