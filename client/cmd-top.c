@@ -52,14 +52,18 @@ top_winch(int sig)
 	top_resized = 1;
 }
 
-/* A duration of the last seconds' figures: "27us", "1.2ms", "3.5s"; "-" when absent. */
+/*
+ * A duration of the last seconds' figures: "27us", "1.2ms", "3.5s"; "-" when
+ * absent or 0, which the daemon sends when no task of the window had one
+ * (a real quantile is at least the histogram's first bucket, 1 us).
+ */
 static void
 top_duration(const json_t *pool, const char *key, char *buf, size_t len)
 {
 	json_t *v = json_object_get(pool, key);
 	double ms;
 
-	if (!json_is_number(v)) {
+	if (!json_is_number(v) || json_number_value(v) <= 0) {
 		snprintf(buf, len, "-");
 		return;
 	}
@@ -114,7 +118,7 @@ top_render(const json_t *ev, unsigned width, bool live, size_t *len)
 		return NULL;
 	}
 	json_array_foreach(pools, i, pool) {
-		json_t *rate = json_object_get(pool, "rate_per_s");
+		json_t *rate = json_object_get(pool, FIELD_RATE_PER_S);
 
 		for (size_t c = 0; c < TOP_NCOLS; c++)
 			row[c] = cells[c];
@@ -128,10 +132,10 @@ top_render(const json_t *ev, unsigned width, bool live, size_t *len)
 			snprintf(cells[5], sizeof cells[5], "%.1f", json_number_value(rate));
 		else
 			snprintf(cells[5], sizeof cells[5], "-");
-		top_duration(pool, "queued_p50_ms", cells[6], sizeof cells[6]);
-		top_duration(pool, "queued_p99_ms", cells[7], sizeof cells[7]);
-		top_duration(pool, "run_p50_ms", cells[8], sizeof cells[8]);
-		top_duration(pool, "run_p99_ms", cells[9], sizeof cells[9]);
+		top_duration(pool, FIELD_QUEUED_P50_MS, cells[6], sizeof cells[6]);
+		top_duration(pool, FIELD_QUEUED_P99_MS, cells[7], sizeof cells[7]);
+		top_duration(pool, FIELD_RUN_P50_MS, cells[8], sizeof cells[8]);
+		top_duration(pool, FIELD_RUN_P99_MS, cells[9], sizeof cells[9]);
 		snprintf(cells[10], sizeof cells[10], "%lld",
 		    (long long)event_int(pool, "rejected", 0));
 		snprintf(cells[11], sizeof cells[11], "%s", top_pool_state(pool));

@@ -137,6 +137,8 @@ def test_top_prints_one_snapshot_into_a_pipe():
               "headers: %r", lines)
         check(row(out, "default")[1:5] == ["2", "2", "0", "0/16"] and
               row(out, "io")[1] == "3", "rows: %r", out)
+        # a pool that ran nothing lately has no quantiles: "-", not "0us"
+        check(row(out, "io")[6:10] == ["-", "-", "-", "-"], "idle quantiles: %r", out)
         p = subprocess.run([TPCTL, "-s", d.sock, "top", "--once", "extra"],
                            capture_output=True, timeout=TIMEOUT)
         check(p.returncode == 64, "a stray argument: %d", p.returncode)
