@@ -4,10 +4,11 @@ start, and streamed output that output_limit does not cut. Each task waits on a 
 test opens only once the follower is in place (its ping answered after the wait), so the
 interleaving is forced, not timed."""
 import base64
+import json
 import os
 import subprocess
 
-from tpdtest import TPCTL, TIMEOUT, Daemon, Skip, check, eventually, run_tests
+from tpdtest import TPCTL, TIMEOUT, Daemon, Skip, as_user, check, eventually, run_tests
 
 
 def gated(d, name):
@@ -159,37 +160,14 @@ def test_streamed_output_is_not_cut_by_output_limit():
 def test_follow_is_for_the_owner_and_admins():
     if os.geteuid() != 0:
         raise Skip("needs root to act as nobody")
-    import json
-    import pwd
-    import socket
     with Daemon("--socket-mode", "0666") as d:
         os.chmod(d.dir, 0o755)
         fifo, mark, task = gated(d, "f")
         s = d.client()
         _, acc = s.submit(task, detach=True)
         eventually(lambda: os.path.exists(mark), "the task printed its first line")
-        pw = pwd.getpwnam("nobody")
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.close(r)
-                os.setgroups([])
-                os.setgid(pw.pw_gid)
-                os.setuid(pw.pw_uid)
-                c = socket.socket(socket.AF_UNIX)
-                c.connect(d.sock)
-                f = c.makefile("rwb")
-                f.write((json.dumps({"op": "wait", "id": 1, "task": acc["task"],
-                                     "stream": True, "from": "start"}) + "\n").encode())
-                f.flush()
-                os.write(w, f.readline())
-            finally:
-                os._exit(0)
-        os.close(w)
-        with os.fdopen(r, "rb") as f:
-            ev = json.loads(f.read())
-        os.waitpid(pid, 0)
+        ev = as_user("nobody", d.sock, [{"op": "wait", "id": 1, "task": acc["task"],
+                                         "stream": True, "from": "start"}])[0]
         check(ev["event"] == "error" and ev["error"]["code"] == "forbidden" and
               "output" not in json.dumps(ev) and "one" not in json.dumps(ev),
               "nobody may not follow root's task, nor see its kept output: %r", ev)

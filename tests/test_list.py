@@ -4,10 +4,9 @@ of each pool in stats."""
 import json
 import os
 import pwd
-import socket
 import subprocess
 
-from tpdtest import TPCTL, TIMEOUT, Daemon, Skip, check, eventually, run_tests
+from tpdtest import TPCTL, TIMEOUT, Daemon, Skip, as_user, check, eventually, run_tests
 
 
 def tpctl(d, *args):
@@ -181,40 +180,6 @@ def test_list_shows_a_non_admin_its_own_tasks_only():
         check([t["task"] for t in ev["tasks"]] == [mine["alice"][1]], "%r", ev)
 
 
-def as_nobody(sock_path, requests):
-    """The answers to requests sent by a child that became nobody (one answer each)."""
-    pw = pwd.getpwnam("nobody")
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setgid(pw.pw_gid)
-            os.setuid(pw.pw_uid)
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(sock_path)
-            f = s.makefile("rwb")
-            out = []
-            for req in requests:
-                f.write((json.dumps(req) + "\n").encode())
-                f.flush()
-                out.append(json.loads(f.readline()))
-            os.write(w, json.dumps(out).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    data = b""
-    while True:
-        chunk = os.read(r, 65536)
-        if not chunk:
-            break
-        data += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    return json.loads(data)
-
-
 def test_list_on_the_unix_socket_shows_a_user_its_own():
     if os.geteuid() != 0:
         raise Skip("needs root to act as nobody")
@@ -222,7 +187,7 @@ def test_list_on_the_unix_socket_shows_a_user_its_own():
         os.chmod(d.dir, 0o755)
         c = d.client()
         _, mine = c.submit({"kind": "echo", "value": "root's"}, detach=True)
-        acc, lst = as_nobody(d.sock, [
+        acc, lst = as_user("nobody", d.sock, [
             {"op": "submit", "task": {"kind": "echo", "value": 1}, "detach": True,
              "label": "nobody's"},
             {"op": "list"}])

@@ -294,6 +294,41 @@ def read_to_eof(sock, timeout=None):
         data += chunk
 
 
+def as_user(user, sock_path, requests):
+    """Runs requests over a fresh connection in a child that became user; returns the answers."""
+    import pwd
+    pw = pwd.getpwnam(user)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(pw.pw_gid)
+            os.setuid(pw.pw_uid)
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(sock_path)
+            f = s.makefile("rwb")
+            out = []
+            for req in requests:
+                f.write((json.dumps(req) + "\n").encode())
+                f.flush()
+                out.append(json.loads(f.readline()))
+            os.write(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
 def eventually(pred, what, timeout=None):
     """Polls pred (a query of the daemon's state) until it is true."""
     deadline = time.monotonic() + (timeout or TIMEOUT)
