@@ -225,6 +225,40 @@ check_submit(const struct request *req)
 	check_task(sub.task);
 }
 
+/* A list's filters are what the request said, its page within range. */
+static void
+check_list(const struct request *req)
+{
+	static const char *const states[] = {
+		STATE_QUEUED, STATE_RUNNING, STATE_SUCCEEDED, STATE_FAILED, STATE_TIMED_OUT,
+		STATE_CANCELLED, STATE_EXPIRED, STATE_LOST, NULL
+	};
+	json_t *root = req->root;
+	struct proto_list l;
+	char *msg = NULL;
+
+	if (read_outcome(req, OP_LIST, proto_read_list(req, &l, &msg), msg) != 0)
+		return;
+	if (l.nstates > PROTO_LIST_MAX_STATES)
+		broken("list read %zu states", l.nstates);
+	for (size_t i = 0; i < l.nstates; i++) {
+		size_t k = 0;
+		while (states[k] != NULL && strcmp(states[k], l.states[i]) != 0)
+			k++;
+		if (states[k] == NULL)
+			broken("list read the state \"%s\"", l.states[i]);
+	}
+	if (l.nstates == 0 && json_object_get(root, FIELD_STATE) != NULL)
+		broken("list read a state filter as none");
+	check_read_string(root, FIELD_POOL, l.pool, NULL);
+	check_read_string(root, FIELD_OWNER, l.owner, NULL);
+	check_read_string(root, FIELD_LABEL, l.label, NULL);
+	if (l.limit < 1 || l.limit > WIRE_LIST_MAX)
+		broken("list limit %llu read", (unsigned long long)l.limit);
+	if (json_object_get(root, FIELD_BEFORE) != NULL && l.before == 0)
+		broken("list before read as 0");
+}
+
 static void
 check_op(const struct request *req)
 {
@@ -242,8 +276,15 @@ check_op(const struct request *req)
 		read_outcome(req, op, proto_read_plain(req, &msg), msg);
 	else if (strcmp(op, OP_SUBMIT) == 0)
 		check_submit(req);
-	else if (strcmp(op, OP_WAIT) == 0 || strcmp(op, OP_STATUS) == 0 ||
-	    strcmp(op, OP_CANCEL) == 0) {
+	else if (strcmp(op, OP_WAIT) == 0) {
+		struct proto_wait w;
+		if (read_outcome(req, op, proto_read_wait(req, &w, &msg), msg) == 0 &&
+		    (w.task == 0 || (w.from != NULL && (!w.stream || strcmp(w.from, FROM_START) != 0))))
+			broken("wait read task %llu stream %d from %s", (unsigned long long)w.task,
+			    w.stream, w.from ? w.from : "NULL");
+	} else if (strcmp(op, OP_LIST) == 0)
+		check_list(req);
+	else if (strcmp(op, OP_STATUS) == 0 || strcmp(op, OP_CANCEL) == 0) {
 		uint64_t task = 0;
 		if (read_outcome(req, op, proto_read_task_ref(req, &task, &msg), msg) == 0 &&
 		    task == 0)
