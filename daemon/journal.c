@@ -34,6 +34,7 @@
 
 static void journal_fail(struct journal *j, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+static void maybe_compact(struct journal *j);
 
 uint64_t
 journal_mono_us(void)
@@ -552,25 +553,36 @@ journal_begin(struct journal *j, char **cause)
 		close(fd);
 		j->torn_seq = 0;
 	}
-	/* Appends go to the newest segment while it has room, else to a new one. */
+	/*
+	 * Appends go to the newest segment while it has room, else to a new
+	 * one. Either way it is synced first: what a crash left in the page
+	 * cache is on disk before anything is written after it (MARKs say so).
+	 */
 	a = active(j);
-	if (a != NULL && a->data_end < j->seg_bytes - j->seg_bytes / 4) {
+	if (a != NULL) {
 		struct stat st;
+		int fd;
 
 		jseg_name(name, sizeof name, a->seq);
-		if ((j->active_fd = openat(j->dirfd, name, O_RDWR | O_CLOEXEC)) == -1)
+		if ((fd = openat(j->dirfd, name, O_RDWR | O_CLOEXEC)) == -1)
 			journal_fail(j, "cannot open %s/%s: %s", j->dir, name, strerror(errno));
-		else if (fstat(j->active_fd, &st) == 0 && (uint64_t)st.st_size < j->seg_bytes &&
-		    (errno = posix_fallocate(j->active_fd, 0, (off_t)j->seg_bytes)) != 0)
-			journal_fail(j, "cannot allocate %s/%s: %s", j->dir, name, strerror(errno));
-		else if (fdatasync(j->active_fd) == -1)
+		else if (fdatasync(fd) == -1) {
 			journal_fail(j, "fdatasync of %s/%s: %s", j->dir, name, strerror(errno));
-		else {
-			if (fstat(j->active_fd, &st) == 0 && (uint64_t)st.st_blocks * 512 > a->alloc)
+			close(fd);
+		} else if (a->data_end >= j->seg_bytes - j->seg_bytes / 4)
+			close(fd);
+		else if (fstat(fd, &st) == 0 && (uint64_t)st.st_size < j->seg_bytes &&
+		    (errno = posix_fallocate(fd, 0, (off_t)j->seg_bytes)) != 0) {
+			journal_fail(j, "cannot allocate %s/%s: %s", j->dir, name, strerror(errno));
+			close(fd);
+		} else {
+			if (fstat(fd, &st) == 0 && (uint64_t)st.st_blocks * 512 > a->alloc)
 				a->alloc = (uint64_t)st.st_blocks * 512;
 			a->synced_to = a->data_end;
+			j->active_fd = fd;
 		}
-	} else {
+	}
+	if (!j->failed && j->active_fd == -1) {
 		uint64_t seq = a != NULL ? a->seq + 1 : 1;
 		struct jseg seg = { 0 };
 		char *why = NULL;
@@ -720,14 +732,15 @@ batch_written(struct journal *j, uint64_t b, bool needs_sync)
 {
 	if (j->sync == JOURNAL_SYNC_COMMIT)
 		return;
-	if (needs_sync || j->nhold > 0) {
-		if (needs_sync && j->nhold < JOURNAL_RING) {
+	if (needs_sync) {
+		if (j->nhold < JOURNAL_RING)
 			j->hold[j->nhold++] = b;
-			return;
-		}
-		if (j->nhold > 0)
-			return; /* behind a batch that waits: seen with it */
+		else
+			j->hold[j->nhold - 1] = b; /* its sync covers the one it replaces */
+		return;
 	}
+	if (j->nhold > 0)
+		return; /* behind a batch that waits: seen with it */
 	j->seen = b;
 	if (j->on_seen != NULL)
 		j->on_seen(j->arg, b);
@@ -758,6 +771,7 @@ segment_switch(struct journal *j)
 	}
 	jsync_switch(j, j->active_fd, a->seq, j->sync != JOURNAL_SYNC_NONE, fd, seg.seq);
 	j->active_fd = fd;
+	maybe_compact(j);
 	return 0;
 }
 
@@ -769,8 +783,8 @@ journal_flush(struct journal *j)
 	bool needs_sync;
 	char name[32];
 
-	if (j->pending.len == 0)
-		return;
+	if (j->pending.len == 0 || !j->begun)
+		return; /* before journal_begin, records wait for it */
 	if (j->failed || j->active_fd == -1) {
 		/* nothing is written: the recovery's snapshot will hold what these records say */
 		jbuf_reset(&j->pending);
@@ -1046,6 +1060,7 @@ compaction_done(struct journal *j)
 	j->nsegs = keep;
 	log_info("journal %s: compacted into segment %" PRIu64 ": %" PRIu64 " bytes, %" PRIu64
 	    " records, in %.1f ms", j->dir, out_seq, out_bytes, out_records, duration / 1000.0);
+	maybe_compact(j);
 }
 
 bool
@@ -1183,7 +1198,7 @@ journal_tick(struct journal *j)
 /* ---------------------------------------------------------------- stats, close */
 
 void
-journal_stats(const struct journal *j, struct journal_stats *out)
+journal_stats(struct journal *j, struct journal_stats *out)
 {
 	memset(out, 0, sizeof *out);
 	out->path = j->dir;
@@ -1198,11 +1213,11 @@ journal_stats(const struct journal *j, struct journal_stats *out)
 		out->live_bytes += j->segs[i].data_end - JFMT_SEG_HEADER - j->segs[i].dead;
 	}
 	out->batches = j->batches;
-	pthread_mutex_lock((pthread_mutex_t *)&j->sy.lock);
+	pthread_mutex_lock(&j->sy.lock);
 	out->syncs = j->sy.syncs;
 	out->last_sync_us = j->sy.last_us;
 	out->max_sync_us = j->sy.max_us;
-	pthread_mutex_unlock((pthread_mutex_t *)&j->sy.lock);
+	pthread_mutex_unlock(&j->sy.lock);
 	out->compactions = j->compactions;
 	out->last_compaction_us = j->last_compaction_us;
 	out->recoveries = j->recoveries;

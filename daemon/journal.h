@@ -191,7 +191,7 @@ void journal_tick(struct journal *);
 struct journal_ref journal_snap_add(struct journal_snap *, enum jrec_type type, uint64_t id,
     const void *payload, size_t len);
 
-void journal_stats(const struct journal *, struct journal_stats *out);
+void journal_stats(struct journal *, struct journal_stats *out);
 
 /* True while compaction runs (for tests and stats). */
 bool journal_compacting(const struct journal *);

@@ -1066,6 +1066,97 @@ test_ids_across_crash(void)
 	remove_tree(dir);
 }
 
+static void
+test_limit(void)
+{
+	char dir[300];
+	struct tj t;
+	struct journal_stats st;
+	const char *why = NULL;
+	uint64_t id = 0;
+
+	test_current = "limit";
+	make_dir(dir, sizeof dir, "limit");
+	/* 1 MiB, every record live: the journal fills, and says so */
+	tj_start(&t, dir, JOURNAL_SYNC_COMMIT, 1024 * 1024);
+	while (journal_writable(t.j, &why)) {
+		uint64_t b = journal_batch(t.j);
+		for (int k = 0; k < 32; k++)
+			tj_accept(&t, ++id);
+		journal_flush(t.j);
+		tj_until_seen(&t, b);
+		journal_tick(t.j);
+		CHECK(id < 100000, "never at the limit");
+	}
+	CHECK(strstr(why, "journal_max_bytes") != NULL && strstr(why, dir) != NULL, "why: %s", why);
+	journal_stats(t.j, &st);
+	CHECK(st.at_limit && st.bytes <= 1024 * 1024, "%" PRIu64 " bytes at the limit", st.bytes);
+	/* records of accepted work still go in */
+	for (uint64_t k = 1; k <= 100; k++)
+		tj_finish(&t, k);
+	uint64_t b = journal_batch(t.j);
+	journal_flush(t.j);
+	tj_until_seen(&t, b);
+	journal_close(t.j, id + 1);
+	remove_tree(dir);
+}
+
+/* A crash between a snapshot's rename and the removal of what it replaces: the snapshot wins. */
+static void
+test_obsolete_segments(void)
+{
+	char dir[300], path[400], name[32], *cause = NULL;
+	struct image old, snap;
+	struct jbuf pl = { 0 };
+	struct jread *r;
+	struct jtask *const *tasks;
+	size_t n;
+	unsigned char hdr[JFMT_SEG_HEADER];
+
+	test_current = "obsolete_segments";
+	make_dir(dir, sizeof dir, "obsolete");
+	CHECK(mkdir(dir, 0700) == 0, "mkdir");
+	image_init(&old);
+	for (uint64_t id = 1; id <= 3; id++) {
+		accepted_payload(&pl, id);
+		image_rec(&old, JREC_ACCEPTED, id, pl.p, pl.len);
+	}
+	jseg_name(name, sizeof name, 4);
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	jseg_header(hdr, 4, 0, 1);
+	memcpy(old.b.p, hdr, sizeof hdr);
+	write_file(path, old.b.p, old.b.len);
+	image_init(&snap);
+	jseg_header(hdr, 5, JFMT_SEG_SNAPSHOT, 2);
+	memcpy(snap.b.p, hdr, sizeof hdr);
+	finished_payload(&pl, 2);
+	image_rec(&snap, JREC_NEXT_ID, 4, NULL, 0);
+	image_rec(&snap, JREC_FINISHED, 2, pl.p, pl.len);
+	jseg_name(name, sizeof name, 5);
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	write_file(path, snap.b.p, snap.b.len);
+	snprintf(path, sizeof path, "%s/%s.tmp", dir, name);
+	write_file(path, "x", 1);
+	CHECK(load(dir, &r, &cause) == 0, "load: %s", cause);
+	tasks = jstate_tasks(r->state, &n);
+	CHECK(n == 1 && tasks[0]->id == 2 && (tasks[0]->flags & JT_FINISHED), "the snapshot's state");
+	CHECK(r->nobsolete == 1 && r->obsolete[0] == 4 && r->nleftovers == 1, "what is left to remove");
+	CHECK(jstate_next_id(r->state) == 4, "next id");
+	jread_free(r);
+	{
+		struct tj t;
+		uint64_t seqs[8];
+		tj_start(&t, dir, JOURNAL_SYNC_COMMIT, 0);
+		journal_close(t.j, 4);
+		CHECK(list_segments(dir, seqs, 8) == 1 && seqs[0] == 5, "the obsolete segment stays");
+		CHECK(access(path, F_OK) == -1, "the leftover .tmp stays");
+	}
+	jbuf_free(&pl);
+	jbuf_free(&old.b);
+	jbuf_free(&snap.b);
+	remove_tree(dir);
+}
+
 static const struct test_case cases[] = {
 	{ "crc32c", test_crc32c },
 	{ "fields", test_fields },
@@ -1079,6 +1170,8 @@ static const struct test_case cases[] = {
 	{ "segments_and_compaction", test_segments_and_compaction },
 	{ "sync_failure_recovery", test_sync_failure_recovery },
 	{ "ids_across_crash", test_ids_across_crash },
+	{ "limit", test_limit },
+	{ "obsolete_segments", test_obsolete_segments },
 };
 
 int
