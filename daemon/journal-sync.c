@@ -54,7 +54,7 @@ jsync_main(void *arg)
 		size_t nsealed;
 		int fd, inject, err = 0;
 		uint64_t err_seq = 0, dt = 0;
-		bool synced_one = false;
+		bool synced_one = false, final, stopped;
 
 		if (!work) {
 			if (sy->quit)
@@ -76,8 +76,8 @@ jsync_main(void *arg)
 		sy->dirty_since_us = 0; /* everything written so far is covered by this pass */
 		inject = sy->inject;
 		sy->inject = 0;
-		bool final = sy->quit && sy->final;
-		bool stopped = sy->err != 0; /* after a failure nothing is synced again */
+		final = sy->quit && sy->final;
+		stopped = sy->err != 0; /* after a failure nothing is synced again */
 		pthread_mutex_unlock(&sy->lock);
 
 		for (size_t i = 0; i < nsealed; i++) {

@@ -107,7 +107,7 @@ journal_sync_name(enum journal_sync s)
 static int
 make_dirs(const char *dir, char **cause)
 {
-	char *p, *copy = strdup(dir);
+	char *p, *copy = strdup(dir), c;
 	struct stat st;
 
 	if (copy == NULL)
@@ -115,7 +115,7 @@ make_dirs(const char *dir, char **cause)
 	for (p = copy + 1; ; p++) {
 		if (*p != '/' && *p != '\0')
 			continue;
-		char c = *p;
+		c = *p;
 		*p = '\0';
 		if (mkdir(copy, 0700) == -1 && errno != EEXIST) {
 			int e = errno;
@@ -1013,6 +1013,7 @@ compaction_done(struct journal *j)
 	char *cause;
 	uint64_t out_seq, out_bytes, out_records, duration, gen;
 	size_t keep = 0;
+	uint64_t lo = 0;
 
 	pthread_mutex_lock(&mt->lock);
 	mt->done = false;
@@ -1038,7 +1039,6 @@ compaction_done(struct journal *j)
 	j->compactions++;
 	j->last_compaction_us = duration;
 	/* Segments up to out_seq are now the one file out_seq. */
-	uint64_t lo = 0;
 	for (size_t i = 0; i < j->nsegs; i++) {
 		struct jseg *s = &j->segs[i];
 		if (s->seq < out_seq) {

@@ -341,6 +341,7 @@ test_fields(void)
 	struct jfield_val v;
 	const char *why = NULL;
 	uint64_t x;
+	char name[32];
 
 	test_current = "fields";
 	/* integers take the fewest bytes; 0 takes none */
@@ -404,7 +405,6 @@ test_fields(void)
 	EXPECT(f2.state.len == 4 && f2.done.len == 15);
 
 	/* names */
-	char name[32];
 	jseg_name(name, sizeof name, 42);
 	EXPECT(strcmp(name, "journal.000000000042") == 0);
 	EXPECT(jseg_name_seq(name) == 42);
@@ -634,6 +634,8 @@ test_state_rules(void)
 	/* applied once, then the same records again: the same state */
 	for (int pass = 1; pass <= 2; pass++) {
 		struct apply_ctx c = { jstate_new(), 0 };
+		struct jaccepted a;
+		struct jfinished f;
 
 		c.seg = jstate_add_segment(c.st, im.b.p, im.b.len);
 		for (int k = 0; k < pass; k++)
@@ -649,8 +651,6 @@ test_state_rules(void)
 		EXPECT(tasks[5]->id == 9 && (tasks[5]->flags & JT_FINISHED));
 		EXPECT(jstate_next_id(c.st) == 100 && jstate_max_id(c.st) == 9);
 		/* the decoded records point into the segment */
-		struct jaccepted a;
-		struct jfinished f;
 		EXPECT(jstate_accepted(c.st, tasks[0], &a) == 0 && a.time_us == 1001);
 		EXPECT(jstate_finished(c.st, tasks[4], &f) == 0 && f.time_us == 5005);
 		jstate_free(c.st);
@@ -1073,14 +1073,14 @@ test_limit(void)
 	struct tj t;
 	struct journal_stats st;
 	const char *why = NULL;
-	uint64_t id = 0;
+	uint64_t id = 0, b;
 
 	test_current = "limit";
 	make_dir(dir, sizeof dir, "limit");
 	/* 1 MiB, every record live: the journal fills, and says so */
 	tj_start(&t, dir, JOURNAL_SYNC_COMMIT, 1024 * 1024);
 	while (journal_writable(t.j, &why)) {
-		uint64_t b = journal_batch(t.j);
+		b = journal_batch(t.j);
 		for (int k = 0; k < 32; k++)
 			tj_accept(&t, ++id);
 		journal_flush(t.j);
@@ -1094,7 +1094,7 @@ test_limit(void)
 	/* records of accepted work still go in */
 	for (uint64_t k = 1; k <= 100; k++)
 		tj_finish(&t, k);
-	uint64_t b = journal_batch(t.j);
+	b = journal_batch(t.j);
 	journal_flush(t.j);
 	tj_until_seen(&t, b);
 	journal_close(t.j, id + 1);

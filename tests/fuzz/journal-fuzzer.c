@@ -213,6 +213,8 @@ check(const unsigned char *buf, size_t len)
 replay:
 	/* each record twice: the same state */
 	if (!w.apply_failed) {
+		size_t n;
+		struct jtask *const *t;
 		struct walk w2 = { buf, len, JFMT_SEG_HEADER, 0, twice, 0, 0, 2 };
 		struct jscan_result r2;
 
@@ -221,8 +223,7 @@ replay:
 		if (!w2.apply_failed)
 			same_tasks(w.st, twice);
 		/* what the replay hands the daemon decodes */
-		size_t n;
-		struct jtask *const *t = jstate_tasks(w.st, &n);
+		t = jstate_tasks(w.st, &n);
 		for (size_t i = 0; t != NULL && i < n; i++) {
 			struct jaccepted a;
 			struct jfinished f;
