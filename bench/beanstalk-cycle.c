@@ -221,7 +221,7 @@ main(int argc, char **argv)
 	uint64_t count = 0, t_start, t_end = 0;
 	unsigned consumers = 1, nconn_conn = 64, i, bytes = 64;
 	bool json = false, pipe_mode;
-	int ch, n, k;
+	int ch, n, k, ep;
 
 	while ((ch = getopt_long(argc, argv, "s:H:m:w:C:c:b:d:n:", longopts, NULL)) != -1) {
 		switch (ch) {
@@ -267,7 +267,7 @@ main(int argc, char **argv)
 	nconns = pipe_mode ? 1 + consumers : nconn_conn;
 	if ((conns = calloc(nconns, sizeof *conns)) == NULL)
 		die("out of memory");
-	int ep = epoll_create1(EPOLL_CLOEXEC);
+	ep = epoll_create1(EPOLL_CLOEXEC);
 	for (i = 0; i < nconns; i++) {
 		struct bconn *c = &conns[i];
 

@@ -42,6 +42,7 @@ class Bench:
         self.procs = []          # (name, Popen), stopped in reverse order
         self.results = {}        # measurement name -> list of per-round dicts
         self.notes = []
+        self.cgroups = []        # cgroup roots made for a tpd, removed at the end
 
     # ------------------------------------------------------------ processes
     def prog(self, name):
@@ -92,6 +93,43 @@ class Bench:
         p = self.start(name, argv, sock)
         self.tpbench(sock, ["--op", "ping", "-n", "1", "--connect-timeout", "10000"])
         return p, sock
+
+    def conf(self, name, text):
+        path = os.path.join(self.tmp, name + ".conf")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def cgroup_root(self):
+        """A fresh cgroup2 subtree for a tpd with containment cgroup, or None (noted)."""
+        mnt = None
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                if right.startswith("cgroup2 ") and left.split()[3] == "/":
+                    mnt = left.split()[4]
+                    break
+        if mnt is None:
+            self.notes.append("no cgroup2 mount: the exec row with containment cgroup is missing")
+            return None
+        path = os.path.join(mnt, "tpd-bench-%d" % os.getpid())
+        try:
+            os.mkdir(path)
+        except OSError as e:
+            self.notes.append("cannot make a cgroup (%s): the exec row with containment "
+                              "cgroup is missing" % e)
+            return None
+        self.cgroups.append(path)
+        return path
+
+    def remove_cgroups(self):
+        roots, self.cgroups = self.cgroups, []
+        for root in roots:
+            for sub in ("tasks", "daemon", ""):
+                try:
+                    os.rmdir(os.path.join(root, sub) if sub else root)
+                except OSError as e:
+                    log("run.py: cannot remove %s/%s: %s" % (root, sub, e))
 
     def floor(self, name):
         sock = os.path.join(self.tmp, name + ".sock")
@@ -180,6 +218,9 @@ class Bench:
     def round_exec(self):
         self.record("tpd exec true -w 2", self.load(self.tpd2s, ["--exec", "true"], 1, 8,
                                                     self.tpd2))
+        if self.tpdcg is not None:
+            self.record("tpd exec true -w 2 cgroup", self.load(self.tpdcgs, ["--exec", "true"],
+                                                               1, 8, self.tpdcg))
         out = subprocess.run([self.prog("bench/spawn-loop"), "-P", "2", "-d",
                               str(self.args.duration), "--json", "true"],
                              stdout=subprocess.PIPE, text=True, timeout=600, check=True)
@@ -262,7 +303,14 @@ class Bench:
                 resource.RLIMIT_NOFILE)[1],) * 2)
         except (ValueError, OSError):
             pass
-        self.tpd2, self.tpd2s = self.tpd("tpd", 2)
+        # exec rows: containment process here, and cgroup in a subtree made for it
+        self.tpd2, self.tpd2s = self.tpd("tpd", 2, ["-c", self.conf(
+            "process", "[daemon]\ncontainment = process\n")])
+        root = self.cgroup_root()
+        self.tpdcg = None
+        if root is not None:
+            self.tpdcg, self.tpdcgs = self.tpd("tpd-cgroup", 2, ["-c", self.conf(
+                "cgroup", "[daemon]\ncontainment = cgroup\ncgroup_root = %s\n" % root)])
         self.tpd64, self.tpd64s = self.tpd("tpd-w64", 64)
         self.floorp, self.floors = self.floor("floor")
         self.bs = shutil.which("beanstalkd")
@@ -291,6 +339,7 @@ class Bench:
                 log("run.py: round %d/%d: %s" % (rnd + 1, a.rounds, name))
                 fn()
         self.stop_all()
+        self.remove_cgroups()
 
     # ------------------------------------------------------------ the table
     def rows(self):
@@ -326,6 +375,15 @@ class Bench:
         less("echo p50, 1 in flight, vs floor ping", "tpd echo 1x1", "floor ping 1x1", 2.0, "p50")
         more("exec true, 2 workers, vs spawn-loop -P2", "tpd exec true -w 2", "spawn-loop -P2", 0.9)
         more("exec true, 2 workers, vs xargs -P2", "tpd exec true -w 2", "xargs -P2", 1.4)
+        more("exec true, 2 workers: containment cgroup vs process",
+             "tpd exec true -w 2 cgroup", "tpd exec true -w 2", 0.9)
+        # the daemon's own CPU per task: steadier than tasks/s on a shared machine
+        for fig in self.results.get("tpd exec true -w 2", []) + \
+                self.results.get("tpd exec true -w 2 cgroup", []):
+            if fig.get("server_cpu_s") is not None and fig.get("ok"):
+                fig["cpu_us"] = fig["server_cpu_s"] / fig["ok"] * 1e6
+        less("exec true: tpd CPU per task, containment cgroup vs process",
+             "tpd exec true -w 2 cgroup", "tpd exec true -w 2", 1.1, "cpu_us")
         t, p = m("tpd idle"), m("floor idle")
         add("%d idle conns: daemon RSS per conn" % self.args.idle, t, p, ratio(t, p),
             "<= 1024 B", None if t is None else t <= 1024, "B")
@@ -441,6 +499,7 @@ def main():
         b.print_table()
     finally:
         b.stop_all()
+        b.remove_cgroups()
         if args.keep:
             log("run.py: logs kept in " + b.tmp)
         else:

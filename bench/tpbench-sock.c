@@ -19,6 +19,8 @@
 
 #include "tpbench-sock.h"
 
+static int sock_fail(char **, const char *, ...) __attribute__((format(printf, 2, 3)));
+
 static int
 sock_fail(char **cause, const char *fmt, ...)
 {

@@ -7,7 +7,11 @@
  * window shrinks to what the pool held, growing by one with each task that
  * ends. With nothing of ours in the pool, queue_full is final (someone else
  * fills it). The first interrupt stops submitting and cancels what is in
- * flight; the second exits at once.
+ * flight; the second exits at once. A closed stdout stops the batch the
+ * same way, quietly: nobody reads what it would say.
+ *
+ * Cancelled tasks are counted apart from failed ones; the cancels the batch
+ * sent itself are expected, and get no line of their own.
  */
 #include "config.h"
 
@@ -23,7 +27,7 @@
 #define BATCH_MAX_JOBS 100000
 #define BATCH_TICK_MS 250       /* progress redraws while nothing ends */
 
-enum batch_outcome { OUT_SUCCEEDED, OUT_FAILED, OUT_REJECTED, OUT_ERROR };
+enum batch_outcome { OUT_SUCCEEDED, OUT_FAILED, OUT_CANCELLED, OUT_REJECTED, OUT_ERROR };
 
 struct batch {
 	struct tpctl *opt;
@@ -38,8 +42,10 @@ struct batch {
 	size_t window, jobs;
 	size_t inflight;        /* sent and not finished */
 	size_t finished;
-	size_t succeeded, failed, rejected;
+	size_t succeeded, failed, cancelled, rejected;
 	bool denied;            /* an unauthenticated or forbidden error */
+	bool unauthenticated;   /* said once; the batch stops */
+	bool limit_refused;     /* a limit option the daemon refuses: likewise */
 	bool stopping;          /* send no more */
 	bool interrupted;
 	bool stdout_gone;       /* stdout is a closed pipe: stop as if interrupted */
@@ -83,22 +89,36 @@ batch_cancel(struct batch *b, struct batch_item *it)
 	return session_send(&b->s, req) == -1 ? EX_UNAVAILABLE : 0;
 }
 
+/* Says how a task that did not succeed ended, naming its line. */
+static void
+batch_say_done(struct batch *b, const struct batch_item *it, const json_t *ev)
+{
+	char *what = event_describe_done(ev);
+
+	tpctl_warnx("%s:%zu: task %lld %s: %s", b->name, it->line,
+	    (long long)it->task_id, what != NULL ? what : "failed", it->text);
+	free(what);
+}
+
 static void
 batch_finish(struct batch *b, struct batch_item *it, enum batch_outcome out,
     const json_t *ev)
 {
-	char *what;
+	/* once stdout is gone, nobody reads: stop quietly */
+	bool say = !b->stdout_gone && !b->s.stdout_gone;
+	int k;
 
 	it->state = BATCH_FINISHED;
 	b->inflight--;
 	b->finished++;
 	if (b->window < b->jobs)
 		b->window++;
-	if (out == OUT_SUCCEEDED || out == OUT_FAILED) {
-		if (!b->quiet && !b->opt->json && !b->stdout_gone) {
-			progress_clear(b->progress);
-			if (event_write_result_output(ev) == -1 && errno == EPIPE)
-				b->stdout_gone = true;
+	if ((out == OUT_SUCCEEDED || out == OUT_FAILED || out == OUT_CANCELLED) &&
+	    !b->quiet && !b->opt->json && say) {
+		progress_clear(b->progress);
+		if (event_write_result_output(ev) == -1 && errno == EPIPE) {
+			b->stdout_gone = true;
+			say = false;
 		}
 	}
 	switch (out) {
@@ -107,25 +127,55 @@ batch_finish(struct batch *b, struct batch_item *it, enum batch_outcome out,
 		break;
 	case OUT_FAILED:
 		b->failed++;
-		what = event_describe_done(ev);
-		tpctl_warnx("%s:%zu: task %lld %s: %s", b->name, it->line,
-		    (long long)it->task_id, what != NULL ? what : "failed", it->text);
-		free(what);
+		if (say)
+			batch_say_done(b, it, ev);
+		break;
+	case OUT_CANCELLED:
+		b->cancelled++;
+		/* the batch's own cancels (after an interrupt) are expected */
+		if (say && !b->interrupted)
+			batch_say_done(b, it, ev);
 		break;
 	case OUT_REJECTED:
 		b->rejected++;
-		tpctl_warnx("%s:%zu: rejected: %s (%s)", b->name, it->line,
-		    event_error_message(ev), event_error_code(ev));
+		if (say)
+			tpctl_warnx("%s:%zu: rejected: %s (%s)", b->name, it->line,
+			    event_error_message(ev), event_error_code(ev));
 		break;
 	case OUT_ERROR:
 		b->failed++;
 		if (event_exit_for_error(event_error_code(ev)) == EX_NOPERM)
 			b->denied = true;
-		tpctl_warnx("%s:%zu: %s (%s)", b->name, it->line,
-		    event_error_message(ev), event_error_code(ev));
+		if (strcmp(event_error_code(ev), ERR_UNAUTHENTICATED) == 0) {
+			/* no token: every line would say so; say it once, stop */
+			if (say && !b->unauthenticated)
+				event_report_error(b->name, ev);
+			b->unauthenticated = b->stopping = true;
+		} else if ((k = taskopt_refused_limit(b->to, it->task, ev)) != -1) {
+			/* the option's limit is in every line: likewise */
+			if (say && !b->limit_refused)
+				taskopt_report_refused(b->to, k, ev);
+			b->limit_refused = b->stopping = true;
+		} else if (say)
+			tpctl_warnx("%s:%zu: %s (%s)", b->name, it->line,
+			    event_error_message(ev), event_error_code(ev));
 		break;
 	}
-	progress_done(b->progress, out != OUT_SUCCEEDED);
+	progress_done(b->progress, out == OUT_SUCCEEDED ? PROGRESS_SUCCEEDED :
+	    out == OUT_CANCELLED ? PROGRESS_CANCELLED : PROGRESS_FAILED);
+}
+
+/* The outcome a done stands for. */
+static enum batch_outcome
+batch_outcome(const json_t *ev)
+{
+	const char *state = event_str(ev, FIELD_STATE, "");
+
+	if (strcmp(state, STATE_SUCCEEDED) == 0)
+		return OUT_SUCCEEDED;
+	if (strcmp(state, STATE_CANCELLED) == 0)
+		return OUT_CANCELLED;
+	return OUT_FAILED;
 }
 
 /* One event. Returns 0, or an exit code that ends the batch. */
@@ -149,8 +199,7 @@ batch_event(struct batch *b, json_t *ev)
 		if (b->interrupted || b->stdout_gone)
 			return batch_cancel(b, it);
 	} else if (strcmp(name, EV_DONE) == 0)
-		batch_finish(b, it, strcmp(event_str(ev, FIELD_STATE, ""),
-		    STATE_SUCCEEDED) == 0 ? OUT_SUCCEEDED : OUT_FAILED, ev);
+		batch_finish(b, it, batch_outcome(ev), ev);
 	else if (strcmp(name, EV_REJECTED) == 0) {
 		code = event_error_code(ev);
 		if (strcmp(code, ERR_QUEUE_FULL) == 0 && b->inflight > 1 &&
@@ -217,12 +266,16 @@ batch_summary(struct batch *b)
 
 	progress_free(b->progress);
 	b->progress = NULL;
+	if (b->stdout_gone)
+		return;         /* quietly, as a program killed by SIGPIPE */
 	fflush(stdout);
 	fprintf(stderr, "batch: %zu task%s in %s (%.1f/s): %zu succeeded, "
 	    "%zu failed", b->n, b->n == 1 ? "" : "s",
 	    format_duration(us / 1000, took, sizeof took),
 	    us > 0 ? (double)b->finished * 1e6 / (double)us : 0.0,
 	    b->succeeded, b->failed);
+	if (b->cancelled > 0)
+		fprintf(stderr, ", %zu cancelled", b->cancelled);
 	if (b->rejected > 0)
 		fprintf(stderr, ", %zu rejected", b->rejected);
 	if (b->inflight > 0)
@@ -284,7 +337,7 @@ batch_run(struct batch *b)
 		return EXIT_BROKEN_PIPE;
 	if (b->denied)
 		return EX_NOPERM;
-	if (b->failed > 0)
+	if (b->failed > 0 || b->cancelled > 0)
 		return EXIT_TASK_FAILED;
 	if (b->rejected > 0 || b->finished < b->n)
 		return EX_TEMPFAIL;
@@ -387,10 +440,12 @@ const struct cmd cmd_batch = {
 	    "starts with {, a task object such as {\"kind\":\"sleep\",\"ms\":100}.\n"
 	    "Blank lines and lines starting with # are skipped. The tasks go out on\n"
 	    "one connection with at most -j in flight. On a terminal a progress line\n"
-	    "shows done/total, failures, rate and ETA; a summary ends the run.\n"
-	    "Exits 0 when all succeeded, 1 when any failed, 75 when some were\n"
-	    "rejected, 65 (nothing submitted) when a line is bad. The first Ctrl-C\n"
-	    "stops submitting and cancels the tasks in flight; the second quits.\n"
+	    "shows done/total, failures, cancelled tasks, rate and ETA (what fits in\n"
+	    "the terminal's width); a summary ends the run.\n"
+	    "Exits 0 when all succeeded, 1 when any failed or was cancelled, 75 when\n"
+	    "some were rejected, 65 (nothing submitted) when a line is bad. The first\n"
+	    "Ctrl-C stops submitting and cancels the tasks in flight; the second\n"
+	    "quits. A closed stdout (| head) stops it the same way, quietly (141).\n"
 	    "\n"
 	    "  -j, --jobs N             at most N tasks in flight (default 16)\n"
 	    "  -q, --quiet              do not print the tasks' output\n"

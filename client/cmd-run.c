@@ -20,11 +20,14 @@
 
 struct run {
 	struct session s;
+	const struct taskopt *to;
+	json_t *task;           /* as submitted */
 	int64_t submit_id;
 	int64_t task_id;        /* -1 until accepted */
 	bool cancel_wanted;     /* interrupted: cancel once accepted */
 	bool cancel_sent;
 	bool streamed[2];       /* an output event came for stdout, stderr */
+	bool verbose;           /* -v: say what the task used */
 };
 
 static int
@@ -102,7 +105,7 @@ run_broken_pipe(struct run *r)
 
 /* The task is over: say how, unless its exit status says it all. */
 static int
-run_done(struct run *r, const json_t *ev)
+run_end(struct run *r, const json_t *ev)
 {
 	const char *state = event_str(ev, FIELD_STATE, "");
 	json_t *result = json_object_get(ev, FIELD_RESULT);
@@ -112,8 +115,11 @@ run_done(struct run *r, const json_t *ev)
 		return EXIT_SIGNALLED + interrupt_last_signal();
 	if (r->s.opt->json)
 		return event_task_exit_code(ev);
-	/* a daemon that did not stream leaves the output in the result */
-	if (json_is_object(result)) {
+	/*
+	 * A daemon that did not stream leaves the output in the result; a
+	 * kind other than exec returns a result to print as it is.
+	 */
+	if (result != NULL && !json_is_null(result)) {
 		json_t *copy = json_deep_copy(result);
 		json_t *wrap = json_object();
 		if (r->streamed[0]) {
@@ -144,12 +150,25 @@ run_done(struct run *r, const json_t *ev)
 	return event_task_exit_code(ev);
 }
 
+/* run_end, and with -v what the task used, in one line after everything else. */
+static int
+run_done(struct run *r, const json_t *ev)
+{
+	char used[FORMAT_USAGE_LEN];
+	int code = run_end(r, ev);
+
+	if (r->verbose && format_usage(event_usage(ev), used, sizeof used) != NULL)
+		tpctl_warnx("task %lld: %s", (long long)r->task_id, used);
+	return code;
+}
+
 /* One event of our task. Returns an exit code when it ends the run, else -1. */
 static int
 run_event(struct run *r, json_t *ev)
 {
 	const char *name = event_name(ev);
 	int64_t id = event_id(ev);
+	int k;
 
 	if (id == -1 && strcmp(name, EV_ERROR) == 0)
 		return event_report_error(link_address(r->s.link), ev);
@@ -174,6 +193,9 @@ run_event(struct run *r, json_t *ev)
 		}
 	} else if (strcmp(name, EV_DONE) == 0)
 		return run_done(r, ev);
+	else if (strcmp(name, EV_ERROR) == 0 &&
+	    (k = taskopt_refused_limit(r->to, r->task, ev)) != -1)
+		return taskopt_report_refused(r->to, k, ev);
 	else if (strcmp(name, EV_REJECTED) == 0 || strcmp(name, EV_ERROR) == 0)
 		return event_report_error("submit", ev);
 	return -1;
@@ -186,16 +208,22 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 		CMD_LONGOPTS_COMMON, TASKOPT_LONGOPTS,
 		{ "stdin", no_argument, NULL, 'i' },
 		{ "task", required_argument, NULL, OPT_TASK },
+		{ "verbose", no_argument, NULL, 'v' },
 		{ NULL, 0, NULL, 0 }
 	};
 	struct taskopt to;
 	struct run r;
 	json_t *task, *req, *ev;
+	bool verbose = false;
 	int ch, code, res;
 
 	taskopt_init(&to);
 	while ((ch = cmd_getopt(&cmd_run, opt, argc, argv,
-	    "+:h" TASKOPT_SHORTOPTS "i", longopts)) != -1) {
+	    "+:h" TASKOPT_SHORTOPTS "iv", longopts)) != -1) {
+		if (ch == 'v') {
+			verbose = true;
+			continue;
+		}
 		if (ch == 'h' || ch == '?') {
 			taskopt_free(&to);
 			return ch == 'h' ? 0 : EX_USAGE;
@@ -210,24 +238,28 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 		taskopt_free(&to);
 		return code;
 	}
-	req = taskopt_submit(&to, task);
-	json_object_set_new(req, FIELD_STREAM, json_true());
-	taskopt_free(&to);
-
 	memset(&r, 0, sizeof r);
 	r.task_id = -1;
+	r.to = &to;
+	r.task = json_incref(task);
+	r.verbose = verbose;
+	req = taskopt_submit(&to, task);
+	json_object_set_new(req, FIELD_STREAM, json_true());
+
 	if (interrupt_install() == -1) {
 		tpctl_warnx("cannot catch signals: %s", strerror(errno));
 		json_decref(req);
-		return EX_OSERR;
+		code = EX_OSERR;
+		goto out;
 	}
 	if ((code = session_open(&r.s, opt)) != 0) {
 		json_decref(req);
-		return code;
+		goto out;
 	}
 	if ((r.submit_id = session_send(&r.s, req)) == -1) {
 		session_close(&r.s);
-		return EX_UNAVAILABLE;
+		code = EX_UNAVAILABLE;
+		goto out;
 	}
 	for (code = -1; code == -1;) {
 		res = session_next(&r.s, &ev, -1);
@@ -249,6 +281,9 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 			code = run_broken_pipe(&r);
 	}
 	session_close(&r.s);
+out:
+	json_decref(r.task);
+	taskopt_free(&to);
 	return code;
 }
 
@@ -264,8 +299,11 @@ const struct cmd cmd_run = {
 	    "to end; a second one exits at once.\n"
 	    "\n"
 	    TASKOPT_HELP
-	    "  -i, --stdin              send tpctl's stdin to the command (UTF-8 text)\n"
+	    "  -i, --stdin              send tpctl's stdin to the command (text or binary)\n"
 	    "      --task JSON          run this task object instead of a command,\n"
-	    "                           e.g. '{\"kind\":\"sleep\",\"ms\":500}'\n",
+	    "                           e.g. '{\"kind\":\"sleep\",\"ms\":500}'; a kind\n"
+	    "                           but exec prints its result as one JSON line\n"
+	    "  -v, --verbose            at the end, say on stderr what the task used:\n"
+	    "                           cpu 0.25s user, 0.01s system, peak 12.3 MiB\n",
 	.exec = run_exec,
 };

@@ -1,6 +1,9 @@
 /*
- * cmd-stats.c: tpctl stats: the daemon's uptime and connections, then one
- * row per pool.
+ * cmd-stats.c: tpctl stats: the daemon's version, phase, uptime and
+ * connections, then two tables of one row per pool: what the pool is now
+ * (its state, workers and queue) and what became of the tasks it accepted.
+ * The second adds up: ACCEPTED is QUEUED + RUNNING + each end's count, at
+ * every moment, as the pool counts them all under one lock.
  */
 #include "config.h"
 
@@ -11,13 +14,54 @@
 #include "tpctl.h"
 #include "wire.h"
 
-static char *
-stats_num(const json_t *pool, const char *key)
+#define STATS_MAX_COLS 16
+
+/* One column: its header and the field it shows (NULL: the pool's state). */
+struct stats_col {
+	const char *header;
+	const char *key;
+};
+
+static const struct stats_col stats_now[] = {
+	{ "POOL", FIELD_NAME }, { "STATE", NULL }, { "TARGET", FIELD_TARGET },
+	{ "WORKERS", FIELD_WORKERS }, { "BUSY", FIELD_BUSY }, { "QUEUED", FIELD_QUEUED },
+	{ "CAPACITY", FIELD_CAPACITY }, { "LIMIT", FIELD_LIMIT },
+	{ "OLDEST", FIELD_OLDEST_QUEUED_MS }, { NULL, NULL }
+};
+
+static const struct stats_col stats_tasks[] = {
+	{ "POOL", FIELD_NAME }, { "ACCEPTED", FIELD_ACCEPTED }, { "QUEUED", FIELD_QUEUED },
+	{ "RUNNING", FIELD_BUSY }, { "SUCCEEDED", FIELD_SUCCEEDED }, { "FAILED", FIELD_FAILED },
+	{ "TIMED_OUT", FIELD_TIMED_OUT }, { "CANCELLED", FIELD_CANCELLED },
+	{ "EXPIRED", FIELD_EXPIRED }, { "REJECTED", FIELD_REJECTED }, { NULL, NULL }
+};
+
+/* open, closed (shutting down: it takes no more tasks) or removed (by SIGHUP). */
+static const char *
+stats_pool_state(const json_t *pool)
 {
-	json_t *v = json_object_get(pool, key);
+	if (json_is_true(json_object_get(pool, FIELD_REMOVED)))
+		return "removed";
+	if (json_is_true(json_object_get(pool, FIELD_CLOSED)))
+		return "closed";
+	if (json_object_get(pool, FIELD_CLOSED) == NULL)
+		return "-";
+	return "open";
+}
+
+static char *
+stats_cell(const json_t *pool, const char *key)
+{
+	char buf[FORMAT_DURATION_LEN];
+	json_t *v;
 	char *s;
 
-	if (v == NULL)
+	if (key == NULL)
+		return strdup(stats_pool_state(pool));
+	if (strcmp(key, FIELD_OLDEST_QUEUED_MS) == 0)
+		return strdup(event_int(pool, FIELD_QUEUED, 0) > 0 ?
+		    format_duration(event_num(pool, key, 0), buf, sizeof buf) : "-");
+	if ((v = json_object_get(pool, key)) == NULL)
 		return strdup("-");
 	if (json_is_integer(v) && asprintf(&s, "%lld",
 	    (long long)json_integer_value(v)) != -1)
@@ -26,43 +70,52 @@ stats_num(const json_t *pool, const char *key)
 }
 
 static void
-stats_print(const json_t *ev)
+stats_table(const json_t *pools, const struct stats_col *cols)
 {
-	static const char *const headers[] = {
-		"POOL", "TARGET", "WORKERS", "BUSY", "QUEUED", "CAPACITY", "LIMIT",
-		"ACCEPTED", "REJECTED", "SUCCEEDED", "FAILED", "OLDEST"
-	};
-	static const char *const keys[] = {
-		"name", "target", "workers", "busy", "queued", "capacity", "limit",
-		"accepted", "rejected", "succeeded", "failed", "oldest_queued_ms"
-	};
-	char *cells[sizeof keys / sizeof keys[0]];
-	char up[FORMAT_DURATION_LEN], buf[FORMAT_DURATION_LEN];
+	const char *headers[STATS_MAX_COLS];
+	char *cells[STATS_MAX_COLS], align[STATS_MAX_COLS + 1];
 	struct table *t;
 	json_t *pool;
-	size_t i, j;
+	size_t i, j, n;
 
-	printf("tpd: up %s, %lld connection%s\n",
-	    format_duration(event_num(ev, FIELD_UPTIME_MS, 0), up, sizeof up),
-	    (long long)event_int(ev, FIELD_CONNECTIONS, 0),
-	    event_int(ev, FIELD_CONNECTIONS, 0) == 1 ? "" : "s");
-	if ((t = table_new("lrrrrrrrrrrr", headers)) == NULL)
+	for (n = 0; cols[n].header != NULL; n++) {
+		headers[n] = cols[n].header;
+		align[n] = n == 0 || cols[n].key == NULL ? 'l' : 'r';
+	}
+	align[n] = '\0';
+	if ((t = table_new(align, headers)) == NULL)
 		return;
-	json_array_foreach(json_object_get(ev, FIELD_POOLS), i, pool) {
-		for (j = 0; j < sizeof keys / sizeof keys[0]; j++)
-			cells[j] = stats_num(pool, keys[j]);
-		free(cells[0]);
-		cells[0] = strdup(event_str(pool, "name", "?"));
-		free(cells[j - 1]);
-		cells[j - 1] = strdup(event_int(pool, "queued", 0) > 0 ?
-		    format_duration(event_num(pool, "oldest_queued_ms", 0),
-		    buf, sizeof buf) : "-");
+	json_array_foreach(pools, i, pool) {
+		for (j = 0; j < n; j++)
+			cells[j] = stats_cell(pool, cols[j].key);
 		table_add(t, (const char *const *)cells);
-		for (j = 0; j < sizeof keys / sizeof keys[0]; j++)
+		for (j = 0; j < n; j++)
 			free(cells[j]);
 	}
 	table_print(t, stdout);
 	table_free(t);
+}
+
+static void
+stats_print(const json_t *ev)
+{
+	const char *phase = event_str(ev, FIELD_PHASE, NULL);
+	const char *version = event_str(ev, FIELD_VERSION, NULL);
+	json_t *pools = json_object_get(ev, FIELD_POOLS);
+	char up[FORMAT_DURATION_LEN];
+
+	printf("tpd%s%s:", version != NULL ? " " : "", version != NULL ? version : "");
+	if (phase != NULL && strcmp(phase, PHASE_DRAINING) == 0)
+		printf(" draining (no new tasks; the accepted ones run to their end),");
+	else if (phase != NULL)
+		printf(" %s,", phase);
+	printf(" up %s, %lld connection%s\n",
+	    format_duration(event_num(ev, FIELD_UPTIME_MS, 0), up, sizeof up),
+	    (long long)event_int(ev, FIELD_CONNECTIONS, 0),
+	    event_int(ev, FIELD_CONNECTIONS, 0) == 1 ? "" : "s");
+	stats_table(pools, stats_now);
+	printf("\n");
+	stats_table(pools, stats_tasks);
 }
 
 static int
@@ -88,11 +141,16 @@ stats_exec(struct tpctl *opt, int argc, char **argv)
 const struct cmd cmd_stats = {
 	.name = "stats",
 	.args = "",
-	.summary = "show the pools' figures as a table",
+	.summary = "show the pools' figures as tables",
 	.help =
-	    "Prints the daemon's uptime and connections, then one row per pool:\n"
-	    "target and current workers, busy workers, queued tasks and the queue's\n"
-	    "capacity, the resize limit, counters since start, and how long the\n"
-	    "oldest queued task has waited.\n\n",
+	    "Prints the daemon's version, phase (running, draining, stopping),\n"
+	    "uptime and connections, then two tables of one row per pool. The first\n"
+	    "is the pool now: its state (open; closed: shutting down; removed: gone\n"
+	    "from the configuration, finishing its tasks), target and current\n"
+	    "workers, busy workers, queued tasks and the queue's capacity, the\n"
+	    "resize limit, and how long the oldest queued task has waited. The\n"
+	    "second counts the tasks since start: ACCEPTED = QUEUED + RUNNING +\n"
+	    "SUCCEEDED + FAILED + TIMED_OUT + CANCELLED + EXPIRED; REJECTED were\n"
+	    "never accepted.\n\n",
 	.exec = stats_exec,
 };

@@ -41,7 +41,7 @@ submit_exec(struct tpctl *opt, int argc, char **argv)
 	json_t *task, *req, *ev;
 	int64_t id, task_id = -1;
 	bool detach = false;
-	int ch, code, res;
+	int ch, code, res, k;
 
 	taskopt_init(&to);
 	while ((ch = cmd_getopt(&cmd_submit, opt, argc, argv,
@@ -61,23 +61,24 @@ submit_exec(struct tpctl *opt, int argc, char **argv)
 		taskopt_free(&to);
 		return code;
 	}
-	req = taskopt_submit(&to, task);
-	taskopt_free(&to);
+	req = taskopt_submit(&to, json_incref(task));
 	if (detach)
 		json_object_set_new(req, FIELD_DETACH, json_true());
 
 	if (interrupt_install() == -1) {
 		tpctl_warnx("cannot catch signals: %s", strerror(errno));
 		json_decref(req);
-		return EX_OSERR;
+		code = EX_OSERR;
+		goto out;
 	}
 	if ((code = session_open(&s, opt)) != 0) {
 		json_decref(req);
-		return code;
+		goto out;
 	}
 	if ((id = session_send(&s, req)) == -1) {
 		session_close(&s);
-		return EX_UNAVAILABLE;
+		code = EX_UNAVAILABLE;
+		goto out;
 	}
 	for (code = -1; code == -1;) {
 		res = session_next(&s, &ev, -1);
@@ -108,12 +109,18 @@ submit_exec(struct tpctl *opt, int argc, char **argv)
 				code = 0;
 		} else if (strcmp(event_name(ev), EV_DONE) == 0)
 			code = submit_done(ev, task_id, opt->json);
+		else if (strcmp(event_name(ev), EV_ERROR) == 0 &&
+		    (k = taskopt_refused_limit(&to, task, ev)) != -1)
+			code = taskopt_report_refused(&to, k, ev);
 		else if (strcmp(event_name(ev), EV_REJECTED) == 0 ||
 		    strcmp(event_name(ev), EV_ERROR) == 0)
 			code = event_report_error("submit", ev);
 		json_decref(ev);
 	}
 	session_close(&s);
+out:
+	json_decref(task);
+	taskopt_free(&to);
 	return code;
 }
 
@@ -130,7 +137,7 @@ const struct cmd cmd_submit = {
 	    "\n"
 	    "  -d, --detach             do not wait: the daemon sends no done\n"
 	    TASKOPT_HELP
-	    "  -i, --stdin              send tpctl's stdin to the command (UTF-8 text)\n"
+	    "  -i, --stdin              send tpctl's stdin to the command (text or binary)\n"
 	    "      --task JSON          submit this task object instead of a command,\n"
 	    "                           e.g. '{\"kind\":\"sleep\",\"ms\":500}'\n",
 	.exec = submit_exec,

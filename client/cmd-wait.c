@@ -23,13 +23,17 @@ static void
 wait_print(const json_t *ev, long long task, bool output)
 {
 	char *what = event_describe_done(ev);
-	char q[FORMAT_DURATION_LEN];
+	char q[FORMAT_DURATION_LEN], used[FORMAT_USAGE_LEN];
 	bool ok = strcmp(event_str(ev, FIELD_STATE, ""), STATE_SUCCEEDED) == 0;
 
 	if (output) {
 		if (!ok)
 			tpctl_warnx("task %lld %s", task, what != NULL ? what : "failed");
-	} else
+	} else if (format_usage(event_usage(ev), used, sizeof used) != NULL)
+		printf("task %lld: %s, queued %s, %s\n", task, what != NULL ? what : "?",
+		    format_duration(event_num(ev, FIELD_QUEUED_MS, 0), q, sizeof q),
+		    used);
+	else
 		printf("task %lld: %s, queued %s\n", task, what != NULL ? what : "?",
 		    format_duration(event_num(ev, FIELD_QUEUED_MS, 0), q,
 		    sizeof q));
@@ -59,15 +63,19 @@ wait_answer(void *arg, size_t i, json_t *ev)
 	char what[64];
 
 	if (strcmp(event_name(ev), EV_DONE) == 0) {
-		if (!w->json)
-			wait_print(ev, it->task, w->output);
+		/* the task's own output first, then what tpctl says of it */
 		if (w->output && !w->json &&
 		    event_write_result_output(ev) == -1 && errno == EPIPE)
 			return EXIT_BROKEN_PIPE;
+		if (!w->json)
+			wait_print(ev, it->task, w->output);
 		it->code = event_task_exit_code(ev);
 		return PIPELINE_SETTLED;
 	}
 	if (strcmp(event_name(ev), EV_ERROR) == 0) {
+		/* no token: the same for every id, said once */
+		if (strcmp(event_error_code(ev), ERR_UNAUTHENTICATED) == 0)
+			return event_report_error("wait", ev);
 		snprintf(what, sizeof what, "task %lld", it->task);
 		it->code = event_report_error(what, ev);
 		return PIPELINE_SETTLED;
@@ -137,12 +145,14 @@ const struct cmd cmd_wait = {
 	.args = "[--output] ID...",
 	.summary = "wait for tasks to end; exit as run does for one task",
 	.help =
-	    "Waits for each task and prints a line as each ends. With one task,\n"
-	    "exits as tpctl run does (its exit status, 124 timed out, 128+N signal N,\n"
-	    "1 failed); with several, 0 when all succeeded, else 1. An interrupt\n"
-	    "stops the waiting; the tasks go on.\n"
+	    "Waits for each task and prints a line as each ends, for an exec task\n"
+	    "with what it used (cpu 0.25s user, 0.01s system, peak 12.3 MiB). With\n"
+	    "one task, exits as tpctl run does (its exit status, 124 timed out,\n"
+	    "128+N signal N, 1 failed); with several, 0 when all succeeded, else 1.\n"
+	    "An interrupt stops the waiting; the tasks go on.\n"
 	    "\n"
 	    "  -o, --output             print the output each task captured instead\n"
-	    "                           of its line (failures still go to stderr)\n",
+	    "                           of its line (then, on stderr, a line for a\n"
+	    "                           task that did not succeed)\n",
 	.exec = wait_exec,
 };

@@ -76,6 +76,8 @@ event_exit_for_error(const char *code)
 	return EXIT_TASK_FAILED;
 }
 
+bool event_token_presented;
+
 int
 event_report_error(const char *what, const json_t *ev)
 {
@@ -86,6 +88,10 @@ event_report_error(const char *what, const json_t *ev)
 		code = "unknown";
 	if (*message == '\0')
 		message = "the daemon gave no reason";
+	/* the daemon speaks of its protocol (a hello); say what to do here */
+	if (strcmp(code, ERR_UNAUTHENTICATED) == 0 && !event_token_presented)
+		message = "the daemon needs a token first: name the file that holds "
+		    "it with --token-file FILE (or TPD_TOKEN_FILE)";
 	if (what != NULL)
 		tpctl_warnx("%s: %s (%s)", what, message, code);
 	else
@@ -120,6 +126,57 @@ event_task_exit_code(const json_t *done)
 	return EXIT_TASK_FAILED;
 }
 
+/*
+ * A signal's name as the daemon and doc/exec.md write it, "SIGKILL": the
+ * result's signal_name when it has one, else this system's name for the
+ * number, else "signal N".
+ */
+static const char *
+event_signal_name(const json_t *result, int64_t n, char *buf, size_t len)
+{
+	const char *name = event_str(result, FIELD_SIGNAL_NAME, NULL), *abbrev;
+
+	if (name != NULL && *name != '\0')
+		return name;
+	if (n > 0 && n < NSIG && (abbrev = sigabbrev_np((int)n)) != NULL)
+		snprintf(buf, len, "SIG%s", abbrev);
+	else
+		snprintf(buf, len, "signal %lld", (long long)n);
+	return buf;
+}
+
+json_t *
+event_usage(const json_t *done)
+{
+	json_t *usage = json_object_get(json_object_get(done, FIELD_RESULT), FIELD_USAGE);
+
+	return json_is_object(usage) ? usage : NULL;
+}
+
+/*
+ * An oom's limit: the daemon names it in its message, "... (memory_bytes
+ * N)". Returns 0, or -1 when the message does not say.
+ */
+static int
+event_oom_limit(const char *message, uint64_t *bytes)
+{
+	const char *p = strstr(message, LIMIT_MEMORY_BYTES " ");
+	unsigned long long v;
+	char *end;
+
+	if (p == NULL)
+		return -1;
+	p += sizeof LIMIT_MEMORY_BYTES;
+	if (*p < '0' || *p > '9')
+		return -1;
+	errno = 0;
+	v = strtoull(p, &end, 10);
+	if (errno != 0 || end == p)
+		return -1;
+	*bytes = v;
+	return 0;
+}
+
 char *
 event_describe_done(const json_t *done)
 {
@@ -127,7 +184,8 @@ event_describe_done(const json_t *done)
 	const char *code = event_error_code(done);
 	const char *message = event_error_message(done);
 	json_t *result = json_object_get(done, FIELD_RESULT);
-	char buf[FORMAT_DURATION_LEN], *s = NULL;
+	char buf[FORMAT_DURATION_LEN], name[32], limit[FORMAT_BYTES_LEN], *s = NULL;
+	uint64_t bytes;
 	int64_t n;
 	int r;
 
@@ -140,7 +198,13 @@ event_describe_done(const json_t *done)
 	else if (strcmp(code, ERR_SIGNAL) == 0) {
 		n = event_int(result, FIELD_SIGNAL, 0);
 		r = asprintf(&s, "killed by signal %lld (%s) after %s", (long long)n,
-		    n > 0 && n < NSIG ? strsignal((int)n) : "unknown", buf);
+		    event_signal_name(result, n, name, sizeof name), buf);
+	} else if (strcmp(code, ERR_OOM) == 0) {
+		if (event_oom_limit(message, &bytes) == 0)
+			r = asprintf(&s, "killed: it passed its memory limit of %s",
+			    format_bytes(bytes, limit, sizeof limit));
+		else
+			r = asprintf(&s, "killed: it passed its memory limit");
 	} else if (strcmp(state, STATE_TIMED_OUT) == 0)
 		r = asprintf(&s, "timed out after %s", buf);
 	else if (*message != '\0' && strcmp(message, state) != 0 &&
@@ -200,13 +264,33 @@ event_write_field(int fd, const json_t *obj, const char *text, const char *b64)
 	return 0;
 }
 
+/* An exec task's result: it always has exit_code (null when a signal ended it). */
+static bool
+event_is_exec_result(const json_t *result)
+{
+	return json_is_object(result) &&
+	    json_object_get(result, FIELD_EXIT_CODE) != NULL;
+}
+
 int
 event_write_result_output(const json_t *done)
 {
 	json_t *result = json_object_get(done, FIELD_RESULT);
+	char *text;
+	int r;
 
-	if (!json_is_object(result))
+	if (result == NULL || json_is_null(result))
 		return 0;
+	if (!event_is_exec_result(result)) {
+		/* another kind's result: what it returned, as one line of JSON */
+		if ((text = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY)) == NULL) {
+			errno = ENOMEM;
+			return -1;
+		}
+		r = event_write_all(STDOUT_FILENO, text, strlen(text));
+		free(text);
+		return r == -1 ? -1 : event_write_all(STDOUT_FILENO, "\n", 1);
+	}
 	if (event_write_field(STDOUT_FILENO, result, FIELD_STDOUT,
 	    FIELD_STDOUT_BASE64) == -1)
 		return -1;

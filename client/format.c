@@ -1,7 +1,7 @@
 /*
  * format.c: what tpctl shows people and reads from them: durations
- * ("500ms", "2.1s", "3m"), sizes, integers, table cells, and aligned
- * tables. Durations and sizes are read with common/units.c, the grammar tpd
+ * ("500ms", "2.1s", "3m"), sizes ("12.3 MiB"), integers, what a task used,
+ * table cells, and aligned tables. Durations and sizes are read with common/units.c, the grammar tpd
  * reads too.
  */
 #include "config.h"
@@ -13,6 +13,7 @@
 
 #include "tpctl.h"
 #include "units.h"
+#include "wire.h"
 
 /* The grammar of common/units.h, as tpd's flags and tpd.conf read it. */
 int
@@ -64,6 +65,51 @@ int
 format_parse_size(const char *s, uint64_t *out)
 {
 	return units_parse_size(s, out, NULL) == 0 ? 0 : -1;
+}
+
+char *
+format_bytes(uint64_t bytes, char *buf, size_t len)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	double v = (double)bytes / 1024;
+	size_t u = 0;
+
+	if (bytes < 1024) {
+		snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+		return buf;
+	}
+	/* the unit that keeps it below 1024 once rounded to a tenth */
+	while (v >= 1023.95 && u + 1 < sizeof units / sizeof units[0]) {
+		v /= 1024;
+		u++;
+	}
+	if (bytes % (1ULL << (10 * (u + 1))) == 0)
+		snprintf(buf, len, "%.0f %s", v, units[u]);
+	else
+		snprintf(buf, len, "%.1f %s", v, units[u]);
+	return buf;
+}
+
+char *
+format_usage(const json_t *usage, char *buf, size_t len)
+{
+	char peak[FORMAT_BYTES_LEN];
+	json_t *rss;
+	int n;
+
+	if (!json_is_object(usage) ||
+	    !json_is_number(json_object_get(usage, FIELD_USER_MS)) ||
+	    !json_is_number(json_object_get(usage, FIELD_SYSTEM_MS)))
+		return NULL;
+	n = snprintf(buf, len, "cpu %.2fs user, %.2fs system",
+	    event_num(usage, FIELD_USER_MS, 0) / 1000,
+	    event_num(usage, FIELD_SYSTEM_MS, 0) / 1000);
+	rss = json_object_get(usage, FIELD_MAX_RSS_BYTES);
+	if (json_is_integer(rss) && json_integer_value(rss) >= 0 && n >= 0 &&
+	    (size_t)n < len)
+		snprintf(buf + n, len - (size_t)n, ", peak %s",
+		    format_bytes((uint64_t)json_integer_value(rss), peak, sizeof peak));
+	return buf;
 }
 
 int
@@ -150,7 +196,12 @@ table_print(const struct table *t, FILE *f)
 				width[c] = w;
 		}
 	for (r = 0; r < t->nrows; r++) {
-		for (c = 0; c < t->ncols; c++) {
+		size_t ncols = t->ncols;
+		/* empty cells at the end of a row are left out: no trailing blanks */
+		while (ncols > 1 && (t->cells[r * t->ncols + ncols - 1] == NULL ||
+		    *t->cells[r * t->ncols + ncols - 1] == '\0'))
+			ncols--;
+		for (c = 0; c < ncols; c++) {
 			cell = t->cells[r * t->ncols + c];
 			if (cell == NULL)
 				cell = "";
@@ -158,7 +209,7 @@ table_print(const struct table *t, FILE *f)
 				fputs("  ", f);
 			if (t->align[c] == 'r')
 				fprintf(f, "%*s", (int)width[c], cell);
-			else if (c + 1 == t->ncols)
+			else if (c + 1 == ncols)
 				fputs(cell, f);     /* no trailing blanks */
 			else
 				fprintf(f, "%-*s", (int)width[c], cell);

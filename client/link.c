@@ -1,5 +1,6 @@
 /*
- * link.c: one connection to tpd: connect over a Unix socket or TCP with a
+ * link.c: one connection to tpd: connect over a Unix socket (the default
+ * one, or the system daemon's when that does not exist) or TCP with a
  * timeout, then newline-delimited JSON both ways (doc/protocol.md).
  *
  * The socket is non-blocking once connected, and every wait is one poll()
@@ -49,6 +50,8 @@ struct link {
 
 	uint64_t last_io_us;    /* when bytes last moved either way */
 };
+
+static char *link_xasprintf(const char *, ...) __attribute__((format(printf, 1, 2)));
 
 static char *
 link_xasprintf(const char *fmt, ...)
@@ -104,9 +107,10 @@ link_timeval(uint64_t ms, struct timeval *tv)
 /*
  * A Unix socket's connect completes or fails at once, unless the listen
  * backlog is full: then it blocks, for at most SO_SNDTIMEO on Linux.
+ * Returns the fd, or -1 with *error (an errno value) and *cause set.
  */
 static int
-link_open_unix(const char *path, uint64_t timeout_ms, char **cause)
+link_open_unix(const char *path, uint64_t timeout_ms, int *error, char **cause)
 {
 	struct sockaddr_un sun;
 	struct timeval tv;
@@ -115,6 +119,7 @@ link_open_unix(const char *path, uint64_t timeout_ms, char **cause)
 	memset(&sun, 0, sizeof sun);
 	sun.sun_family = AF_UNIX;
 	if (strlen(path) >= sizeof sun.sun_path) {
+		*error = ENAMETOOLONG;
 		*cause = link_xasprintf("cannot connect to %s: the path is longer "
 		    "than a Unix socket address allows (%zu bytes)", path,
 		    sizeof sun.sun_path - 1);
@@ -123,6 +128,7 @@ link_open_unix(const char *path, uint64_t timeout_ms, char **cause)
 	memcpy(sun.sun_path, path, strlen(path) + 1);
 
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1) {
+		*error = errno;
 		*cause = link_xasprintf("cannot create a socket: %s", strerror(errno));
 		return -1;
 	}
@@ -136,6 +142,7 @@ link_open_unix(const char *path, uint64_t timeout_ms, char **cause)
 		close(fd);
 		if (saved == EAGAIN || saved == EWOULDBLOCK || saved == EINPROGRESS)
 			saved = ETIMEDOUT;
+		*error = saved;
 		*cause = link_xasprintf("cannot connect to %s: %s%s", path,
 		    strerror(saved), link_hint(saved, false));
 		return -1;
@@ -143,6 +150,37 @@ link_open_unix(const char *path, uint64_t timeout_ms, char **cause)
 	memset(&tv, 0, sizeof tv);
 	(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 	return fd;
+}
+
+/*
+ * Connects to path or, when there is no such file, to fallback (the
+ * system daemon's socket); when neither answers, the message names both.
+ * *used is the path connected to.
+ */
+static int
+link_open_unix_or(const char *path, const char *fallback, uint64_t timeout_ms,
+    const char **used, char **cause)
+{
+	char *first = NULL;
+	int fd, error, error2;
+
+	*used = path;
+	fd = link_open_unix(path, timeout_ms, &error, &first);
+	if (fd != -1 || fallback == NULL || error != ENOENT) {
+		*cause = first;
+		return fd;
+	}
+	*used = fallback;
+	if ((fd = link_open_unix(fallback, timeout_ms, &error2, cause)) != -1) {
+		free(first);
+		return fd;
+	}
+	free(first);
+	free(*cause);
+	*cause = link_xasprintf("cannot connect to tpd: tried %s (%s) and %s "
+	    "(%s)%s", path, strerror(error), fallback, strerror(error2),
+	    link_hint(error2, false));
+	return -1;
 }
 
 /* Splits "host:port" or "[v6]:port" into host and port (in buf). */
@@ -176,7 +214,7 @@ link_split_host(const char *hostport, char *buf, size_t len, char **host,
 	return 0;
 }
 
-/* Waits for a non-blocking connect; returns 0 or an errno value. */
+/* Waits for a non-blocking connect (deadline 0: for ever); returns 0 or an errno value. */
 static int
 link_wait_connect(int fd, uint64_t deadline_us)
 {
@@ -186,7 +224,8 @@ link_wait_connect(int fd, uint64_t deadline_us)
 
 	for (;;) {
 		uint64_t now = tpctl_now_us();
-		int ms = now >= deadline_us ? 0 : (int)((deadline_us - now + 999) / 1000);
+		int ms = deadline_us == 0 ? -1 : now >= deadline_us ? 0 :
+		    (int)((deadline_us - now + 999) / 1000);
 		n = poll(&pfd, 1, ms);
 		if (n == -1 && errno == EINTR)
 			continue;
@@ -222,7 +261,7 @@ link_open_tcp(const char *hostport, uint64_t timeout_ms, char **cause)
 		    gai_strerror(gai));
 		return -1;
 	}
-	deadline = tpctl_now_us() + timeout_ms * 1000;
+	deadline = timeout_ms == 0 ? 0 : tpctl_now_us() + timeout_ms * 1000;
 	for (ai = res; ai != NULL; ai = ai->ai_next) {
 		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC |
 		    SOCK_NONBLOCK, ai->ai_protocol);
@@ -254,7 +293,8 @@ link_open_tcp(const char *hostport, uint64_t timeout_ms, char **cause)
 }
 
 struct link *
-link_open(const char *path, const char *host, uint64_t timeout_ms, char **cause)
+link_open(const char *path, const char *fallback, const char *host,
+    uint64_t timeout_ms, char **cause)
 {
 	struct link *lk;
 	int fd;
@@ -262,7 +302,7 @@ link_open(const char *path, const char *host, uint64_t timeout_ms, char **cause)
 	if (host != NULL)
 		fd = link_open_tcp(host, timeout_ms, cause);
 	else
-		fd = link_open_unix(path, timeout_ms, cause);
+		fd = link_open_unix_or(path, fallback, timeout_ms, &path, cause);
 	if (fd == -1)
 		return NULL;
 	if (link_set_nonblock(fd) == -1) {

@@ -75,12 +75,18 @@ session_hello(struct session *s, const char *token)
 	if (r != 0)
 		return r;
 	if (strcmp(event_name(reply), EV_ERROR) == 0) {
-		r = event_report_error("hello", reply);
-		tpctl_warnx("the daemon at %s refused the token from %s",
-		    link_address(s->link), s->opt->token_file);
+		/* one line: whose token, and the daemon's reason */
+		tpctl_warnx("the daemon at %s refused the token in %s: %s (%s)",
+		    link_address(s->link), s->opt->token_file,
+		    *event_error_message(reply) != '\0' ?
+		    event_error_message(reply) : "no reason given",
+		    *event_error_code(reply) != '\0' ? event_error_code(reply) :
+		    "unknown");
+		r = event_exit_for_error(event_error_code(reply));
 		json_decref(reply);
 		return r;
 	}
+	event_token_presented = true;
 	json_decref(reply);
 	return 0;
 }
@@ -102,8 +108,8 @@ session_open(struct session *s, struct tpctl *opt)
 	if (opt->token_file != NULL &&
 	    (r = session_read_token(opt->token_file, &token)) != 0)
 		return r;
-	s->link = link_open(opt->socket_path, opt->host, opt->connect_timeout_ms,
-	    &cause);
+	s->link = link_open(opt->socket_path, opt->socket_fallback, opt->host,
+	    opt->connect_timeout_ms, &cause);
 	if (s->link == NULL) {
 		tpctl_warnx("%s", cause);
 		free(cause);

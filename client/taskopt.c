@@ -1,21 +1,49 @@
 /*
  * taskopt.c: the task options run, submit and batch share (--pool,
- * --timeout, --queue-timeout, --env, --cwd, --output-limit, --stdin,
- * --task), and the submit request built from them.
+ * --timeout, --queue-timeout, --env, --cwd, --output-limit, the limits
+ * --memory, --cpus, --pids, --open-files, --cpu-seconds, --file-size,
+ * --stdin, --task), and the submit request built from them.
  */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base64.h"
 #include "tpctl.h"
 #include "units.h"
 #include "wire.h"
 
 /* The most of tpctl's stdin that --stdin sends. */
 #define TASKOPT_MAX_STDIN ((size_t)64 << 20)
+
+/*
+ * The limit options, in the order of OPT_MEMORY... and limit_arg, with the
+ * least value the daemon takes (doc/exec.md): a value below it is a usage
+ * error here rather than a bad_request there.
+ */
+enum taskopt_limit_type { TL_SIZE, TL_COUNT, TL_CORES, TL_SECONDS };
+static const struct taskopt_limit {
+	const char *option;
+	const char *field;
+	enum taskopt_limit_type type;
+	long long least;
+} taskopt_limits[] = {
+	{ "--memory", LIMIT_MEMORY_BYTES, TL_SIZE, 1 },
+	{ "--cpus", LIMIT_CPU_CORES, TL_CORES, 0 },
+	{ "--pids", LIMIT_PIDS, TL_COUNT, 1 },
+	{ "--open-files", LIMIT_OPEN_FILES, TL_COUNT, 3 },
+	{ "--cpu-seconds", LIMIT_CPU_SECONDS, TL_SECONDS, 1 },
+	{ "--file-size", LIMIT_FILE_BYTES, TL_SIZE, 0 },
+};
+_Static_assert(sizeof taskopt_limits / sizeof taskopt_limits[0] == TASKOPT_NLIMITS,
+    "a row per limit option");
+/* The daemon's range of cpu_cores, in thousandths of a core (its unit). */
+#define TASKOPT_MIN_MILLICORES 10
+#define TASKOPT_MAX_MILLICORES 1024000
 
 void
 taskopt_init(struct taskopt *to)
@@ -28,6 +56,7 @@ taskopt_free(struct taskopt *to)
 {
 	json_decref(to->env);
 	json_decref(to->task);
+	json_decref(to->limits);
 	taskopt_init(to);
 }
 
@@ -68,6 +97,116 @@ taskopt_env(struct taskopt *to, const struct cmd *c, const char *arg)
 	return 0;
 }
 
+/*
+ * A number of cores: digits with an optional fraction (0.5, 2, 1.25), in
+ * thousandths of a core, the daemon's unit: a finer fraction is refused
+ * rather than rounded. Returns 0, or -1 with *why set.
+ */
+static int
+taskopt_parse_cores(const char *s, uint64_t *milli, const char **why)
+{
+	uint64_t v = 0;
+
+	*why = "is not a number of cores from 0.01 to 1024 (0.5 is half a core)";
+	if (!isdigit((unsigned char)*s))
+		return -1;
+	for (; isdigit((unsigned char)*s); s++)  /* whole cores, bounded: no overflow */
+		if ((v = v * 10 + (uint64_t)(*s - '0')) > TASKOPT_MAX_MILLICORES / 1000)
+			return -1;
+	v *= 1000;
+	if (*s == '.') {
+		if (!isdigit((unsigned char)*++s))
+			return -1;
+		for (uint64_t unit = 100; isdigit((unsigned char)*s); s++) {
+			if (unit == 0 && *s != '0') {
+				*why = "is finer than a thousandth of a core";
+				return -1;
+			}
+			v += unit * (uint64_t)(*s - '0');
+			unit /= 10;
+		}
+	}
+	if (*s != '\0' || v < TASKOPT_MIN_MILLICORES || v > TASKOPT_MAX_MILLICORES)
+		return -1;
+	*milli = v;
+	return 0;
+}
+
+/* --memory and the other limits: task.limits.FIELD, or -1 (printed). */
+static int
+taskopt_limit(struct taskopt *to, const struct cmd *c, size_t k, const char *arg)
+{
+	const struct taskopt_limit *l = &taskopt_limits[k];
+	const char *why;
+	char *cause = NULL;
+	long long n;
+	uint64_t v;
+	json_t *value;
+	int r;
+
+	switch (l->type) {
+	case TL_SIZE:
+		if ((r = units_parse_size(arg, &v, &cause)) != 0 || v > INT64_MAX) {
+			if (r == 0)
+				cmd_usage_error(c, "%s: %s is too large", l->option, arg);
+			else
+				cmd_usage_error(c, "%s: %s", l->option, cause != NULL ?
+				    cause : arg);
+			free(cause);
+			return -1;
+		}
+		if (v < (uint64_t)l->least) {
+			cmd_usage_error(c, "%s: '%s': the least is %lld byte%s (leave "
+			    "%s out for the pool's default)", l->option, arg, l->least,
+			    l->least == 1 ? "" : "s", l->option);
+			return -1;
+		}
+		value = json_integer((json_int_t)v);
+		break;
+	case TL_SECONDS:
+		/* a bare number is seconds; a duration must be whole seconds */
+		if (format_parse_int(arg, l->least, INT64_MAX, &n) == 0) {
+			value = json_integer((json_int_t)n);
+			break;
+		}
+		if (!isdigit((unsigned char)*arg) || strspn(arg, "0123456789") ==
+		    strlen(arg) || units_parse_duration(arg, &v, NULL) != 0 ||
+		    v % 1000 != 0 || v / 1000 < (uint64_t)l->least ||
+		    v / 1000 > INT64_MAX) {
+			cmd_usage_error(c, "%s: '%s' is not a whole number of seconds "
+			    "of at least %lld (90, or 2min)", l->option, arg, l->least);
+			return -1;
+		}
+		value = json_integer((json_int_t)(v / 1000));
+		break;
+	case TL_COUNT:
+		if (format_parse_int(arg, l->least, INT64_MAX, &n) == -1) {
+			cmd_usage_error(c, "%s: '%s' is not a whole number of at least "
+			    "%lld", l->option, arg, l->least);
+			return -1;
+		}
+		value = json_integer((json_int_t)n);
+		break;
+	case TL_CORES:
+	default:
+		if (taskopt_parse_cores(arg, &v, &why) == -1) {
+			cmd_usage_error(c, "%s: '%s' %s", l->option, arg, why);
+			return -1;
+		}
+		value = json_real((double)v / 1000.0);
+		break;
+	}
+	if (value == NULL)
+		return -1;
+	if (to->limits == NULL && (to->limits = json_object()) == NULL) {
+		json_decref(value);
+		return -1;
+	}
+	json_object_set_new(to->limits, l->field, value);
+	to->limit_arg[k] = arg;
+	return 0;
+}
+
 int
 taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 {
@@ -81,13 +220,13 @@ taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 	case 't':
 		if (cmd_duration_arg(c, "--timeout", arg, &to->timeout_ms) == -1)
 			return -1;
-		to->timeout_set = true;
+		to->timeout_set = to->timeout_ms != 0;  /* 0: none, no timeout_ms */
 		return 1;
 	case OPT_QUEUE_TIMEOUT:
 		if (cmd_duration_arg(c, "--queue-timeout", arg,
 		    &to->queue_timeout_ms) == -1)
 			return -1;
-		to->queue_timeout_set = true;
+		to->queue_timeout_set = to->queue_timeout_ms != 0;
 		return 1;
 	case 'e':
 		return taskopt_env(to, c, arg) == -1 ? -1 : 1;
@@ -102,6 +241,14 @@ taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 		}
 		to->output_limit_set = true;
 		return 1;
+	case OPT_MEMORY:
+	case OPT_CPUS:
+	case OPT_PIDS:
+	case OPT_OPEN_FILES:
+	case OPT_CPU_SECONDS:
+	case OPT_FILE_SIZE:
+		return taskopt_limit(to, c, (size_t)(ch - OPT_LIMIT_FIRST), arg) == -1 ?
+		    -1 : 1;
 	case 'i':
 		to->read_stdin = true;
 		return 1;
@@ -149,14 +296,30 @@ taskopt_apply(const struct taskopt *to, json_t *task)
 	if (to->output_limit_set && json_object_get(task, FIELD_OUTPUT_LIMIT) == NULL)
 		json_object_set_new(task, FIELD_OUTPUT_LIMIT,
 		    json_integer((json_int_t)to->output_limit));
+	if (to->limits != NULL) {
+		json_t *limits = json_object_get(task, FIELD_LIMITS);
+		if (limits == NULL) {
+			limits = json_object();
+			json_object_set_new(task, FIELD_LIMITS, limits);
+		}
+		/* the task's own win; a limits that is not an object is the daemon's to refuse */
+		if (json_is_object(limits))
+			json_object_foreach(to->limits, key, v)
+				if (json_object_get(limits, key) == NULL)
+					json_object_set(limits, key, v);
+	}
 }
 
-/* Reads all of tpctl's stdin as the task's stdin. */
+/*
+ * Reads all of tpctl's stdin as the task's stdin: text as stdin, anything
+ * else (not UTF-8, or with a NUL, which the protocol's strings cannot
+ * hold) as stdin_base64.
+ */
 static int
 taskopt_read_stdin(const struct cmd *c, json_t *task)
 {
 	size_t len = 0, cap = 65536;
-	char *buf = malloc(cap), *nbuf;
+	char *buf = malloc(cap), *nbuf, *b64;
 	ssize_t n;
 	json_t *v;
 
@@ -190,14 +353,21 @@ taskopt_read_stdin(const struct cmd *c, json_t *task)
 			break;
 		len += (size_t)n;
 	}
-	v = json_stringn(buf, len);
-	free(buf);
-	if (v == NULL) {
-		tpctl_warnx("%s --stdin: stdin is not UTF-8 text (a task's stdin "
-		    "travels as a JSON string)", c->name);
-		return EX_DATAERR;
+	if (memchr(buf, '\0', len) == NULL && (v = json_stringn(buf, len)) != NULL) {
+		free(buf);
+		json_object_del(task, FIELD_STDIN_BASE64);
+		json_object_set_new(task, FIELD_STDIN, v);
+		return 0;
 	}
-	json_object_set_new(task, FIELD_STDIN, v);
+	b64 = base64_encode(buf, len);
+	free(buf);
+	if (b64 == NULL || (v = json_string(b64)) == NULL) {
+		free(b64);
+		return EX_OSERR;
+	}
+	free(b64);
+	json_object_del(task, FIELD_STDIN);
+	json_object_set_new(task, FIELD_STDIN_BASE64, v);
 	return 0;
 }
 
@@ -235,6 +405,16 @@ taskopt_build(struct taskopt *to, const struct cmd *c, int argc, char **argv,
 		if (argc > 0)
 			return cmd_usage_error(c, "give --task or a command, not both");
 		task = json_incref(to->task);
+		if (to->limits != NULL &&
+		    strcmp(event_str(task, FIELD_KIND, ""), KIND_EXEC) != 0) {
+			size_t k;
+			for (k = 0; to->limit_arg[k] == NULL; k++)
+				;
+			json_decref(task);
+			return cmd_usage_error(c, "%s: only exec tasks take limits, and "
+			    "the --task is of kind \"%s\"", taskopt_limits[k].option,
+			    event_str(to->task, FIELD_KIND, ""));
+		}
 	} else {
 		if (argc == 0)
 			return cmd_usage_error(c, "a command to run is needed");
@@ -264,4 +444,40 @@ taskopt_submit(const struct taskopt *to, json_t *task)
 		json_object_set_new(req, FIELD_QUEUE_TIMEOUT_MS,
 		    json_integer((json_int_t)to->queue_timeout_ms));
 	return req;
+}
+
+int
+taskopt_refused_limit(const struct taskopt *to, const json_t *task, const json_t *ev)
+{
+	static const char prefix[] = "task.limits.";
+	const char *msg = event_error_message(ev), *name;
+	json_t *given;
+	size_t k, len;
+
+	if (to->limits == NULL || strcmp(event_error_code(ev), ERR_BAD_REQUEST) != 0 ||
+	    strncmp(msg, prefix, sizeof prefix - 1) != 0)
+		return -1;
+	name = msg + sizeof prefix - 1;
+	for (k = 0; k < TASKOPT_NLIMITS; k++) {
+		len = strlen(taskopt_limits[k].field);
+		if (strncmp(name, taskopt_limits[k].field, len) == 0 &&
+		    !isalnum((unsigned char)name[len]) && name[len] != '_')
+			break;
+	}
+	if (k == TASKOPT_NLIMITS || to->limit_arg[k] == NULL)
+		return -1;
+	/* the task's own value (a --task or batch line that set it) is not the option's */
+	given = json_object_get(json_object_get(task, FIELD_LIMITS), taskopt_limits[k].field);
+	if (given == NULL || !json_equal(given, json_object_get(to->limits,
+	    taskopt_limits[k].field)))
+		return -1;
+	return (int)k;
+}
+
+int
+taskopt_report_refused(const struct taskopt *to, int k, const json_t *ev)
+{
+	tpctl_warnx("%s %s: %s (%s)", taskopt_limits[k].option, to->limit_arg[k],
+	    event_error_message(ev), event_error_code(ev));
+	return event_exit_for_error(event_error_code(ev));
 }

@@ -47,14 +47,32 @@ tpctl_warnx(const char *fmt, ...)
 	va_end(ap);
 }
 
+/*
+ * The system daemon's socket, which tpctl tries when the default rule's
+ * does not exist: WIRE_SYSTEM_SOCKET, or TPCTL_SYSTEM_SOCKET (for tests,
+ * which cannot put a daemon in /run).
+ */
+static const char *
+tpctl_system_socket(void)
+{
+	const char *env = getenv("TPCTL_SYSTEM_SOCKET");
+
+	return env != NULL && *env != '\0' ? env : WIRE_SYSTEM_SOCKET;
+}
+
 static void
 tpctl_usage(FILE *f)
 {
-	char path[256];
+	char path[256], where[512];
 	const struct cmd *const *c;
 
 	if (wire_default_socket_path(path, sizeof path) == NULL)
-		strcpy(path, "(too long)");
+		snprintf(where, sizeof where, "(too long)");
+	else if (strcmp(path, tpctl_system_socket()) == 0)
+		snprintf(where, sizeof where, "%s", path);
+	else
+		snprintf(where, sizeof where, "%s,\n                           "
+		    "else %s", path, tpctl_system_socket());
 	fprintf(f,
 	    "usage: tpctl [-s PATH | -H HOST:PORT] [--token-file FILE] [--json]\n"
 	    "             [--connect-timeout DUR] [--timeout-answer DUR] COMMAND [ARG...]\n"
@@ -73,7 +91,8 @@ tpctl_usage(FILE *f)
 	    "      --token-file FILE    present the token in FILE first (TCP; $TPD_TOKEN_FILE)\n"
 	    "      --json               print the daemon's events as received, one JSON\n"
 	    "                           object per line (also after the command)\n"
-	    "      --connect-timeout DUR  give up connecting after DUR (default 5s)\n"
+	    "      --connect-timeout DUR  give up connecting after DUR (default 5s;\n"
+	    "                           0: no limit)\n"
 	    "      --timeout-answer DUR  give up when an answer due at once (anything but\n"
 	    "                           a task's end) takes longer (default 10s; 0: no limit)\n"
 	    "  -h, --help               this help; tpctl COMMAND --help for a command's\n"
@@ -84,7 +103,7 @@ tpctl_usage(FILE *f)
 	    "128+N killed by signal N; 1 a task failed or the daemon refused a request;\n"
 	    "64 usage error; 69 daemon unreachable, no answer in time or connection lost;\n"
 	    "75 rejected (queue full or shutting down); 77 not permitted; 130 interrupted.\n"
-	    "See tpctl(1).\n", path);
+	    "See tpctl(1).\n", where);
 }
 
 void
@@ -224,6 +243,9 @@ tpctl_resolve(struct tpctl *opt)
 			return EX_USAGE;
 		}
 		opt->socket_path = path;
+		/* the system daemon's, for users whose own default has none */
+		if (strcmp(path, tpctl_system_socket()) != 0)
+			opt->socket_fallback = tpctl_system_socket();
 	}
 	if (opt->token_file == NULL && getenv("TPD_TOKEN_FILE") != NULL &&
 	    *getenv("TPD_TOKEN_FILE") != '\0')
@@ -344,6 +366,8 @@ main(int argc, char **argv)
 	optind = 0;     /* restart getopt for the command's own options */
 	r = c->exec(&opt, argc, argv);
 	if (fflush(stdout) == EOF && r == 0) {
+		if (errno == EPIPE)
+			return EXIT_BROKEN_PIPE;        /* quietly: nobody reads */
 		fprintf(stderr, "%s: cannot write the output: %s\n", tpctl_prog,
 		    strerror(errno));
 		r = EX_IOERR;

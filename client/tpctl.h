@@ -28,10 +28,12 @@
 /* Global options, from the command line and the environment. */
 struct tpctl {
 	const char *socket_path;        /* -s, TPD_SOCKET, or the default rule */
+	const char *socket_fallback;    /* the system socket, when socket_path
+					   (the default rule's) does not exist */
 	const char *host;               /* -H HOST:PORT, TPD_HOST; wins over socket_path */
 	const char *token_file;         /* --token-file, TPD_TOKEN_FILE */
 	bool json;                      /* --json: print events as received */
-	uint64_t connect_timeout_ms;    /* --connect-timeout */
+	uint64_t connect_timeout_ms;    /* --connect-timeout; 0: wait for ever */
 	uint64_t answer_timeout_ms;     /* --timeout-answer; 0: wait for ever */
 	bool answer_timeout_set;        /* given on the command line */
 };
@@ -101,12 +103,13 @@ enum link_result {
 };
 
 /*
- * Connects to a Unix socket path, or to HOST:PORT when host is set (IPv6 as
+ * Connects to a Unix socket path (or, when path does not exist and fallback
+ * is not NULL, to fallback), or to HOST:PORT when host is set (IPv6 as
  * [::1]:7420), giving up after timeout_ms. Returns NULL with *cause set to a
- * line naming the address, the error and a hint.
+ * line naming the address (the addresses tried), the error and a hint.
  */
-struct link *link_open(const char *path, const char *host, uint64_t timeout_ms,
-    char **cause);
+struct link *link_open(const char *path, const char *fallback, const char *host,
+    uint64_t timeout_ms, char **cause);
 void link_close(struct link *);
 /* The address, for messages. */
 const char *link_address(const struct link *);
@@ -217,22 +220,33 @@ int pipeline_run(struct session *, size_t n, bool waits,
     pipeline_request_fn request, pipeline_answer_fn answer, void *arg);
 
 /* taskopt.c: the task options run, submit and batch share. */
+#define TASKOPT_NLIMITS 6               /* --memory ... --file-size */
 struct taskopt {
 	const char *pool;               /* --pool */
 	uint64_t timeout_ms;            /* --timeout */
-	bool timeout_set;
+	bool timeout_set;               /* and not 0, which means none */
 	uint64_t queue_timeout_ms;      /* --queue-timeout */
-	bool queue_timeout_set;
+	bool queue_timeout_set;         /* likewise */
 	json_t *env;                    /* --env NAME=VALUE..., or NULL */
 	const char *cwd;                /* --cwd */
 	uint64_t output_limit;          /* --output-limit */
 	bool output_limit_set;
 	bool read_stdin;                /* --stdin: send tpctl's stdin */
 	json_t *task;                   /* --task JSON, or NULL */
+	json_t *limits;                 /* --memory, --cpus, ...: task.limits, or NULL */
+	const char *limit_arg[TASKOPT_NLIMITS]; /* each limit option's value as given */
 };
 #define OPT_QUEUE_TIMEOUT 1001
 #define OPT_OUTPUT_LIMIT  1002
 #define OPT_TASK          1003
+/* The limit options, in the order of limit_arg (taskopt.c's table). */
+#define OPT_LIMIT_FIRST   1100
+#define OPT_MEMORY        1100
+#define OPT_CPUS          1101
+#define OPT_PIDS          1102
+#define OPT_OPEN_FILES    1103
+#define OPT_CPU_SECONDS   1104
+#define OPT_FILE_SIZE     1105
 /* Short and long forms of the options every task-submitting command takes. */
 #define TASKOPT_SHORTOPTS "p:t:e:C:"
 #define TASKOPT_LONGOPTS \
@@ -241,15 +255,29 @@ struct taskopt {
 	{ "queue-timeout", required_argument, NULL, OPT_QUEUE_TIMEOUT }, \
 	{ "env", required_argument, NULL, 'e' }, \
 	{ "cwd", required_argument, NULL, 'C' }, \
-	{ "output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT }
+	{ "output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT }, \
+	{ "memory", required_argument, NULL, OPT_MEMORY }, \
+	{ "cpus", required_argument, NULL, OPT_CPUS }, \
+	{ "pids", required_argument, NULL, OPT_PIDS }, \
+	{ "open-files", required_argument, NULL, OPT_OPEN_FILES }, \
+	{ "cpu-seconds", required_argument, NULL, OPT_CPU_SECONDS }, \
+	{ "file-size", required_argument, NULL, OPT_FILE_SIZE }
 #define TASKOPT_HELP \
 	"  -p, --pool P             submit to pool P (default: the daemon's \"default\")\n" \
-	"  -t, --timeout DUR        end the task after DUR (state timed_out)\n" \
-	"      --queue-timeout DUR  give up if it waits in the queue longer (expired)\n" \
+	"  -t, --timeout DUR        end the task after DUR (state timed_out; 0: never)\n" \
+	"      --queue-timeout DUR  give up if it waits in the queue longer (expired;\n" \
+	"                           0: never)\n" \
 	"  -e, --env NAME=VALUE     add to the command's environment (NAME alone:\n" \
 	"                           pass on tpctl's own value); repeatable\n" \
 	"  -C, --cwd DIR            run the command in DIR (on the daemon's host)\n" \
-	"      --output-limit SIZE  capture at most SIZE bytes per stream (64k, 1M)\n"
+	"      --output-limit SIZE  capture at most SIZE bytes per stream (64k, 1M)\n" \
+	"      --memory SIZE        limit the task's memory (512M): with cgroups it\n" \
+	"                           is killed past it (oom), else allocations fail\n" \
+	"      --cpus N             limit it to N cores of CPU time (0.5: half a core)\n" \
+	"      --pids N             limit its processes and threads to N at once\n" \
+	"      --open-files N       limit each process's open files (at least 3)\n" \
+	"      --cpu-seconds N      limit each process's CPU time (90, or 2min)\n" \
+	"      --file-size SIZE     limit the size of each file it writes (10M)\n"
 void taskopt_init(struct taskopt *);
 void taskopt_free(struct taskopt *);
 /* Handles one option: 1 taken, 0 not a task option, -1 bad value (printed). */
@@ -263,6 +291,15 @@ int taskopt_build(struct taskopt *, const struct cmd *, int argc, char **argv,
     json_t **task);
 /* A submit request carrying task (taken). */
 json_t *taskopt_submit(const struct taskopt *, json_t *task);
+/*
+ * The limit an error event refuses (a bad_request about task.limits.NAME:
+ * beyond the pool's maximum, or not enforceable there) when it came from
+ * the options, task holding the option's value: its index in limit_arg, or
+ * -1.
+ */
+int taskopt_refused_limit(const struct taskopt *, const json_t *task, const json_t *ev);
+/* Prints that refusal in one line naming the option; returns the exit code. */
+int taskopt_report_refused(const struct taskopt *, int limit, const json_t *ev);
 
 /* batch-parse.c: the lines of a batch file. */
 enum batch_state { BATCH_PENDING, BATCH_SENT, BATCH_ACCEPTED, BATCH_FINISHED };
@@ -311,18 +348,31 @@ const char *event_error_code(const json_t *ev);
 const char *event_error_message(const json_t *ev);
 /* The exit code for a daemon error code: 77, 75 or 1. */
 int event_exit_for_error(const char *code);
-/* Prints "tpctl: what: message (code)"; returns event_exit_for_error. */
+/*
+ * Prints "tpctl: what: message (code)"; returns event_exit_for_error. For
+ * unauthenticated, unless a token was presented, the message says to give
+ * --token-file instead of the daemon's words about its protocol.
+ */
 int event_report_error(const char *what, const json_t *ev);
+/* The session presented a token, and the daemon took it. */
+extern bool event_token_presented;
 /*
  * The exit code a finished task stands for, as tpctl run exits: 0, the exec
  * task's exit status, 124 timed out, 128+N signal N, 1 otherwise.
  */
 int event_task_exit_code(const json_t *done);
-/* One line describing a done event ("exit status 3", "killed by signal 9 (Killed)"). */
+/* The usage in a done's result (an exec task's), or NULL. */
+json_t *event_usage(const json_t *done);
+/*
+ * One line describing a done event ("exit status 3", "killed by signal 9
+ * (SIGKILL)", "killed: it passed its memory limit of 512 MiB").
+ */
 char *event_describe_done(const json_t *done);
 /*
- * Writes the captured stdout and stderr of an exec result to fds 1 and 2
- * (decoding the _base64 forms). Returns 0, or -1 with errno (EPIPE).
+ * Writes what a finished task returned: an exec result's captured stdout
+ * and stderr to fds 1 and 2 (decoding the _base64 forms); another kind's
+ * result as one line of JSON on fd 1 (nothing for a null result, as
+ * sleep's). Returns 0, or -1 with errno (EPIPE).
  */
 int event_write_result_output(const json_t *done);
 /* Writes an output event's data to fd 1 or 2. Returns 0, or -1 with errno. */
@@ -338,6 +388,15 @@ char *format_duration(double ms, char *buf, size_t len);
 #define FORMAT_DURATION_LEN 32
 /* Parses a size: "4096", "64k", "1M", "1G". */
 int format_parse_size(const char *s, uint64_t *out);
+/* Formats bytes for people: "900 B", "512 KiB", "12.3 MiB", "1.5 GiB". */
+char *format_bytes(uint64_t bytes, char *buf, size_t len);
+#define FORMAT_BYTES_LEN 32
+/*
+ * What an exec task used (its result's usage), in one line: "cpu 0.25s
+ * user, 0.01s system, peak 12.3 MiB"; NULL when usage is not one.
+ */
+char *format_usage(const json_t *usage, char *buf, size_t len);
+#define FORMAT_USAGE_LEN 96
 /* Parses a decimal integer in [min, max]. */
 int format_parse_int(const char *s, long long min, long long max, long long *out);
 /*
@@ -354,12 +413,13 @@ void table_add(struct table *, const char *const *cells);
 void table_print(const struct table *, FILE *f);
 void table_free(struct table *);
 
-/* progress.c: a live progress line on a terminal. */
+/* progress.c: a live progress line on a terminal, cut to its width. */
 struct progress;
 /* A progress line on stderr, if stderr is a terminal; NULL otherwise. */
 struct progress *progress_new(size_t total);
-/* Counts one finished task (failed or not) and redraws, at most every 100ms. */
-void progress_done(struct progress *, bool failed);
+enum progress_end { PROGRESS_SUCCEEDED, PROGRESS_FAILED, PROGRESS_CANCELLED };
+/* Counts one finished task and redraws, at most every 100ms. */
+void progress_done(struct progress *, enum progress_end);
 /* Erases the line, before other output to the terminal. */
 void progress_clear(struct progress *);
 /* Redraws now. */

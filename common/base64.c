@@ -99,10 +99,11 @@ base64_decode(const char *s, size_t n, size_t *len)
 	for (size_t i = 0; i < full; i += 4) {
 		unsigned a = base64_values[p[i]], b = base64_values[p[i + 1]],
 		    c = base64_values[p[i + 2]], d = base64_values[p[i + 3]];
+		uint32_t w;
 
 		if ((a | b | c | d) & BAD)
 			goto bad;
-		uint32_t w = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | d;
+		w = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | d;
 		*o++ = (unsigned char)(w >> 16);
 		*o++ = (unsigned char)(w >> 8);
 		*o++ = (unsigned char)w;
@@ -113,10 +114,11 @@ base64_decode(const char *s, size_t n, size_t *len)
 		int pad = g[3] == '=' ? (g[2] == '=' ? 2 : 1) : 0;
 		unsigned a = base64_values[g[0]], b = base64_values[g[1]],
 		    c = pad == 2 ? 0 : base64_values[g[2]], d = pad >= 1 ? 0 : base64_values[g[3]];
+		uint32_t w;
 
 		if ((a | b | c | d) & BAD)
 			goto bad;
-		uint32_t w = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | d;
+		w = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | d;
 		/* the bits a padded group leaves over must be zero (canonical form) */
 		if ((pad == 1 && (w & 0xFF) != 0) || (pad == 2 && (w & 0xFFFF) != 0))
 			goto bad;

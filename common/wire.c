@@ -20,7 +20,7 @@ wire_default_socket_path(char *buf, size_t len)
 			first++;
 		n = snprintf(buf, len, "%.*s/tpd.sock", (int)first, dir);
 	} else if (geteuid() == 0)
-		n = snprintf(buf, len, "/run/tpd/tpd.sock");
+		n = snprintf(buf, len, "%s", WIRE_SYSTEM_SOCKET);
 	else if ((dir = getenv("XDG_RUNTIME_DIR")) != NULL && *dir != '\0')
 		n = snprintf(buf, len, "%s/tpd.sock", dir);
 	else

@@ -1,7 +1,8 @@
 /*
- * wire.h: what tpd and tpctl share of the wire (SPEC section 2): the names of
- * ops, events, fields, states and error codes, the framing, and the rule that
- * finds the default socket. One place, so the two programs cannot drift apart.
+ * wire.h: what tpd and tpctl share of the wire (doc/protocol.md): the names
+ * of ops, events, fields, states and error codes, the framing, and the rule
+ * that finds the default socket. One place, so the two programs cannot drift
+ * apart.
  */
 #ifndef TPD_WIRE_H
 #define TPD_WIRE_H
@@ -78,16 +79,20 @@
 #define ROLE_ADMIN  "admin"
 #define ROLE_SUBMIT "submit"
 
+/* The system daemon's socket: tpd.socket's, and tpd's own as root. */
+#define WIRE_SYSTEM_SOCKET "/run/tpd/tpd.sock"
+
 /*
- * The default Unix socket (SPEC section 1): $RUNTIME_DIRECTORY/tpd.sock under
- * systemd, else /run/tpd/tpd.sock as root, else $XDG_RUNTIME_DIR/tpd.sock,
- * else /tmp/tpd-$UID/tpd.sock. Writes into buf; returns buf, or NULL when the
- * path does not fit.
+ * The default Unix socket: $RUNTIME_DIRECTORY/tpd.sock under systemd, else
+ * WIRE_SYSTEM_SOCKET as root, else $XDG_RUNTIME_DIR/tpd.sock, else
+ * /tmp/tpd-$UID/tpd.sock. tpd listens there; tpctl connects there, and to
+ * WIRE_SYSTEM_SOCKET when that path does not exist. Writes into buf;
+ * returns buf, or NULL when the path does not fit.
  */
 char *wire_default_socket_path(char *buf, size_t len);
 
 /*
- * Fields of requests, events and tasks (SPEC section 2), and the task kinds.
+ * Fields of requests, events and tasks, and the task kinds.
  * An event names itself in FIELD_EVENT.
  */
 #define FIELD_OP               "op"
@@ -101,6 +106,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_ROLE             "role"
 #define FIELD_TASK             "task"
 #define FIELD_POOL             "pool"
+#define FIELD_OWNER            "owner"
 #define FIELD_DETACH           "detach"
 #define FIELD_STREAM           "stream"
 #define FIELD_QUEUE_TIMEOUT_MS "queue_timeout_ms"
@@ -118,9 +124,43 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_TARGET           "target"
 #define FIELD_WORKERS          "workers"
 #define FIELD_MODE             "mode"
+#define FIELD_PID              "pid"            /* started (exec) */
+
+/* stats, and each of its pools */
 #define FIELD_POOLS            "pools"
 #define FIELD_CONNECTIONS      "connections"
 #define FIELD_UPTIME_MS        "uptime_ms"
+#define FIELD_TASKS_OUTSTANDING "tasks_outstanding"
+#define FIELD_TASKS_RETAINED   "tasks_retained"
+#define FIELD_TASKS_RETAINED_BYTES "tasks_retained_bytes"
+#define FIELD_RESULTS_FORGOTTEN "results_forgotten"
+#define FIELD_CONTAINMENT      "containment"
+#define FIELD_PHASE            "phase"
+#define FIELD_NAME             "name"
+#define FIELD_BUSY             "busy"
+#define FIELD_IDLE             "idle"
+#define FIELD_CAPACITY         "capacity"
+#define FIELD_LIMIT            "limit"
+#define FIELD_ACCEPTED         "accepted"
+#define FIELD_REJECTED         "rejected"
+#define FIELD_REJECTED_FULL    "rejected_full"
+#define FIELD_SUCCEEDED        "succeeded"
+#define FIELD_FAILED           "failed"
+#define FIELD_TIMED_OUT        "timed_out"
+#define FIELD_CANCELLED        "cancelled"
+#define FIELD_EXPIRED          "expired"
+#define FIELD_OLDEST_QUEUED_MS "oldest_queued_ms"
+#define FIELD_CLOSED           "closed"
+#define FIELD_REMOVED          "removed"
+
+/* stats.phase */
+#define PHASE_RUNNING  "running"
+#define PHASE_DRAINING "draining"
+#define PHASE_STOPPING "stopping"
+
+/* stats.containment (doc/exec.md) */
+#define CONTAINMENT_CGROUP  "cgroup"
+#define CONTAINMENT_PROCESS "process"
 
 /* task fields (submit.task) */
 #define FIELD_KIND             "kind"
@@ -129,6 +169,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_ENV              "env"
 #define FIELD_CWD              "cwd"
 #define FIELD_STDIN            "stdin"
+#define FIELD_STDIN_BASE64     "stdin_base64"   /* binary stdin, instead of stdin */
 #define FIELD_OUTPUT_LIMIT     "output_limit"
 #define FIELD_VALUE            "value"
 #define FIELD_MS               "ms"
@@ -136,6 +177,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 /* exec results, and the streams of output events */
 #define FIELD_EXIT_CODE        "exit_code"
 #define FIELD_SIGNAL           "signal"
+#define FIELD_SIGNAL_NAME      "signal_name"    /* "SIGKILL", or null */
 #define FIELD_STDOUT           "stdout"
 #define FIELD_STDERR           "stderr"
 #define FIELD_STDOUT_BASE64    "stdout_base64"
@@ -143,6 +185,19 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_TRUNCATED        "truncated"
 #define STREAM_STDOUT          "stdout"
 #define STREAM_STDERR          "stderr"
+#define FIELD_USAGE            "usage"          /* what an exec task used */
+#define FIELD_USER_MS          "user_ms"
+#define FIELD_SYSTEM_MS        "system_ms"
+#define FIELD_MAX_RSS_BYTES    "max_rss_bytes"
+
+/* an exec task's limits: the fields of task.limits (doc/exec.md) */
+#define FIELD_LIMITS           "limits"
+#define LIMIT_MEMORY_BYTES     "memory_bytes"
+#define LIMIT_CPU_CORES        "cpu_cores"      /* a number: 0.5 is half a core */
+#define LIMIT_PIDS             "pids"
+#define LIMIT_OPEN_FILES       "open_files"
+#define LIMIT_CPU_SECONDS      "cpu_seconds"
+#define LIMIT_FILE_BYTES       "file_bytes"
 
 /* task kinds */
 #define KIND_EXEC  "exec"

@@ -8,6 +8,7 @@
 #include "capture.h"
 #include "log.h"
 #include "utf8.h"
+#include "wire.h"
 
 #define CAPTURE_FIRST_SIZE 4096
 
@@ -138,7 +139,7 @@ capture_chunk(struct capture *c, json_t *obj, const void *data, size_t n,
 	c->ncarry = final ? 0 : hold;
 	memcpy(c->carry, chunk + total - hold, c->ncarry);
 	total -= hold;
-	rc = total > 0 ? capture_json_set(obj, "data", "data_base64", chunk, total) : 0;
+	rc = total > 0 ? capture_json_set(obj, FIELD_DATA, FIELD_DATA_BASE64, chunk, total) : 0;
 	free(chunk);
 	return rc == 0 ? (long)total : -1;
 }

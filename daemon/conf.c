@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <grp.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -40,6 +41,7 @@
 #include "conf.h"
 #include "log.h"
 #include "units.h"
+#include "wire.h"
 
 /* A safe base environment for exec tasks; the daemon's own never leaks. */
 static const char *const default_exec_env[] = {
@@ -51,12 +53,14 @@ void
 conf_init(struct conf *c)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	struct conf_pool *d;
 
 	memset(c, 0, sizeof *c);
 	c->socket_mode = 0660;
 	c->max_connections = 1024;
 	c->max_request_bytes = 1024 * 1024;
 	c->max_output_buffer = 8 * 1024 * 1024;
+	c->output_stall_timeout_ms = 60 * 1000;
 	c->result_ttl_ms = 10 * 60 * 1000;
 	c->result_retain = 10000;
 	c->result_retain_bytes = 256 * 1024 * 1024;
@@ -69,7 +73,7 @@ conf_init(struct conf *c)
 	c->stream_budget = 256 * 1024;
 	for (size_t i = 0; i < sizeof default_exec_env / sizeof default_exec_env[0]; i++)
 		c->exec_env[c->nexec_env++] = strdup(default_exec_env[i]);
-	struct conf_pool *d = conf_pool_get(c, "default");
+	d = conf_pool_get(c, "default");
 	d->size = cpus > 0 && cpus <= 64 ? (unsigned)cpus : 4;
 }
 
@@ -84,10 +88,14 @@ conf_free(struct conf *c)
 	free(c->admin_group);
 	free(c->token_file);
 	free(c->admin_token_file);
+	free(c->containment);
+	free(c->cgroup_root);
 	for (size_t i = 0; i < c->nexec_env; i++)
 		free(c->exec_env[i]);
-	for (size_t i = 0; i < c->npools; i++)
+	for (size_t i = 0; i < c->npools; i++) {
 		free(c->pools[i].name);
+		free(c->pools[i].run_as_user);
+	}
 	memset(c, 0, sizeof *c);
 }
 
@@ -114,7 +122,25 @@ conf_pool_get(struct conf *c, const char *name)
 	p->size = 4;
 	p->limit = 64;
 	p->capacity = 1024;
+	p->run_as = CONF_RUN_AS_DAEMON;
+	for (size_t i = 0; i < CONF_NLIMITS; i++)
+		p->limits[i] = p->max_limits[i] = CONF_NO_LIMIT;
 	return p;
+}
+
+const char *
+conf_limit_name(enum conf_limit l)
+{
+	static const char *const names[CONF_NLIMITS] = {
+		[CONF_LIMIT_MEMORY_BYTES] = LIMIT_MEMORY_BYTES,
+		[CONF_LIMIT_CPU_CORES] = LIMIT_CPU_CORES,
+		[CONF_LIMIT_PIDS] = LIMIT_PIDS,
+		[CONF_LIMIT_OPEN_FILES] = LIMIT_OPEN_FILES,
+		[CONF_LIMIT_CPU_SECONDS] = LIMIT_CPU_SECONDS,
+		[CONF_LIMIT_FILE_BYTES] = LIMIT_FILE_BYTES,
+	};
+
+	return (unsigned)l < CONF_NLIMITS ? names[l] : "?";
 }
 
 int
@@ -209,6 +235,12 @@ enum conf_kind {
 	KIND_LOGLEVEL,  /* int, a log.h level */
 	KIND_LISTEN,    /* repeatable, space-separated HOST:PORT list */
 	KIND_ENV,       /* repeatable NAME=value */
+	KIND_CONTAINMENT, /* char *, auto, cgroup or process */
+	KIND_PATH,      /* char *, any path; empty = the default */
+	KIND_RUN_AS,    /* a pool's run_as: daemon, caller or an existing user */
+	KIND_LIMIT_SIZE,  /* uint64_t bytes, units.h's size */
+	KIND_LIMIT_COUNT, /* uint64_t, decimal digits */
+	KIND_LIMIT_CORES, /* uint64_t thousandths of a core, from "0.5", "2" */
 };
 
 /*
@@ -243,6 +275,8 @@ static const struct conf_key conf_keys[] = {
 	{ SECT_DAEMON, "max_connections", KIND_COUNT, D(max_connections), 1, 1048576, 0, NULL },
 	{ SECT_DAEMON, "max_request_bytes", KIND_SIZE, D(max_request_bytes), 256, GIB, 0, NULL },
 	{ SECT_DAEMON, "max_output_buffer", KIND_SIZE, D(max_output_buffer), 64 * KIB, GIB, 0, NULL },
+	{ SECT_DAEMON, "output_stall_timeout", KIND_DURATION, D(output_stall_timeout_ms), 0, DAY, 0,
+	    NULL },
 	{ SECT_DAEMON, "result_ttl", KIND_DURATION, D(result_ttl_ms), 0, 30 * DAY, 0, NULL },
 	{ SECT_DAEMON, "result_retain", KIND_COUNT, D(result_retain), 0, 10000000, 0, NULL },
 	{ SECT_DAEMON, "result_retain_bytes", KIND_SIZE, D(result_retain_bytes), 0, 1024 * GIB, 0, NULL },
@@ -252,6 +286,8 @@ static const struct conf_key conf_keys[] = {
 	{ SECT_DAEMON, "admin_group", KIND_GROUP, D(admin_group), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "token_file", KIND_FILE, D(token_file), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "admin_token_file", KIND_FILE, D(admin_token_file), 0, 0, 0, NULL },
+	{ SECT_DAEMON, "containment", KIND_CONTAINMENT, D(containment), 0, 0, 0, NULL },
+	{ SECT_DAEMON, "cgroup_root", KIND_PATH, D(cgroup_root), 0, 0, 0, NULL },
 	{ SECT_EXEC, "output_limit", KIND_SIZE, D(exec_output_limit), 0, GIB, 0, NULL },
 	{ SECT_EXEC, "output_limit_max", KIND_SIZE, D(exec_output_limit_max), 0, GIB, 0, NULL },
 	{ SECT_EXEC, "kill_grace", KIND_DURATION, D(exec_kill_grace_ms), 0, 3600 * SEC, 0, NULL },
@@ -260,6 +296,23 @@ static const struct conf_key conf_keys[] = {
 	{ SECT_POOL, "size", KIND_COUNT, P(size), 1, CONF_POOL_MAX_LIMIT, 'w', "workers" },
 	{ SECT_POOL, "limit", KIND_COUNT, P(limit), 1, CONF_POOL_MAX_LIMIT, 0, NULL },
 	{ SECT_POOL, "capacity", KIND_COUNT, P(capacity), 1, CONF_POOL_MAX_CAPACITY, 'q', "queue" },
+	{ SECT_POOL, "run_as", KIND_RUN_AS, P(run_as), 0, 0, 0, NULL },
+#define LIMIT_KEYS(prefix, field) \
+	{ SECT_POOL, prefix "memory_bytes", KIND_LIMIT_SIZE, \
+	    P(field[CONF_LIMIT_MEMORY_BYTES]), 64 * KIB, 1024 * GIB, 0, NULL }, \
+	{ SECT_POOL, prefix "cpu_cores", KIND_LIMIT_CORES, \
+	    P(field[CONF_LIMIT_CPU_CORES]), 10, 1024 * 1000, 0, NULL }, \
+	{ SECT_POOL, prefix "pids", KIND_LIMIT_COUNT, P(field[CONF_LIMIT_PIDS]), 1, 4194304, \
+	    0, NULL }, \
+	{ SECT_POOL, prefix "open_files", KIND_LIMIT_COUNT, \
+	    P(field[CONF_LIMIT_OPEN_FILES]), 3, 1 << 30, 0, NULL }, \
+	{ SECT_POOL, prefix "cpu_seconds", KIND_LIMIT_COUNT, \
+	    P(field[CONF_LIMIT_CPU_SECONDS]), 1, 366 * 24 * 3600, 0, NULL }, \
+	{ SECT_POOL, prefix "file_bytes", KIND_LIMIT_SIZE, \
+	    P(field[CONF_LIMIT_FILE_BYTES]), 0, 1024 * 1024 * GIB, 0, NULL }
+	LIMIT_KEYS("limit_", limits),
+	LIMIT_KEYS("max_limit_", max_limits),
+#undef LIMIT_KEYS
 };
 
 #define CONF_NKEYS (sizeof conf_keys / sizeof conf_keys[0])
@@ -494,7 +547,9 @@ conf_flags_usage(FILE *out)
 		[KIND_COUNT] = "N", [KIND_SIZE] = "SIZE", [KIND_DURATION] = "DUR",
 		[KIND_SOCKET] = "PATH", [KIND_MODE] = "MODE", [KIND_GROUP] = "GROUP",
 		[KIND_FILE] = "FILE", [KIND_LOGLEVEL] = "LEVEL", [KIND_LISTEN] = "HOST:PORT",
-		[KIND_ENV] = "NAME=VALUE",
+		[KIND_ENV] = "NAME=VALUE", [KIND_CONTAINMENT] = "auto|cgroup|process",
+		[KIND_PATH] = "CGROUP", [KIND_RUN_AS] = "USER", [KIND_LIMIT_SIZE] = "SIZE",
+		[KIND_LIMIT_COUNT] = "N", [KIND_LIMIT_CORES] = "CORES",
 	};
 	char text[CONF_NKEYS][CONF_FLAG_MAX + 24], name[CONF_FLAG_MAX], lo[32], hi[32];
 	const char *m;
@@ -516,10 +571,13 @@ conf_flags_usage(FILE *out)
 		const struct conf_key *k = &conf_keys[i];
 		fprintf(out, "  %-*s  [%s] %s", width, text[i], k->sect == SECT_DAEMON ?
 		    "daemon" : k->sect == SECT_EXEC ? "exec" : "pool default", k->name);
-		if (k->kind == KIND_COUNT)
+		if (k->kind == KIND_COUNT || k->kind == KIND_LIMIT_COUNT)
 			fprintf(out, " (%llu to %llu)", (unsigned long long)k->min,
 			    (unsigned long long)k->max);
-		else if (k->kind == KIND_SIZE)
+		else if (k->kind == KIND_LIMIT_CORES)
+			fprintf(out, " (%llu.%02llu to %llu)", (unsigned long long)(k->min / 1000),
+			    (unsigned long long)(k->min % 1000 / 10), (unsigned long long)(k->max / 1000));
+		else if (k->kind == KIND_SIZE || k->kind == KIND_LIMIT_SIZE)
 			fprintf(out, " (%s to %s)", units_format_size(k->min, lo, sizeof lo),
 			    units_format_size(k->max, hi, sizeof hi));
 		else if (k->kind == KIND_DURATION)
@@ -781,12 +839,14 @@ key_unknown(struct conf_load *l, const char *name)
 
 	for (size_t i = 0; i < CONF_NKEYS; i++) {
 		const struct conf_key *k = &conf_keys[i];
+		size_t d;
+
 		if (k->sect != l->sect) {
 			if (strcmp(k->name, name) == 0)
 				elsewhere = k;
 			continue;
 		}
-		size_t d = edit_distance(name, k->name);
+		d = edit_distance(name, k->name);
 		if (d < best) {
 			best = d;
 			near = k;
@@ -917,6 +977,105 @@ set_env(struct conf_load *l, const struct conf_key *k, const char *value)
 }
 
 /* Checks value against k and stores it at base + k->off. */
+/* A pool's run_as: "daemon", "caller" or the name of a user that exists. */
+static void
+set_run_as(struct conf_load *l, const struct conf_key *k, struct conf_pool *p,
+    const char *value)
+{
+	struct passwd pw, *res = NULL;
+	char buf[4096];
+
+	free(p->run_as_user);
+	p->run_as_user = NULL;
+	if (strcmp(value, "daemon") == 0)
+		p->run_as = CONF_RUN_AS_DAEMON;
+	else if (strcmp(value, "caller") == 0)
+		p->run_as = CONF_RUN_AS_CALLER;
+	else if (getpwnam_r(value, &pw, buf, sizeof buf, &res) != 0 || res == NULL)
+		key_error(l, k->name, "no user named \"%s\" (run_as is daemon, caller "
+		    "or a user name)", value);
+	else {
+		p->run_as = CONF_RUN_AS_USER;
+		p->run_as_user = strdup(value);
+	}
+}
+
+/* "0.5", "2", "1.25": thousandths of a core; -1 when not such a number. */
+static int
+parse_cores(const char *s, uint64_t *out)
+{
+	uint64_t whole = 0, frac = 0;
+	int digits = 0;
+
+	if (!isdigit((unsigned char)*s))
+		return -1;
+	for (; isdigit((unsigned char)*s); s++) {
+		whole = whole * 10 + (uint64_t)(*s - '0');
+		if (whole > 1000000)
+			return -1;
+	}
+	if (*s == '.') {
+		for (s++; isdigit((unsigned char)*s); s++, digits++)
+			if (digits < 3)
+				frac = frac * 10 + (uint64_t)(*s - '0');
+		if (digits == 0)
+			return -1;
+		for (int i = digits; i < 3; i++)
+			frac *= 10;
+	}
+	if (*s != '\0')
+		return -1;
+	*out = whole * 1000 + frac;
+	return 0;
+}
+
+/* limit_* and max_limit_*: a size, a count or cores, within the key's range. */
+static void
+set_limit(struct conf_load *l, const struct conf_key *k, void *slot, const char *value)
+{
+	uint64_t v = 0;
+	char *why = NULL;
+	int r;
+
+	switch (k->kind) {
+	case KIND_LIMIT_SIZE:
+		if ((r = units_parse_size(value, &v, &why)) == -1) {
+			key_error(l, k->name, "%s", why != NULL ? why : "out of memory");
+			free(why);
+			return;
+		}
+		free(why);
+		if (r == -2)
+			v = UINT64_MAX;
+		break;
+	case KIND_LIMIT_CORES:
+		if (parse_cores(value, &v) == -1) {
+			key_error(l, k->name, "\"%s\" is not a number of cores (like 0.5 "
+			    "or 2)", value);
+			return;
+		}
+		break;
+	default:
+		if ((r = parse_digits(value, &v)) == -1) {
+			key_error(l, k->name, "\"%s\" is not a whole number", value);
+			return;
+		}
+		if (r == -2)
+			v = UINT64_MAX;
+		break;
+	}
+	if (v < k->min || v > k->max) {
+		if (k->kind == KIND_LIMIT_CORES)
+			key_error(l, k->name, "%s is out of range (0.01 to %llu)", value,
+			    (unsigned long long)(k->max / 1000));
+		else
+			key_error(l, k->name, "%s is out of range (%llu to %llu)", value,
+			    (unsigned long long)k->min, (unsigned long long)k->max);
+		return;
+	}
+	*(uint64_t *)slot = v;
+}
+
 static void
 key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *value)
 {
@@ -1010,6 +1169,25 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 	case KIND_ENV:
 		set_env(l, k, value);
 		return;
+	case KIND_CONTAINMENT:
+		if (strcmp(value, "auto") != 0 && strcmp(value, "cgroup") != 0 &&
+		    strcmp(value, "process") != 0) {
+			key_error(l, k->name, "\"%s\" is not auto, cgroup or process", value);
+			return;
+		}
+		set_string(slot, value);
+		return;
+	case KIND_PATH:
+		set_string(slot, value);
+		return;
+	case KIND_RUN_AS:
+		set_run_as(l, k, (struct conf_pool *)(void *)base, value);
+		return;
+	case KIND_LIMIT_SIZE:
+	case KIND_LIMIT_COUNT:
+	case KIND_LIMIT_CORES:
+		set_limit(l, k, slot, value);
+		return;
 	}
 }
 
@@ -1018,7 +1196,7 @@ static void
 key_assign(struct conf_load *l, const struct conf_key *k, char *base, const char *value)
 {
 	if (*value == '\0' && k->kind != KIND_SOCKET && k->kind != KIND_GROUP &&
-	    k->kind != KIND_FILE && k->kind != KIND_LISTEN) {
+	    k->kind != KIND_FILE && k->kind != KIND_LISTEN && k->kind != KIND_PATH) {
 		key_error(l, k->name, "empty value");
 		return;
 	}
@@ -1225,6 +1403,84 @@ conf_clamp_sizes(const struct conf_load *l, struct conf *c)
 	}
 }
 
+/* True when tpd can change a task's user: root, or CAP_SETUID and CAP_SETGID. */
+static bool
+can_setuid(void)
+{
+	char line[256];
+	unsigned long long caps = 0;
+	bool found = false;
+	FILE *f;
+
+	if (geteuid() == 0)
+		return true;
+	if ((f = fopen("/proc/self/status", "re")) == NULL)
+		return false;
+	while (fgets(line, sizeof line, f) != NULL)
+		if (strncmp(line, "CapEff:", 7) == 0)
+			found = sscanf(line + 7, "%llx", &caps) == 1;
+	fclose(f);
+	/* CAP_SETGID is 6, CAP_SETUID 7 */
+	return found && (caps & (1ULL << 6)) && (caps & (1ULL << 7));
+}
+
+static conf_enforce_fn conf_enforce_hook;
+
+void
+conf_set_enforce(conf_enforce_fn fn)
+{
+	conf_enforce_hook = fn;
+}
+
+/*
+ * A pool's run_as needs privileges; its limit_* defaults are within
+ * max_limit_* and can be enforced by the daemon (conf_set_enforce).
+ */
+static void
+conf_check_pool_exec(struct conf_load *l, const struct conf *c)
+{
+	struct conf_enforce en;
+	char a[32], b[32];
+
+	memset(&en, 0, sizeof en);
+	if (conf_enforce_hook != NULL)
+		conf_enforce_hook(c, &en);
+	for (size_t i = 0; i < c->npools; i++) {
+		const struct conf_pool *p = &c->pools[i];
+		char sect[8 + CONF_POOL_NAME_MAX];
+
+		snprintf(sect, sizeof sect, "pool %s", p->name);
+		if (p->run_as != CONF_RUN_AS_DAEMON && !can_setuid())
+			source_error(l, sect, "run_as", "run_as", "%s needs root or the "
+			    "capabilities CAP_SETUID and CAP_SETGID, and tpd runs as uid %ld "
+			    "without them",
+			    p->run_as == CONF_RUN_AS_CALLER ? "caller" : p->run_as_user,
+			    (long)geteuid());
+		for (int k = 0; k < CONF_NLIMITS; k++) {
+			char key[48];
+			bool cores = k == CONF_LIMIT_CPU_CORES;
+
+			if (p->limits[k] == CONF_NO_LIMIT)
+				continue;
+			snprintf(key, sizeof key, "limit_%s", conf_limit_name(k));
+			if (en.why[k] != NULL)
+				source_error(l, sect, key, key, "cannot be enforced here: %s%s%s%s",
+				    en.why[k], en.note[0] != '\0' ? " (" : "", en.note,
+				    en.note[0] != '\0' ? ")" : "");
+			if (p->max_limits[k] == CONF_NO_LIMIT || p->limits[k] <= p->max_limits[k])
+				continue;
+			if (cores) {
+				snprintf(a, sizeof a, "%.3f", p->limits[k] / 1000.0);
+				snprintf(b, sizeof b, "%.3f", p->max_limits[k] / 1000.0);
+			} else {
+				snprintf(a, sizeof a, "%llu", (unsigned long long)p->limits[k]);
+				snprintf(b, sizeof b, "%llu", (unsigned long long)p->max_limits[k]);
+			}
+			source_error(l, sect, key, key, "%s is above max_%s %s", a, key, b);
+		}
+	}
+}
+
 /*
  * The checks between keys: a pool's size within its limit, output_limit
  * within output_limit_max. An error is told where the key that caused it
@@ -1258,6 +1514,7 @@ conf_cross_check(struct conf_load *l, const struct conf *c)
 		    "output_limit" : "output_limit_max", "%s is above output_limit_max %s",
 		    units_format_size(c->exec_output_limit, a, sizeof a),
 		    units_format_size(c->exec_output_limit_max, b, sizeof b));
+	conf_check_pool_exec(l, c);
 }
 
 /* The file's errors by line, then the flags' in command-line order. */

@@ -19,11 +19,34 @@
 #define CONF_POOL_MAX_CAPACITY 1000000  /* largest queue capacity */
 #define CONF_POOL_NAME_MAX 32
 
+/* An exec task's limits, in the order of the limit_* keys (doc/exec.md). */
+enum conf_limit {
+	CONF_LIMIT_MEMORY_BYTES,
+	CONF_LIMIT_CPU_CORES,   /* kept in thousandths of a core */
+	CONF_LIMIT_PIDS,
+	CONF_LIMIT_OPEN_FILES,
+	CONF_LIMIT_CPU_SECONDS,
+	CONF_LIMIT_FILE_BYTES,
+	CONF_NLIMITS,
+};
+#define CONF_NO_LIMIT UINT64_MAX
+
+/* Who a pool's exec tasks run as. */
+enum conf_run_as {
+	CONF_RUN_AS_DAEMON,     /* the daemon's own user */
+	CONF_RUN_AS_CALLER,     /* the submitting Unix peer */
+	CONF_RUN_AS_USER,       /* run_as_user */
+};
+
 struct conf_pool {
 	char *name;
 	unsigned size;          /* target workers */
 	unsigned limit;         /* most workers a resize may ask for */
 	unsigned capacity;      /* queue capacity */
+	enum conf_run_as run_as;
+	char *run_as_user;      /* CONF_RUN_AS_USER */
+	uint64_t limits[CONF_NLIMITS];          /* limit_*: defaults; CONF_NO_LIMIT none */
+	uint64_t max_limits[CONF_NLIMITS];      /* max_limit_*: maxima; CONF_NO_LIMIT none */
 };
 
 struct conf {
@@ -38,6 +61,7 @@ struct conf {
 	unsigned max_connections;       /* default 1024 */
 	size_t max_request_bytes;       /* default 1 MiB */
 	size_t max_output_buffer;       /* default 8 MiB */
+	uint64_t output_stall_timeout_ms; /* a client reading none of its output goes; 60 s; 0 = never */
 	uint64_t result_ttl_ms;         /* finished tasks kept for wait/status; default 10 min */
 	unsigned result_retain;         /* and at most this many; default 10000 */
 	size_t result_retain_bytes;     /* and their results in at most this; default 256 MiB */
@@ -47,6 +71,8 @@ struct conf {
 	char *admin_group;              /* may run admin ops on the Unix socket */
 	char *token_file;               /* TCP submit token */
 	char *admin_token_file;         /* TCP admin token */
+	char *containment;              /* "auto" (default), "cgroup" or "process" */
+	char *cgroup_root;              /* NULL: the cgroup tpd was started in */
 
 	/* [exec] */
 	size_t exec_output_limit;       /* default per-stream capture, 1 MiB */
@@ -141,6 +167,23 @@ int conf_load(struct conf *c, const char *path, char **errors);
 int conf_validate(const struct conf *c, char **errors);
 
 /*
+ * What the daemon can enforce of the pools' limit_* defaults: why[k] says
+ * why limit k cannot be enforced (NULL: it can), note adds what applies to
+ * all of them (empty: nothing). Filled by the hook for the configuration
+ * just read (its containment and cgroup_root decide), so that a default the
+ * system cannot enforce is an error of the key that set it, told where it
+ * was given (FILE:LINE or its flag) like every other value's error.
+ */
+struct conf_enforce {
+	const char *why[CONF_NLIMITS];
+	char note[1100];
+};
+typedef void (*conf_enforce_fn)(const struct conf *c, struct conf_enforce *out);
+
+/* Sets the hook conf_read and conf_validate use (NULL, the default: no such check). */
+void conf_set_enforce(conf_enforce_fn fn);
+
+/*
  * tpd -n -c path: loads path over the built-in defaults and prints
  * "configuration OK" on stdout, or every error on stderr. Returns the exit
  * status for main: 0 when the file is good, 1 otherwise.
@@ -164,6 +207,9 @@ struct conf_pool *conf_pool_get(struct conf *c, const char *name);
 
 /* Parses a pool or queue count: decimal digits only, at most max. */
 int conf_parse_count(const char *s, unsigned max, unsigned *out);
+
+/* The wire and file name of a limit ("memory_bytes", ...). */
+const char *conf_limit_name(enum conf_limit l);
 
 /* True when name is fit for a pool: 1 to 32 of A-Z a-z 0-9 _ . - */
 bool conf_pool_name_ok(const char *name);

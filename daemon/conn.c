@@ -6,13 +6,14 @@
  * they hold bytes: an idle connection costs its struct and an idmap entry.
  *
  * Reading: one read() per readiness into a scratch buffer shared by every
- * connection (the loop is single-threaded). Complete lines are handled
- * straight from it; only the start of a line whose newline has not come is
- * kept, in c->in. Each byte is searched for a newline once, so a long line
- * arriving in pieces is scanned once. A line longer than max_request_bytes is
- * answered with request_too_large as soon as the limit is passed, and the
- * rest of it is dropped as it arrives: nothing is buffered beyond the limit,
- * and the connection stays usable after the next newline.
+ * connection (the loop is single-threaded), split into lines by framing.c:
+ * complete lines are handled straight from it, only the start of a line
+ * whose newline has not come is kept, and each byte is searched for a
+ * newline once. A line longer than max_request_bytes is answered with
+ * request_too_large as soon as the limit is passed, and the rest of it is
+ * dropped as it arrives: nothing is buffered beyond the limit, and the
+ * connection stays usable after the next newline. The held bytes are freed
+ * with the connection, never while a line of it is being handled.
  *
  * Writing: answers are appended to c->out and the connection is put on a
  * dirty list; one event, activated once per batch, runs after the callbacks
@@ -22,19 +23,60 @@
  * it is answered every CONN_LINES_PER_WRITE lines, so the client can send
  * more while the loop works through the rest.
  * Only when the socket does not take everything is the event armed for
- * writing. A client whose unsent output passes max_output_buffer is
- * disconnected; its tasks go on.
+ * writing.
  *
- * A closed connection is freed, and its socket closed, by a zero-length
- * timer: after the callback that closed it has returned (callers may still
- * look at it after conn_send), and after the loop next polled. With epoll's
- * changelist, removing the event from epoll waits for that poll; closing the
- * socket first would let a worker's new descriptor (a pipe of an exec task)
- * take its number before epoll_ctl runs on it.
+ * Flow control: a client that reads is never cut off for the size of its
+ * answers, and one that does not read costs bounded memory.
+ *  - The output buffer takes an answer only while nothing is held back
+ *    before it and the answer fits under max_output_buffer, or the buffer
+ *    is empty: an answer goes whole into the buffer, so one event larger
+ *    than the cap still reaches a client that reads, alone. (A stream
+ *    event is measured by its weight, the output it carries.) Every answer
+ *    comes as text (proto.h): this file writes no JSON. Otherwise the
+ *    answer is held back, in order, on
+ *    c->out's held list: a done by reference (its shared text, blob.h, and
+ *    its request's id: one copy of the text however many connections are
+ *    owed it), any other line as its text. As the socket takes bytes, held
+ *    answers move into the buffer by the same rule.
+ *  - While the buffer is full or anything is held back, the connection's
+ *    requests are not dispatched: the line being handled is finished, the
+ *    rest of that read waits in the framing (at most one read), and the
+ *    socket is not read. Reading resumes, held lines first, once nothing is
+ *    held back and the buffer is down to half the cap (the low-water mark:
+ *    a client that reads gets a full buffer's worth per pause, not one line).
+ *  - A task's stream events that are held back keep their weight on the
+ *    task's stream budget until they move into the buffer, so the worker
+ *    producing them blocks in task_emit (task.c): a task's output is paced
+ *    by its reader, and its done, sent after its output, stays behind it.
+ * A connection's memory is thus its buffer (at most the cap plus one
+ * answer), the rest of one read, and the held list: one small item per done
+ * owed (the text is shared) plus the stream events that budgets bound.
+ *
+ * A client that reads nothing while its output waits is disconnected after
+ * output_stall_timeout (its tasks go on). A connection whose socket did not
+ * take all its output, the one case where the event is armed for writing,
+ * is on the stuck list with the time its socket last took bytes; one sweep
+ * timer, pending only while that list is not empty, closes those past the
+ * timeout. An idle connection has neither a timer nor a time stamp.
+ *
+ * A connection's memory: conn_close takes a connection off every list that
+ * can lead to it (the idmap, the dirty list), drops its output and held
+ * answers, and puts it on the graveyard, which a zero-length timer empties.
+ * The invariant: a connection is freed only when nothing can reach it any
+ * more: it is dead, on no list but the graveyard, its event deleted, and no
+ * callback of the loop pass that closed it can still hold it (callers may
+ * look at it after conn_send, a line of it may be being handled). Freeing
+ * also waits for the loop to poll once after the close: with epoll's
+ * changelist, removing the event from epoll waits for that poll, and
+ * closing the socket first would let a worker's new descriptor (a pipe of
+ * an exec task) take its number before epoll_ctl runs on it. So the reaper
+ * frees only the connections that were already dead when it last ran:
+ * between that run and this one the loop polled.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <stdalign.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,48 +88,100 @@
 
 #include <event2/event.h>
 
+#include "blob.h"
 #include "conn.h"
 #include "daemon.h"
+#include "framing.h"
 #include "idmap.h"
 #include "log.h"
 #include "mailbox.h"
 #include "ops.h"
+#include "pool.h"
+#include "proto.h"
 #include "utf8.h"
 #include "wire.h"
 
 #define CONN_SCRATCH (64 * 1024)  /* bytes taken from a socket per read */
 #define CONN_OUT_MIN 2048         /* first allocation of an output buffer */
-#define CONN_IN_MIN 256           /* first allocation of a held partial line */
-#define CONN_SEND_GUESS 256       /* room asked for before encoding an event */
 #define CONN_LINES_PER_WRITE 32   /* a long run of lines is answered in parts this long */
 #define CONN_ERROR_MAX 512        /* bytes of an error message, cut at a character boundary */
 
-/* The start of a request line whose newline has not come yet. */
-struct conn_in {
-	size_t len, cap;
-	char data[];
+/*
+ * Kept small: an idle connection is this struct, its libevent event (in
+ * evspace) and an idmap entry. Buffers exist only while they hold bytes.
+ */
+struct conn {
+	uint64_t id;
+	int fd;
+	uid_t uid;             /* Unix peers with have_creds */
+	gid_t gid;
+	pid_t pid;
+	enum conn_role role;
+	unsigned awaiting;     /* dones still owed to this connection (submits and waits) */
+	unsigned waits;        /* of those, waits (max_subscriptions) */
+	bool is_unix;
+	bool have_creds;       /* Unix peers: uid/gid/pid are known */
+	bool dead;             /* closed; freed from a deferred callback */
+	bool closing;          /* the peer ended its input: close once nothing is owed */
+	bool output_broken;    /* writing failed: answers are dropped, input still read */
+	bool paused;           /* output over max_output_buffer: requests are not read */
+	bool dispatching;      /* a line of it is being handled */
+	short events;          /* what the event is armed for: EV_READ, EV_WRITE */
+	uint8_t peer_family;   /* TCP peers: AF_INET or AF_INET6 (see conn_peer) */
+	uint16_t peer_port;
+	uint8_t peer_addr[16];
+	struct framing in;     /* the start of a line whose newline has not come */
+	struct conn_out *out;  /* output not yet written; NULL when none */
+	struct conn *next_dirty;  /* the list of connections to flush... */
+	struct conn **prev_dirty; /* ...which c is on when this is not NULL */
+	struct conn *next_stuck;  /* the list of connections whose socket is full... */
+	struct conn **prev_stuck; /* ...which c is on when this is not NULL */
+	struct conn *next_dead;   /* the graveyard (dead connections to free) */
+	char *token_name;         /* TCP: the token hello presented, by name; NULL: none */
+	alignas(max_align_t) unsigned char evspace[]; /* its struct event */
 };
 
-/* Unsent output: bytes [off, len) of data. */
+/* An answer held back while the output buffer is full (see the top of the file). */
+struct conn_item {
+	struct conn_item *next;
+	struct blob *body;      /* a done: its shared text, after the "{" */
+	json_t *id;             /* a done: its request's id, or NULL */
+	conn_sent_fn sent;      /* a stream event: called once it is in the buffer or dropped */
+	uint64_t key;           /* sent's arguments */
+	size_t weight;
+	size_t len;             /* any other line: its bytes, newline included */
+	char line[];
+};
+
+/* Output waiting: bytes [off, len) of data unsent, then the held answers. */
 struct conn_out {
 	size_t off, len, cap;
+	struct conn_item *held, *held_tail;
+	size_t nheld;
+	uint64_t progress_us;   /* stuck: when the socket last took bytes */
 	char data[];
 };
 
 static struct idmap *conns;
 static uint64_t next_conn_id = 1;
-static size_t nunflushed;           /* live connections with unsent output */
+static size_t nunflushed;           /* live connections with output waiting */
 static struct conn *dirty_head;     /* to write at the end of the iteration */
-static struct conn *graveyard;      /* closed, to free */
+static struct conn *graveyard;      /* closed since the reaper last ran */
+static struct conn *doomed;         /* closed before it last ran: freed when it runs next */
 static struct event *flush_ev;      /* writes the dirty */
-static struct event *reap_ev;       /* frees the dead, in the next iteration */
+static struct event *reap_ev;       /* frees the doomed, in the next iteration */
+static struct conn *stuck_head;     /* sockets that did not take all their output */
+static struct event *stall_ev;      /* sweeps them for output_stall_timeout */
 static bool flush_scheduled;
 static char scratch[CONN_SCRATCH];
+static unsigned lines_this_read;    /* lines handled from the current read */
 
 static void conn_io_cb(evutil_socket_t, short, void *);
 static void conn_flush_cb(evutil_socket_t, short, void *);
 static void conn_reap_cb(evutil_socket_t, short, void *);
-static void conn_send_error_line(struct conn *, json_t *, const char *, const char *);
+static void conn_stall_cb(evutil_socket_t, short, void *);
+static void conn_send_line(struct conn *, const char *, size_t);
+static void conn_resume_input(struct conn *);
 
 static struct event *
 conn_event(struct conn *c)
@@ -173,6 +267,27 @@ conn_peer(const struct conn *c)
 	return buf;
 }
 
+const char *
+conn_owner(const struct conn *c, char *buf, size_t len)
+{
+	if (c->is_unix && c->have_creds)
+		snprintf(buf, len, "uid:%u", (unsigned)c->uid);
+	else if (c->is_unix)
+		snprintf(buf, len, "unix:unknown");  /* no SO_PEERCRED: not seen on Linux */
+	else if (c->token_name != NULL)
+		snprintf(buf, len, "token:%s", c->token_name);
+	else
+		snprintf(buf, len, "tcp:anonymous");
+	return buf;
+}
+
+void
+conn_set_token_name(struct conn *c, const char *name)
+{
+	free(c->token_name);
+	c->token_name = name != NULL ? strdup(name) : NULL;
+}
+
 int
 conn_fd(const struct conn *c)
 {
@@ -198,6 +313,10 @@ conn_new(int fd, bool is_unix, const struct sockaddr *sa)
 		close(fd);
 		return NULL;
 	}
+	if (stall_ev == NULL && (stall_ev = evtimer_new(d->base, conn_stall_cb, NULL)) == NULL) {
+		close(fd);
+		return NULL;
+	}
 	if ((c = calloc(1, sizeof *c + event_get_struct_event_size())) == NULL) {
 		close(fd);
 		return NULL;
@@ -209,7 +328,6 @@ conn_new(int fd, bool is_unix, const struct sockaddr *sa)
 		read_peer_creds(c);
 	else
 		keep_peer_addr(c, sa);
-	c->role = ops_initial_role(c);
 	evutil_make_socket_nonblocking(fd);
 	if (idmap_put(conns, c->id, c) == -1) {
 		close(fd);
@@ -240,21 +358,134 @@ conn_pending(const struct conn *c)
 	return c->out != NULL ? c->out->len - c->out->off : 0;
 }
 
+/* The output takes no more: over the cap, or answers already held back. */
+static bool
+conn_out_full(const struct conn *c)
+{
+	return c->out != NULL && (c->out->held != NULL ||
+	    conn_pending(c) >= daemon_state->conf.max_output_buffer);
+}
+
+/* Down to the low-water mark: nothing held back, at most half the cap in the buffer. */
+static bool
+conn_out_drained(const struct conn *c)
+{
+	return c->out == NULL || (c->out->held == NULL &&
+	    conn_pending(c) <= daemon_state->conf.max_output_buffer / 2);
+}
+
+/* Frees a held answer; a stream event's budget is given back. */
+static void
+item_free(struct conn_item *it)
+{
+	if (it->sent != NULL)
+		it->sent(it->key, it->weight);
+	blob_release(it->body);
+	json_decref(it->id);
+	free(it);
+}
+
+/* Arms the stall sweep, a quarter of the timeout away (10 ms to 1 s). */
+static void
+stall_schedule(void)
+{
+	uint64_t ms = daemon_state->conf.output_stall_timeout_ms / 4;
+	struct timeval tv;
+
+	if (daemon_state->conf.output_stall_timeout_ms == 0 || evtimer_pending(stall_ev, NULL))
+		return;
+	if (ms < 10)
+		ms = 10;
+	if (ms > 1000)
+		ms = 1000;
+	tv.tv_sec = (time_t)(ms / 1000);
+	tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+	evtimer_add(stall_ev, &tv);
+}
+
+/* c's socket did not take all its output (progress_us is set). */
+static void
+stuck_add(struct conn *c)
+{
+	if (c->prev_stuck != NULL)
+		return;
+	c->next_stuck = stuck_head;
+	if (stuck_head != NULL)
+		stuck_head->prev_stuck = &c->next_stuck;
+	c->prev_stuck = &stuck_head;
+	stuck_head = c;
+	stall_schedule();
+}
+
+static void
+stuck_remove(struct conn *c)
+{
+	if (c->prev_stuck == NULL)
+		return;
+	*c->prev_stuck = c->next_stuck;
+	if (c->next_stuck != NULL)
+		c->next_stuck->prev_stuck = c->prev_stuck;
+	c->next_stuck = NULL;
+	c->prev_stuck = NULL;
+}
+
 static void
 conn_drop_output(struct conn *c)
 {
-	if (c->out != NULL) {
-		free(c->out);
-		c->out = NULL;
-		nunflushed--;
+	struct conn_item *it;
+
+	stuck_remove(c);
+	if (c->out == NULL)
+		return;
+	while ((it = c->out->held) != NULL) {
+		c->out->held = it->next;
+		item_free(it);
 	}
+	free(c->out);
+	c->out = NULL;
+	nunflushed--;
 }
 
 static void
 conn_drop_input(struct conn *c)
 {
-	free(c->in);
-	c->in = NULL;
+	framing_reset(&c->in);
+}
+
+/* Puts c on the list of connections to write at the end of the loop pass. */
+static void
+dirty_add(struct conn *c)
+{
+	if (c->prev_dirty != NULL)
+		return;
+	c->next_dirty = dirty_head;
+	if (dirty_head != NULL)
+		dirty_head->prev_dirty = &c->next_dirty;
+	c->prev_dirty = &dirty_head;
+	dirty_head = c;
+	conn_schedule_flush();
+}
+
+static void
+dirty_remove(struct conn *c)
+{
+	if (c->prev_dirty == NULL)
+		return;
+	*c->prev_dirty = c->next_dirty;
+	if (c->next_dirty != NULL)
+		c->next_dirty->prev_dirty = c->prev_dirty;
+	c->next_dirty = NULL;
+	c->prev_dirty = NULL;
+}
+
+/* Runs the reaper in the next loop pass, if it is not already due. */
+static void
+reap_schedule(void)
+{
+	struct timeval now = { 0, 0 };
+
+	if (!evtimer_pending(reap_ev, NULL))
+		evtimer_add(reap_ev, &now);
 }
 
 static void
@@ -265,6 +496,7 @@ conn_free(struct conn *c)
 	conn_drop_output(c);
 	conn_drop_input(c);
 	close(c->fd);
+	free(c->token_name);
 	free(c);
 }
 
@@ -277,23 +509,20 @@ conn_close(struct conn *c, const char *why)
 	idmap_remove(conns, c->id);
 	conn_set_events(c, 0);
 	conn_drop_output(c);
-	conn_drop_input(c);
+	dirty_remove(c);
 	if (why != NULL)
 		log_info("connection %llu (%s) closed: %s", (unsigned long long)c->id, conn_peer(c),
 		    why);
-	if (graveyard == NULL) {
-		struct timeval now = { 0, 0 };
-		evtimer_add(reap_ev, &now);
-	}
 	c->next_dead = graveyard;
 	graveyard = c;
+	reap_schedule();
 }
 
 /* A closing connection goes once nothing is owed and everything was written. */
 static void
 close_if_finished(struct conn *c)
 {
-	if (c->closing && c->awaiting == 0 && conn_pending(c) == 0)
+	if (c->closing && c->awaiting == 0 && c->out == NULL)
 		conn_close(c, NULL);
 }
 
@@ -306,36 +535,69 @@ conn_close_after_flush(struct conn *c)
 	close_if_finished(c);
 }
 
-void
-conn_owed_done(struct conn *c)
+uint64_t
+conn_id(const struct conn *c)
 {
-	if (c->awaiting > 0)
-		c->awaiting--;
+	return c->id;
 }
 
-/*
- * Before adding an event: a client whose unsent backlog already passed the
- * cap has stopped reading, and is disconnected. Checking before rather than
- * after lets one event larger than the cap (a big done) through to a client
- * that keeps up, while a client that does not is bounded to the cap plus one
- * event.
- */
-static bool
-over_output_cap(struct conn *c)
+bool
+conn_is_unix(const struct conn *c)
 {
-	size_t pending = conn_pending(c);
-	size_t cap = daemon_state->conf.max_output_buffer;
+	return c->is_unix;
+}
 
-	if (pending <= cap)
+bool
+conn_creds(const struct conn *c, uid_t *uid, gid_t *gid, pid_t *pid)
+{
+	if (!c->is_unix || !c->have_creds)
 		return false;
-	log_warnx("connection %llu (%s): %zu bytes of unsent output passed "
-	    "max_output_buffer (%zu): disconnecting; its tasks go on",
-	    (unsigned long long)c->id, conn_peer(c), pending, cap);
-	conn_close(c, NULL);
+	if (uid != NULL)
+		*uid = c->uid;
+	if (gid != NULL)
+		*gid = c->gid;
+	if (pid != NULL)
+		*pid = c->pid;
 	return true;
 }
 
-/* Makes room for n more bytes of output; -1 when memory ran out. */
+enum conn_role
+conn_role(const struct conn *c)
+{
+	return c->role;
+}
+
+void
+conn_set_role(struct conn *c, enum conn_role role)
+{
+	c->role = role;
+}
+
+void
+conn_done_owed(struct conn *c, bool wait)
+{
+	c->awaiting++;
+	if (wait)
+		c->waits++;
+}
+
+void
+conn_done_settled(struct conn *c, bool wait)
+{
+	if (c->awaiting > 0)
+		c->awaiting--;
+	if (wait && c->waits > 0)
+		c->waits--;
+	close_if_finished(c);   /* a done that went out is waited for in conn_write */
+}
+
+unsigned
+conn_waits(const struct conn *c)
+{
+	return c->waits;
+}
+
+/* Makes room for n more bytes in the output buffer; -1 when memory ran out. */
 static int
 out_reserve(struct conn *c, size_t n)
 {
@@ -348,6 +610,8 @@ out_reserve(struct conn *c, size_t n)
 			return -1;
 		o->off = o->len = 0;
 		o->cap = cap;
+		o->held = o->held_tail = NULL;
+		o->nheld = 0;
 		c->out = o;
 		nunflushed++;
 		return 0;
@@ -375,21 +639,76 @@ out_reserve(struct conn *c, size_t n)
 	return 0;
 }
 
-static int
-out_add(struct conn *c, const char *p, size_t n)
+/* Appends n bytes to the output buffer (room was reserved). */
+static void
+out_put(struct conn *c, const char *p, size_t n)
 {
-	if (out_reserve(c, n) == -1)
-		return -1;
 	memcpy(c->out->data + c->out->len, p, n);
 	c->out->len += n;
+}
+
+/* Copies a done into the output buffer: its head for c (the id), then body. -1 when out of memory. */
+static int
+out_add_done(struct conn *c, json_t *id, const struct blob *body)
+{
+	struct proto_text head;
+
+	proto_encode_done_head(&head, id);
+	if (!proto_text_ok(&head) || out_reserve(c, head.len + body->len + 1) == -1) {
+		proto_text_free(&head);
+		return -1; /* a parsed id always encodes: only memory can lack */
+	}
+	out_put(c, head.data, head.len);
+	out_put(c, body->data, body->len);
+	out_put(c, "\n", 1);
+	proto_text_free(&head);
 	return 0;
 }
 
-/* Before adding output: false when it must be dropped (dead, broken, over the cap). */
-static bool
-conn_can_send(struct conn *c)
+/* Moves held answers into the buffer while it is under the cap. -1 when out of memory. */
+static int
+out_refill(struct conn *c)
 {
-	return !c->dead && !c->output_broken && !over_output_cap(c);
+	size_t cap = daemon_state->conf.max_output_buffer;
+	struct conn_item *it;
+
+	while ((it = c->out->held) != NULL && conn_pending(c) < cap) {
+		if (it->body != NULL && conn_pending(c) > 0 && it->body->len > cap - conn_pending(c))
+			break; /* a done that does not fit waits for the room, or to go alone */
+		if (it->body != NULL) {
+			if (out_add_done(c, it->id, it->body) == -1)
+				return -1;
+		} else if (out_reserve(c, it->len) == -1)
+			return -1;
+		else
+			out_put(c, it->line, it->len);
+		if ((c->out->held = it->next) == NULL)
+			c->out->held_tail = NULL;
+		c->out->nheld--;
+		item_free(it);
+	}
+	return 0;
+}
+
+/* Before adding output: false when it must be dropped (dead, or writing failed). */
+static bool
+conn_can_send(const struct conn *c)
+{
+	return !c->dead && !c->output_broken;
+}
+
+/*
+ * True when an answer of about len bytes may go into the buffer now: nothing
+ * is held back, and it fits under the cap, or the buffer is empty (one
+ * answer larger than the cap goes alone).
+ */
+static bool
+out_takes(const struct conn *c, size_t len)
+{
+	size_t pending = conn_pending(c), cap = daemon_state->conf.max_output_buffer;
+
+	return c->out == NULL || (c->out->held == NULL && pending < cap &&
+	    (len <= cap - pending || pending == 0));
 }
 
 /* After adding output (ok: it all went in): queues c for the flush. */
@@ -401,88 +720,166 @@ conn_sent(struct conn *c, bool ok)
 		conn_close(c, "out of memory for its output");
 		return;
 	}
-	if (!c->dirty && !(c->events & EV_WRITE)) {
-		c->dirty = true;
-		c->next_dirty = dirty_head;
-		dirty_head = c;
-		conn_schedule_flush();
+	if (!(c->events & EV_WRITE))
+		dirty_add(c);
+}
+
+/* Holds back a new answer of len bytes of text (after the item); NULL when out of memory. */
+static struct conn_item *
+hold(struct conn *c, size_t len)
+{
+	struct conn_item *it = calloc(1, sizeof *it + len);
+
+	if (it == NULL) {
+		conn_close(c, "out of memory for its output");
+		return NULL;
 	}
+	/* held only behind a full buffer: c->out exists, and c is dirty or armed for writing */
+	if (c->out->held_tail != NULL)
+		c->out->held_tail->next = it;
+	else
+		c->out->held = it;
+	c->out->held_tail = it;
+	c->out->nheld++;
+	return it;
 }
 
 /*
- * Encodes event straight into the output's free space (twice only when it
- * does not fit). -1 when memory ran out.
+ * An event whose text could not be written (a string in it is not UTF-8,
+ * or memory ran out): the request still gets an answer, an error
+ * "internal" with the event's id, and the daemon's log says so. Never a
+ * line cut short, never silence.
  */
-static int
-out_add_json(struct conn *c, json_t *event)
+static void
+conn_send_unsent(struct conn *c, const struct proto_text *pt)
 {
-	size_t room, n;
+	const char *name = pt->event;
+	struct proto_text err;
 
-	if (out_reserve(c, CONN_SEND_GUESS) == -1)
-		return -1;
-	room = c->out->cap - c->out->len;
-	if ((n = json_dumpb(event, c->out->data + c->out->len, room, JSON_COMPACT)) == 0) {
-		/* nothing was added: the stream stays whole without this event */
-		log_warnx("connection %llu (%s): an event could not be encoded: dropped",
-		    (unsigned long long)c->id, conn_peer(c));
-		return 0;
-	}
-	if (n + 1 > room) {
-		if (out_reserve(c, n + 1) == -1 ||
-		    json_dumpb(event, c->out->data + c->out->len, n, JSON_COMPACT) != n)
-			return -1;
-	}
-	c->out->len += n;
-	c->out->data[c->out->len++] = '\n';
-	return 0;
+	if (name != NULL && (strlen(name) > 32 || strspn(name, "abcdefghijklmnopqrstuvwxyz_") !=
+	    strlen(name)))
+		name = NULL; /* not one of ours: not worth quoting */
+	log_warnx("connection %llu (%s): %s%s%s could not be %s: answered with an "
+	    "internal error", (unsigned long long)c->id, conn_peer(c),
+	    name != NULL ? "a \"" : "an event", name != NULL ? name : "",
+	    name != NULL ? "\" event" : "", pt->unencodable ? "encoded as JSON" : "built");
+	proto_encode_unsent(&err, pt);
+	if (proto_text_ok(&err))
+		conn_send_line(c, err.data, err.len);
+	else
+		conn_close(c, "out of memory for its output");
+	proto_text_free(&err);
 }
 
 void
-conn_send(struct conn *c, json_t *event)
+conn_send_text(struct conn *c, struct proto_text *pt)
 {
 	if (!conn_can_send(c))
-		return;
-	conn_sent(c, out_add_json(c, event) == 0);
+		;
+	else if (!proto_text_ok(pt))
+		conn_send_unsent(c, pt);
+	else
+		conn_send_line(c, pt->data, pt->len);
+	proto_text_free(pt);
 }
 
-void
+/* Adds a line and its newline to the buffer, over the cap if need be. */
+static void
+out_add_line(struct conn *c, const char *line, size_t len)
+{
+	bool ok = out_reserve(c, len + 1) == 0;
+
+	if (ok) {
+		out_put(c, line, len);
+		out_put(c, "\n", 1);
+	}
+	conn_sent(c, ok);
+}
+
+/* Sends a ready line (without the trailing newline). */
+static void
 conn_send_line(struct conn *c, const char *line, size_t len)
 {
+	struct conn_item *it;
+
 	if (!conn_can_send(c))
 		return;
-	conn_sent(c, out_reserve(c, len + 1) == 0 && out_add(c, line, len) == 0 &&
-	    out_add(c, "\n", 1) == 0);
+	if (out_takes(c, len + 1))
+		out_add_line(c, line, len);
+	else if ((it = hold(c, len + 1)) != NULL) {
+		memcpy(it->line, line, len);
+		it->line[len] = '\n';
+		it->len = len + 1;
+	}
 }
 
 void
-conn_send_raw(struct conn *c, const char *a, size_t alen, const char *b, size_t blen)
+conn_send_done(struct conn *c, json_t *id, struct blob *body)
 {
+	struct conn_item *it;
+
 	if (!conn_can_send(c))
 		return;
-	conn_sent(c, out_reserve(c, alen + blen + 1) == 0 && out_add(c, a, alen) == 0 &&
-	    out_add(c, b, blen) == 0 && out_add(c, "\n", 1) == 0);
+	if (out_takes(c, body->len))
+		conn_sent(c, out_add_done(c, id, body) == 0);
+	else if ((it = hold(c, 0)) != NULL) {
+		it->body = blob_hold(body);
+		it->id = json_incref(id);
+	}
+}
+
+void
+conn_send_stream(struct conn *c, struct proto_text *pt, conn_sent_fn sent, uint64_t key,
+    size_t weight)
+{
+	struct conn_item *it;
+
+	if (!conn_can_send(c) || !proto_text_ok(pt)) {
+		conn_send_text(c, pt);
+		sent(key, weight);
+		return;
+	}
+	if (out_takes(c, weight)) {
+		out_add_line(c, pt->data, pt->len);
+		proto_text_free(pt);
+		sent(key, weight);
+		return;
+	}
+	/* held: its weight stays on the task's budget until it leaves the list */
+	if ((it = hold(c, pt->len + 1)) == NULL)
+		sent(key, weight);
+	else {
+		memcpy(it->line, pt->data, pt->len);
+		it->line[pt->len] = '\n';
+		it->len = pt->len + 1;
+		it->sent = sent;
+		it->key = key;
+		it->weight = weight;
+	}
+	proto_text_free(pt);
 }
 
 void
 conn_send_error(struct conn *c, json_t *id, const char *code, const char *fmt, ...)
 {
 	char msg[CONN_ERROR_MAX];
+	struct proto_text pt;
 	va_list ap;
-	json_t *ev;
 
 	/* cut at a character boundary, never inside one: the event must encode */
 	va_start(ap, fmt);
 	utf8_vformat(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	ev = json_pack("{s:s, s:O?, s:{s:s, s:s}}", "event", EV_ERROR, "id", id,
-	    "error", "code", code, "message", msg);
-	if (ev == NULL) {
-		/* out of memory: the request is still answered, with a line that needs none */
-		conn_send_error_line(c, id, ERR_INTERNAL, "out of memory building an error");
-		return;
-	}
-	conn_send(c, ev);
-	json_decref(ev);
+	proto_encode_error(&pt, id, code, msg);
+	conn_send_text(c, &pt);
+}
+
+/* Stops dispatching c's requests and reading its socket (its output is full). */
+static void
+conn_pause_input(struct conn *c)
+{
+	c->paused = true;
+	conn_set_events(c, (short)(c->events & ~EV_READ));
 }
 
 /* Writing failed: the client can no longer receive, but what it sent before going still counts. */
@@ -498,10 +895,13 @@ conn_output_failed(struct conn *c, int err)
 		conn_close(c, NULL);
 		return;
 	}
-	conn_set_events(c, EV_READ);
+	conn_set_events(c, (short)(c->events & ~EV_WRITE));
+	if (c->paused)
+		conn_resume_input(c);
+	else
+		conn_set_events(c, EV_READ);
 }
 
-/* Writes what is pending with one send(); arms the event for writing if some is left. */
 /* c has output to send now: alive, and not waiting for the socket to take more. */
 static bool
 conn_can_write(const struct conn *c)
@@ -509,6 +909,11 @@ conn_can_write(const struct conn *c)
 	return !c->dead && c->out != NULL && !(c->events & EV_WRITE);
 }
 
+/*
+ * Writes what is pending with one send(), then moves held answers into the
+ * room it made; arms the event for writing if anything is left. Once the
+ * output is down to the low-water mark, a paused connection reads again.
+ */
 static void
 conn_write(struct conn *c)
 {
@@ -519,65 +924,30 @@ conn_write(struct conn *c)
 	if (n == -1) {
 		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
 			conn_output_failed(c, errno);
-			if (daemon_state->phase == DAEMON_EXITING)
-				daemon_maybe_exit();
 			return;
 		}
 		n = 0;
 	}
 	o->off += (size_t)n;
-	if (o->off < o->len) {
-		conn_set_events(c, (short)(c->events | EV_WRITE));
+	if (o->off == o->len)
+		o->off = o->len = 0;
+	if (o->held != NULL && out_refill(c) == -1) {
+		conn_close(c, "out of memory for its output");
 		return;
 	}
-	conn_drop_output(c);
-	conn_set_events(c, (short)(c->events & ~EV_WRITE));
-	if (c->closing)
-		close_if_finished(c);
-	if (daemon_state->phase == DAEMON_EXITING)
-		daemon_maybe_exit();
-}
-
-/* A complete line of len bytes is longer than the limit. */
-static void
-conn_line_over_limit(struct conn *c, size_t len, size_t max)
-{
-	conn_send_error(c, NULL, ERR_REQUEST_TOO_LARGE,
-	    "request line of %zu bytes is longer than max_request_bytes (%zu bytes)", len, max);
-}
-
-/* The held start of a line passed the limit: answer now, drop the rest up to its newline. */
-static void
-conn_line_too_long(struct conn *c, size_t max)
-{
-	conn_drop_input(c);
-	c->discarding = true;
-	conn_send_error(c, NULL, ERR_REQUEST_TOO_LARGE,
-	    "request line is longer than max_request_bytes (%zu bytes); "
-	    "it is dropped up to its newline", max);
-}
-
-/* Appends to the held start of a line (the total stays within the limit). */
-static int
-in_add(struct conn *c, const char *p, size_t n)
-{
-	struct conn_in *in = c->in;
-	size_t need = (in != NULL ? in->len : 0) + n, cap;
-
-	if (in == NULL || in->cap < need) {
-		cap = in != NULL ? in->cap * 2 : CONN_IN_MIN;
-		if (cap < need)
-			cap = need;
-		if ((in = realloc(in, sizeof *in + cap)) == NULL)
-			return -1;
-		if (c->in == NULL)
-			in->len = 0;
-		in->cap = cap;
-		c->in = in;
+	if (conn_pending(c) > 0) {
+		if (n > 0 || c->prev_stuck == NULL)
+			c->out->progress_us = clock_now_us();
+		conn_set_events(c, (short)(c->events | EV_WRITE));
+		stuck_add(c);
+	} else {
+		conn_drop_output(c);
+		conn_set_events(c, (short)(c->events & ~EV_WRITE));
+		if (c->closing)
+			close_if_finished(c);
 	}
-	memcpy(in->data + in->len, p, n);
-	in->len += n;
-	return 0;
+	if (c->paused && !c->dead && conn_out_drained(c))
+		conn_resume_input(c);
 }
 
 /*
@@ -596,66 +966,97 @@ conn_write_early(struct conn *c)
 		conn_write(c);
 }
 
+/*
+ * The framing's callback: one request line, or one past max_request_bytes.
+ * After it, a full output pauses the connection (the framing keeps the
+ * rest of the read).
+ */
+static enum framing_next
+conn_line(void *arg, enum framing_event ev, const char *line, size_t len)
+{
+	struct conn *c = arg;
+	size_t max = daemon_state->conf.max_request_bytes;
+
+	switch (ev) {
+	case FRAMING_LINE:
+		ops_dispatch(c, line, len);
+		break;
+	case FRAMING_TOO_LONG:
+		conn_send_error(c, NULL, ERR_REQUEST_TOO_LARGE, "request line of %zu bytes is "
+		    "longer than max_request_bytes (%zu bytes)", len, max);
+		break;
+	case FRAMING_CUT:
+		conn_send_error(c, NULL, ERR_REQUEST_TOO_LARGE, "request line is longer than "
+		    "max_request_bytes (%zu bytes); it is dropped up to its newline", max);
+		break;
+	}
+	if (c->dead || c->closing)
+		return FRAMING_STOP;
+	if (conn_out_full(c)) {
+		conn_pause_input(c);
+		return FRAMING_PAUSE;
+	}
+	if (++lines_this_read % CONN_LINES_PER_WRITE == 0) {
+		conn_write_early(c);
+		if (c->dead)
+			return FRAMING_STOP;
+	}
+	return FRAMING_GO;
+}
+
 /* Handles n bytes just read: every complete line, keeping the start of the last. */
 static void
 conn_take_input(struct conn *c, const char *p, size_t n)
 {
-	const char *end = p + n, *nl;
-	size_t max = daemon_state->conf.max_request_bytes;
-	unsigned lines = 0;
+	enum framing_result r;
 
-	if (c->discarding || c->in != NULL) {
-		/* the rest of a line begun before: memchr sees each byte once */
-		nl = memchr(p, '\n', n);
-		if (c->discarding) {
-			if (nl == NULL)
-				return;
-			c->discarding = false;
-		} else if (nl == NULL) {
-			if (c->in->len + n > max)
-				conn_line_too_long(c, max);
-			else if (in_add(c, p, n) == -1)
-				conn_close(c, "out of memory for its input");
-			return;
-		} else if (c->in->len + (size_t)(nl - p) > max) {
-			size_t len = c->in->len + (size_t)(nl - p);
-			conn_drop_input(c);
-			conn_line_over_limit(c, len, max);
-		} else if (in_add(c, p, (size_t)(nl - p)) == -1) {
-			conn_close(c, "out of memory for its input");
-			return;
-		} else {
-			struct conn_in *in = c->in;
-			c->in = NULL; /* handling the line may close c */
-			ops_dispatch(c, in->data, in->len);
-			free(in);
-		}
-		p = nl + 1;
+	lines_this_read = 0;
+	c->dispatching = true;
+	r = framing_feed(&c->in, p, n, daemon_state->conf.max_request_bytes, conn_line, c);
+	c->dispatching = false;
+	if (r == FRAMING_NOMEM && !c->dead)
+		conn_close(c, "out of memory for its input");
+}
+
+/*
+ * The output drained to the low-water mark: dispatch the lines a pause
+ * kept, then read the socket again (unless those lines filled it again).
+ * Not while a line of c is being handled: the pause ends at its return.
+ */
+static void
+conn_resume_input(struct conn *c)
+{
+	enum framing_result r;
+
+	if (!c->paused || c->dispatching || c->dead)
+		return;
+	c->paused = false;
+	lines_this_read = 0;
+	c->dispatching = true;
+	r = framing_resume(&c->in, daemon_state->conf.max_request_bytes, conn_line, c);
+	c->dispatching = false;
+	if (c->dead)
+		return;
+	if (r == FRAMING_NOMEM) {
+		conn_close(c, "out of memory for its input");
+		return;
 	}
-	while (p < end && !c->dead && !c->closing) {
-		if ((nl = memchr(p, '\n', (size_t)(end - p))) == NULL) {
-			if ((size_t)(end - p) > max)
-				conn_line_too_long(c, max);
-			else if (in_add(c, p, (size_t)(end - p)) == -1)
-				conn_close(c, "out of memory for its input");
-			return;
-		}
-		if ((size_t)(nl - p) > max)
-			conn_line_over_limit(c, (size_t)(nl - p), max);
-		else
-			ops_dispatch(c, p, (size_t)(nl - p));
-		p = nl + 1;
-		if (++lines % CONN_LINES_PER_WRITE == 0 && p < end)
-			conn_write_early(c);
-	}
+	if (!c->paused && !c->closing)
+		conn_set_events(c, (short)(c->events | EV_READ));
 }
 
 /* One read: lines, the end of input or an error. */
 static void
 conn_read(struct conn *c)
 {
-	ssize_t n = read(c->fd, scratch, sizeof scratch);
+	ssize_t n;
 
+	if (conn_out_full(c)) {
+		/* answers from elsewhere (dones) filled it: read again once it drains */
+		conn_pause_input(c);
+		return;
+	}
+	n = read(c->fd, scratch, sizeof scratch);
 	if (n > 0) {
 		conn_take_input(c, scratch, (size_t)n);
 		return;
@@ -696,25 +1097,54 @@ conn_flush_cb(evutil_socket_t fd, short what, void *arg)
 	mailbox_poll(); /* dones already back join this write (no new flush is scheduled) */
 	flush_scheduled = false;
 	while ((c = dirty_head) != NULL) {
-		dirty_head = c->next_dirty;
-		c->next_dirty = NULL;
-		c->dirty = false;
+		dirty_remove(c);
 		if (conn_can_write(c))
 			conn_write(c);
 	}
 }
 
-/* The loop polled since these were closed: their sockets can go. */
+/*
+ * Frees the connections that were dead when this last ran (the loop polled
+ * since), and dooms those closed since, for the next run.
+ */
 static void
 conn_reap_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c;
 
-	while ((c = graveyard) != NULL) {
-		graveyard = c->next_dead;
+	while ((c = doomed) != NULL) {
+		doomed = c->next_dead;
 		conn_free(c);
 	}
-	daemon_maybe_exit();
+	doomed = graveyard;
+	graveyard = NULL;
+	if (doomed != NULL)
+		reap_schedule();
+}
+
+/*
+ * Closes the connections whose socket took none of their output for
+ * output_stall_timeout; runs while any socket is stuck.
+ */
+static void
+conn_stall_cb(evutil_socket_t fd, short what, void *arg)
+{
+	uint64_t timeout_ms = daemon_state->conf.output_stall_timeout_ms, now = clock_now_us();
+	struct conn *c, *next;
+
+	for (c = stuck_head; c != NULL && timeout_ms != 0; c = next) {
+		next = c->next_stuck;
+		if (now - c->out->progress_us < timeout_ms * 1000)
+			continue;
+		log_warnx("connection %llu (%s): its socket took no output for %llu ms "
+		    "(output_stall_timeout) with %zu bytes and %zu answers waiting: "
+		    "disconnecting; its tasks go on", (unsigned long long)c->id, conn_peer(c),
+		    (unsigned long long)((now - c->out->progress_us) / 1000), conn_pending(c),
+		    c->out->nheld);
+		conn_close(c, NULL);
+	}
+	if (stuck_head != NULL)
+		stall_schedule();
 }
 
 bool
@@ -754,6 +1184,10 @@ conn_close_all(void)
 		graveyard = c->next_dead;
 		conn_free(c);
 	}
+	while ((c = doomed) != NULL) {
+		doomed = c->next_dead;
+		conn_free(c);
+	}
 	dirty_head = NULL;
 	if (flush_ev != NULL) {
 		event_free(flush_ev);
@@ -763,52 +1197,21 @@ conn_close_all(void)
 		event_free(reap_ev);
 		reap_ev = NULL;
 	}
+	if (stall_ev != NULL) {
+		event_free(stall_ev);
+		stall_ev = NULL;
+	}
+	stuck_head = NULL;
 	flush_scheduled = false;
 	idmap_free(conns);
 	conns = NULL;
-}
-
-/*
- * The error line of conn_refuse and of conn_send_error's last resort, built
- * without jansson: code and message are ours (ASCII without quotes or
- * backslashes), the id the client's, encoded when it is a string.
- */
-static size_t
-error_line(char *buf, size_t size, json_t *id, const char *code, const char *message)
-{
-	char idbuf[256] = "null";
-	size_t idlen;
-	int n;
-
-	if (id != NULL) {
-		idlen = ops_id_text(id, idbuf, sizeof idbuf);
-		if (idlen == 0 || idlen >= sizeof idbuf)
-			strcpy(idbuf, "null");  /* too long to echo here */
-		else
-			idbuf[idlen] = '\0';
-	}
-	n = snprintf(buf, size,
-	    "{\"event\":\"error\",\"id\":%s,\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}",
-	    idbuf, code, message);
-	return n > 0 && (size_t)n < size ? (size_t)n : 0;
-}
-
-/* conn_send_error's last resort: an error line that needs no allocation to build. */
-static void
-conn_send_error_line(struct conn *c, json_t *id, const char *code, const char *message)
-{
-	char line[CONN_ERROR_MAX + 512];
-	size_t n = error_line(line, sizeof line, id, code, message);
-
-	if (n > 0)
-		conn_send_line(c, line, n);
 }
 
 void
 conn_refuse(int fd, const char *code, const char *message)
 {
 	char line[CONN_ERROR_MAX + 512];
-	size_t n = error_line(line, sizeof line, NULL, code, message);
+	size_t n = proto_encode_refusal(line, sizeof line - 1, code, message);
 
 	if (n > 0) {
 		line[n++] = '\n';

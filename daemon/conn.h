@@ -1,11 +1,10 @@
 /*
  * conn.h: one client connection: NDJSON framing with a line limit, the
- * peer's identity and role, and output with a cap. Loop thread only.
+ * peer's identity and role, and output with flow control. Loop thread only.
  */
 #ifndef TPD_CONN_H
 #define TPD_CONN_H
 
-#include <stdalign.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,42 +19,53 @@ enum conn_role {
 	CONN_ROLE_ADMIN,
 };
 
-struct conn_in;
+struct blob;
 struct conn_out;
+struct proto_text;
+
+struct conn;
 
 /*
- * Kept small: an idle connection is this struct, its libevent event (in
- * evspace) and an idmap entry. Buffers exist only while they hold bytes.
+ * Wraps an accepted socket; sa is the peer's address (for TCP peers' logs).
+ * Its role is CONN_ROLE_NONE until conn_set_role (the listener's, auth.c).
  */
-struct conn {
-	uint64_t id;
-	int fd;
-	uid_t uid;             /* Unix peers with have_creds */
-	gid_t gid;
-	pid_t pid;
-	enum conn_role role;
-	unsigned awaiting;     /* dones still owed to this connection (submits and waits) */
-	unsigned subscriptions; /* waits pending on unfinished tasks (max_subscriptions) */
-	bool is_unix;
-	bool have_creds;       /* Unix peers: uid/gid/pid are known */
-	bool dead;             /* closed; freed from a deferred callback */
-	bool closing;          /* the peer ended its input: close once nothing is owed */
-	bool output_broken;    /* writing failed: answers are dropped, input still read */
-	bool discarding;       /* dropping the rest of an over-long line */
-	bool dirty;            /* on the list of connections to flush */
-	short events;          /* what the event is armed for: EV_READ, EV_WRITE */
-	uint8_t peer_family;   /* TCP peers: AF_INET or AF_INET6 (see conn_peer) */
-	uint16_t peer_port;
-	uint8_t peer_addr[16];
-	struct conn_in *in;    /* the start of a line whose newline has not come */
-	struct conn_out *out;  /* output not yet written; NULL when none */
-	struct conn *next_dirty;
-	struct conn *next_dead;
-	alignas(max_align_t) unsigned char evspace[]; /* its struct event */
-};
-
-/* Wraps an accepted socket; sa is the peer's address (for TCP peers' logs). */
 struct conn *conn_new(int fd, bool is_unix, const struct sockaddr *sa);
+
+/* The connection's number: what a task keeps of it (the connection may go first). */
+uint64_t conn_id(const struct conn *);
+
+/* True for a Unix socket's peer. */
+bool conn_is_unix(const struct conn *);
+
+/* A Unix peer's credentials (SO_PEERCRED); false when they are not known (TCP). */
+bool conn_creds(const struct conn *, uid_t *uid, gid_t *gid, pid_t *pid);
+
+/*
+ * Who the connection's tasks belong to, as a task's owner: "uid:N" for a
+ * Unix peer, "token:NAME" over TCP once hello presented a token (set by
+ * auth.c), "tcp:anonymous" over TCP without one. Writes it into buf (at
+ * most len bytes, NUL included) and returns buf.
+ */
+#define CONN_OWNER_MAX 80
+const char *conn_owner(const struct conn *, char *buf, size_t len);
+/* The token c authenticated with, by name (copied); NULL: none. */
+void conn_set_token_name(struct conn *, const char *name);
+
+/* The role the connection has now (auth.c decides it). */
+enum conn_role conn_role(const struct conn *);
+void conn_set_role(struct conn *, enum conn_role);
+
+/*
+ * The dones owed to c: a submit that is not detached, or a wait (then also
+ * counted in conn_waits, against max_subscriptions), owes c one until it is
+ * sent, or until its task goes without one. A connection whose peer ended
+ * its input closes once nothing is owed and everything is written.
+ */
+void conn_done_owed(struct conn *, bool wait);
+void conn_done_settled(struct conn *, bool wait);
+
+/* The waits pending on c. */
+unsigned conn_waits(const struct conn *);
 
 /* The connection with this id, or NULL if it is gone. */
 struct conn *conn_find(uint64_t id);
@@ -71,16 +81,41 @@ int conn_fd(const struct conn *);
  */
 const char *conn_peer(const struct conn *);
 
-/* Sends one event (a JSON object) as a line. */
-void conn_send(struct conn *, json_t *event);
+/*
+ * Every send goes out whole, in the order of the calls. While c's unsent
+ * output is at max_output_buffer or more, an answer is held back, in order,
+ * and copied into the output only as the client reads; meanwhile c's
+ * requests are not read (flow control, see conn.c).
+ */
 
-/* Sends a ready line (without the trailing newline). */
-void conn_send_line(struct conn *, const char *line, size_t len);
+/*
+ * Sends an event's text (proto.h) as a line, and frees the text. A text
+ * that could not be written (not proto_text_ok) is answered with an error
+ * "internal" carrying the event's id (proto_encode_unsent), and logged.
+ */
+void conn_send_text(struct conn *, struct proto_text *);
 
-/* Sends a line made of two parts (without the trailing newline). */
-void conn_send_raw(struct conn *, const char *a, size_t alen, const char *b, size_t blen);
+/*
+ * Sends a done: the head for its id (proto_encode_done_head), then body,
+ * the shared text of the event after its "{" (blob.h). A done held back
+ * holds body and id, not the task.
+ */
+void conn_send_done(struct conn *, json_t *id, struct blob *body);
 
-/* Sends {"event":"error","id":id,"error":{"code":code,"message":...}}. */
+/*
+ * Sends a stream event of a task (started, output) as conn_send_text
+ * does, then calls sent(key, weight) once the event is in the output
+ * buffer, or dropped (c gone or broken): while it is held back, the task's
+ * stream budget stays taken, so the worker producing the output blocks.
+ */
+typedef void (*conn_sent_fn)(uint64_t key, size_t weight);
+void conn_send_stream(struct conn *, struct proto_text *, conn_sent_fn sent, uint64_t key,
+    size_t weight);
+
+/*
+ * Sends an error event (proto_encode_error) with a formatted message, cut
+ * at a character boundary when longer than 511 bytes (conn.c).
+ */
 void conn_send_error(struct conn *, json_t *id, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -93,10 +128,7 @@ void conn_close(struct conn *, const char *why);
  */
 void conn_close_after_flush(struct conn *);
 
-/* A done owed to c is being sent: a closing c goes once that is written. */
-void conn_owed_done(struct conn *c);
-
-/* True when no connection has unsent output (used before exiting). */
+/* True when no connection has unsent or held output (used before exiting). */
 bool conn_all_flushed(void);
 
 /* Closes every connection (at exit). */

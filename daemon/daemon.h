@@ -1,6 +1,12 @@
 /*
  * daemon.h: the state of the running daemon, owned by the event-loop thread.
  * Everything here is "loop thread only" unless a field says otherwise.
+ *
+ * Who owns the counters the shutdown looks at: the registry (tasks.c)
+ * counts the accepted tasks whose done is not processed
+ * (tasks_outstanding), each connection the dones it is owed (conn.c), each
+ * pool its own tasks (pools.c). tpd.c decides once per pass of the loop,
+ * in one place, whether the daemon may leave (see tpd.c).
  */
 #ifndef TPD_DAEMON_H
 #define TPD_DAEMON_H
@@ -11,9 +17,6 @@
 #include <event2/event.h>
 
 #include "conf.h"
-
-struct pool;
-struct tokens;
 
 enum daemon_phase {
 	DAEMON_RUNNING,
@@ -27,22 +30,16 @@ struct daemon {
 	struct conf conf;
 	struct conf_flags *flags;  /* the command line's settings, applied over the file (start, SIGHUP) */
 	enum daemon_phase phase;
+	bool leave;                /* the exit flush timed out: leave the loop now */
 	uint64_t started_us;
-	uint64_t outstanding;      /* accepted tasks whose done is not yet processed */
 	struct event *shutdown_timer;
 	struct event *exit_timer;
-	struct tokens *tokens;     /* NULL = TCP needs no token (tokens.h) */
-	bool have_admin_gid;
-	unsigned admin_gid;
 };
 
 extern struct daemon *daemon_state;
 
-/* Starts a drain or a stop now (SPEC section 4). A second call can upgrade drain to now. */
+/* Starts a drain or a stop now (tpd(8)). A second call can upgrade drain to now. */
 void daemon_begin_shutdown(bool now);
-
-/* Called when outstanding drops or a connection drains: exits the loop when nothing is left. */
-void daemon_maybe_exit(void);
 
 /* SIGHUP: re-reads the configuration file and applies it (reload.c). */
 void daemon_reload(void);

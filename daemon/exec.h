@@ -1,5 +1,5 @@
 /*
- * exec.h: the exec task kind (SPEC section 2): settings from the daemon's
+ * exec.h: the exec task kind (doc/exec.md): settings from the daemon's
  * configuration, and what the kind's files share.
  *
  * The daemon calls exec_configure at start and on every reload (loop
@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "conf.h"
 #include "task.h"
@@ -32,6 +33,27 @@ struct exec_settings {
 	char **env;                     /* base environment, "NAME=value", NULL-terminated */
 };
 
+/* The variables run_as sets from the passwd entry, unless the request's env did. */
+#define EXEC_ENV_HOME 0x1
+#define EXEC_ENV_USER 0x2
+#define EXEC_ENV_LOGNAME 0x4
+#define EXEC_ENV_SHELL 0x8
+
+struct cgroup_info;
+
+/*
+ * Which limits containment ci can enforce (task-exec.c): NULL when limit l
+ * can be, else why not (for bad_request and configuration errors).
+ */
+const char *exec_limit_unenforceable(const struct cgroup_info *ci, enum conf_limit l);
+
+/*
+ * What containment ci can enforce of the pools' limit_* defaults, for
+ * conf.c's check of them (conf_set_enforce): why each limit cannot be, and
+ * a note on the containment when it is not cgroup.
+ */
+void exec_enforce(const struct cgroup_info *ci, struct conf_enforce *out);
+
 /* One exec task's inputs (loop thread, parse) and wake-up fd (run/cancel). */
 struct exec_task {
 	struct exec_settings *settings; /* a reference */
@@ -41,6 +63,14 @@ struct exec_task {
 	unsigned char *stdin_data;      /* NULL: stdin is /dev/null */
 	size_t stdin_len;
 	size_t output_limit;            /* per stream */
+	uint64_t limits[CONF_NLIMITS];  /* in force; CONF_NO_LIMIT: none */
+
+	/* run_as (task-exec.c): the user is looked up on the worker, at run */
+	enum conf_run_as run_as;
+	uid_t uid;                      /* CONF_RUN_AS_CALLER: the peer's */
+	gid_t gid;
+	char *user;                     /* CONF_RUN_AS_USER */
+	unsigned env_given;             /* EXEC_ENV_* the request's env set or removed */
 
 	/*
 	 * The eventfd the cancel hook writes to, -1 outside run. wake_lock

@@ -2,6 +2,8 @@
  * fmt.h: text building for the hot paths (accepted, pong, a done event),
  * where snprintf's format parsing cost more than the rest of the reply.
  * A struct fmt writes into a caller's buffer and remembers an overflow.
+ * Only the event encoder (proto-encode.c) uses it: every number on the
+ * wire is written there.
  */
 #ifndef TPD_FMT_H
 #define TPD_FMT_H

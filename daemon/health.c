@@ -10,6 +10,7 @@
 #include "health.h"
 #include "log.h"
 #include "pools.h"
+#include "tasks.h"
 
 #define HEALTH_STUCK_MS 5000
 
@@ -56,7 +57,7 @@ health_status(void *arg, char *buf, size_t len)
 	buf[0] = '\0';
 	if (d->phase != DAEMON_RUNNING)
 		APPEND("%s, %llu tasks left; ", d->phase == DAEMON_DRAINING ? "draining" :
-		    "stopping", (unsigned long long)d->outstanding);
+		    "stopping", (unsigned long long)tasks_outstanding());
 	for (size_t i = 0; i < pools_count(); i++) {
 		struct pools_entry *e = pools_at(i);
 		struct pool_snapshot s;

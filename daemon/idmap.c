@@ -65,8 +65,10 @@ grow(struct idmap *m)
 		return; /* stay at the current size: slower, still correct */
 	for (size_t i = 0; i < m->nbuckets; i++)
 		for (e = m->buckets[i]; e != NULL; e = next) {
+			size_t s;
+
 			next = e->next;
-			size_t s = slot(e->id, n);
+			s = slot(e->id, n);
 			e->next = b[s];
 			b[s] = e;
 		}
@@ -79,12 +81,13 @@ int
 idmap_put(struct idmap *m, uint64_t id, void *value)
 {
 	struct idmap_entry *e = malloc(sizeof *e);
+	size_t s;
 
 	if (e == NULL)
 		return -1;
 	if (m->count >= m->nbuckets)
 		grow(m);
-	size_t s = slot(id, m->nbuckets);
+	s = slot(id, m->nbuckets);
 	e->id = id;
 	e->value = value;
 	e->next = m->buckets[s];

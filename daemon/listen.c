@@ -21,6 +21,7 @@
 
 #include <event2/listener.h>
 
+#include "auth.h"
 #include "conf.h"
 #include "conn.h"
 #include "daemon.h"
@@ -47,8 +48,8 @@ accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa, i
     void *arg)
 {
 	struct listener *l = arg;
-
 	unsigned max = daemon_state->conf.max_connections;
+	struct conn *c;
 
 	if (conn_count() >= max) {
 		char msg[128];
@@ -58,7 +59,8 @@ accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa, i
 		conn_refuse(fd, ERR_TOO_MANY_CONNECTIONS, msg);
 		return;
 	}
-	conn_new(fd, l->is_unix, sa);
+	if ((c = conn_new(fd, l->is_unix, sa)) != NULL)
+		conn_set_role(c, auth_initial_role(c));
 }
 
 static void
@@ -285,6 +287,18 @@ listen_adopt(int fd, bool is_unix, const char *name, char **cause)
 		return -1;
 	log_info("listening on %s (socket activation)", name);
 	return 0;
+}
+
+size_t
+listen_count(void)
+{
+	return nlisteners;
+}
+
+const char *
+listen_name(size_t i)
+{
+	return i < nlisteners ? listeners[i]->name : NULL;
 }
 
 void

@@ -3,6 +3,7 @@
 #define TPD_LISTEN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 /*
@@ -17,6 +18,10 @@ int listen_tcp(const char *hostport, char **cause);
 
 /* Takes over an already listening socket (socket activation). */
 int listen_adopt(int fd, bool is_unix, const char *name, char **cause);
+
+/* How many listeners there are, and what each listens on: "unix PATH", "tcp 127.0.0.1:7420". */
+size_t listen_count(void);
+const char *listen_name(size_t i);
 
 /* Stops accepting (new connections are refused by the kernel). */
 void listen_close_all(void);

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -13,7 +14,12 @@
 
 #include "log.h"
 
-static int log_level = LOG_INFO;
+/*
+ * Read by every thread that logs, set by the loop thread (start, SIGHUP):
+ * atomic, so a reload can change it while workers log. log_to_journal is
+ * set once, by log_init, before any thread starts.
+ */
+static atomic_int log_level = LOG_INFO;
 static bool log_to_journal;
 
 static const char *const level_names[] = {
@@ -40,20 +46,20 @@ stderr_is_journal(void)
 void
 log_init(int level)
 {
-	log_level = level;
+	atomic_store_explicit(&log_level, level, memory_order_relaxed);
 	log_to_journal = stderr_is_journal();
 }
 
 void
 log_set_level(int level)
 {
-	log_level = level;
+	atomic_store_explicit(&log_level, level, memory_order_relaxed);
 }
 
 int
 log_get_level(void)
 {
-	return log_level;
+	return atomic_load_explicit(&log_level, memory_order_relaxed);
 }
 
 int
@@ -95,8 +101,10 @@ log_vwrite(int priority, const char *suffix, const char *fmt, va_list ap)
 {
 	char msg[2048];
 	char stamp[32] = "";
+	struct timespec ts;
+	struct tm tm;
 
-	if (priority > log_level)
+	if (priority > atomic_load_explicit(&log_level, memory_order_relaxed))
 		return;
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	if (log_to_journal) {
@@ -104,8 +112,6 @@ log_vwrite(int priority, const char *suffix, const char *fmt, va_list ap)
 		    suffix ? ": " : "", suffix ? suffix : "");
 		return;
 	}
-	struct timespec ts;
-	struct tm tm;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	localtime_r(&ts.tv_sec, &tm);
 	strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);

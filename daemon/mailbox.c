@@ -4,35 +4,31 @@
  * Posting is lock-free: a message is pushed on a stack with compare-and-swap
  * and the pusher that finds the stack empty wakes the loop. The loop takes
  * the whole stack with one exchange and reverses it, which restores the
- * order of posting (a task's stream events before its done). The mutex is
- * only for the stream budget, where a worker may have to wait.
+ * order of posting (a task's stream events before its done). There is no
+ * lock here: a worker that must wait (a task's stream budget) waits in
+ * task.c before it posts.
  */
 #include "config.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "mailbox.h"
-#include "task.h"
 
 static _Atomic(struct mail *) inbox; /* newest first */
 
 static struct {
-	pthread_mutex_t lock;      /* guards stream budgets and waiters */
-	pthread_cond_t stream_cv;  /* stream posters wait here for budget */
-	unsigned stream_waiters;
 	int efd;
 	struct event *ev;
-	mailbox_handler handler;
-} mb = { .lock = PTHREAD_MUTEX_INITIALIZER, .efd = -1 };
+} mb = { .efd = -1 };
 
 /* Loop thread: take everything posted so far and handle it unlocked. */
 static void
@@ -52,7 +48,7 @@ mailbox_drain(evutil_socket_t fd, short what, void *arg)
 	}
 	for (m = fifo; m != NULL; m = next) {
 		next = m->next;
-		mb.handler(m);
+		m->deliver(m);
 	}
 }
 
@@ -69,22 +65,13 @@ mailbox_poll(void)
 }
 
 int
-mailbox_init(struct event_base *base, mailbox_handler handler, char **cause)
+mailbox_init(struct event_base *base, char **cause)
 {
-	pthread_condattr_t ca;
-
-	mb.handler = handler;
-	if ((mb.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) == -1) {
-		if (asprintf(cause, "eventfd: %s", strerror(errno)) == -1)
-			*cause = NULL;
-		return -1;
-	}
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&mb.stream_cv, &ca);
-	pthread_condattr_destroy(&ca);
-	mb.ev = event_new(base, mb.efd, EV_READ | EV_PERSIST, mailbox_drain, NULL);
-	event_add(mb.ev, NULL);
+	if ((mb.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) == -1)
+		return cause_set(cause, "eventfd: %s", strerror(errno));
+	if ((mb.ev = event_new(base, mb.efd, EV_READ | EV_PERSIST, mailbox_drain, NULL)) == NULL ||
+	    event_add(mb.ev, NULL) == -1)
+		return cause_set(cause, "cannot watch the mailbox's eventfd");
 	return 0;
 }
 
@@ -112,63 +99,12 @@ push(struct mail *m)
 	return head == NULL;
 }
 
-static void
-wake_loop(void)
+void
+mailbox_post(struct mail *m)
 {
 	uint64_t one = 1;
 
 	/* EAGAIN means the counter is already non-zero: the loop will wake. */
-	if (write(mb.efd, &one, sizeof one) == -1 && errno != EAGAIN)
+	if (push(m) && write(mb.efd, &one, sizeof one) == -1 && errno != EAGAIN)
 		abort();
-}
-
-void
-mailbox_post(struct mail *m)
-{
-	if (push(m))
-		wake_loop();
-}
-
-void
-mailbox_post_stream(struct mail *m, size_t budget, uint64_t deadline_us)
-{
-	struct task *t = m->task;
-	struct timespec ts;
-
-	pthread_mutex_lock(&mb.lock);
-	while (t->stream_pending > budget && !task_cancelled(t)) {
-		mb.stream_waiters++;
-		if (deadline_us == 0)
-			pthread_cond_wait(&mb.stream_cv, &mb.lock);
-		else if (clock_now_us() < deadline_us) {
-			ts.tv_sec = (time_t)(deadline_us / 1000000);
-			ts.tv_nsec = (long)(deadline_us % 1000000) * 1000;
-			pthread_cond_timedwait(&mb.stream_cv, &mb.lock, &ts);
-		}
-		mb.stream_waiters--;
-		if (deadline_us != 0 && clock_now_us() >= deadline_us)
-			break;
-	}
-	t->stream_pending += m->weight;
-	pthread_mutex_unlock(&mb.lock);
-	if (push(m))
-		wake_loop();
-}
-
-void
-mailbox_stream_processed(struct task *t, size_t weight)
-{
-	pthread_mutex_lock(&mb.lock);
-	t->stream_pending -= weight;
-	if (mb.stream_waiters > 0)
-		pthread_cond_broadcast(&mb.stream_cv);
-	pthread_mutex_unlock(&mb.lock);
-}
-
-void
-mailbox_wake_streams(void)
-{
-	pthread_mutex_lock(&mb.lock);
-	pthread_cond_broadcast(&mb.stream_cv);
-	pthread_mutex_unlock(&mb.lock);
 }

@@ -1,7 +1,11 @@
 /*
- * ops.h: the ops of the protocol (SPEC section 2). One table maps each op to
- * its handler and the role it needs; handlers live in op-*.c by concern.
- * Loop thread only.
+ * ops.h: the ops of the protocol (doc/protocol.md). One table (ops.c) maps
+ * each op to its handler and the role it needs; handlers live in op-*.c by
+ * concern: op-task.c (submit, wait, status, cancel), op-admin.c (stats,
+ * resize, shutdown), ops.c (hello, ping). A handler reads its fields with
+ * its proto_read_* (proto.h), acts, and answers with its proto_encode_*.
+ * A new op is a row of that table and a handler here (see proto.h for the
+ * rest). Loop thread only.
  */
 #ifndef TPD_OPS_H
 #define TPD_OPS_H
@@ -11,31 +15,11 @@
 #include "conn.h"
 #include "proto.h"
 
-/* The role a new connection starts with (peer credentials, listener kind). */
-enum conn_role ops_initial_role(const struct conn *c);
-
 /* Parses one request line and runs its op; every outcome is answered on c. */
 void ops_dispatch(struct conn *c, const char *line, size_t len);
 
 /* Sends an error for a request whose fields were wrong (msg is freed). */
 void ops_bad_request(struct conn *c, struct request *req, char *msg);
-
-/*
- * Sends {"event":name,"id":...} plus the fields of extra (stolen): a
- * json_pack result, so NULL means it could not be built, and the request
- * is answered with an internal error instead.
- */
-void ops_reply(struct conn *c, struct request *req, const char *event, json_t *extra);
-
-/*
- * The fast path for frequent events: sends {"event":event,"id":...,fields}
- * where fields is a ready JSON fragment ("\"task\":7,...") or NULL. No
- * json_t is built.
- */
-void ops_reply_fields(struct conn *c, json_t *id, const char *event, const char *fields);
-
-/* Writes the JSON text of a string or integer id into buf; returns its length, 0 if it does not fit. */
-size_t ops_id_text(json_t *id, char *buf, size_t len);
 
 /* The handlers. */
 void op_hello(struct conn *, struct request *);

@@ -1,16 +1,39 @@
 /*
- * pgroup.h: signalling an exec task's process group and making sure nothing
- * of it survives the task.
+ * pgroup.h: containment "process": ending every process of an exec task
+ * without cgroups.
  *
- * The group's id is the pid of the task's child (exec-spawn.h). That id cannot be
- * given to another process while the child is unreaped or any process still
- * has it as its group id, so signalling -pgid never hits a stranger.
+ * A task's leader (the child of exec-spawn.h) has a session and process
+ * group of its own, whose id is its pid. That id cannot be given to another
+ * process while the leader is unreaped or any process still has it as its
+ * group or session id, so signalling -pgid never hits a stranger.
+ *
+ * Processes that leave the group (setsid, setpgid) are followed too:
+ * pgroup_init makes tpd a child subreaper (PR_SET_CHILD_SUBREAPER), so a
+ * process whose parent dies is re-parented to tpd instead of to init. At a
+ * task's end, pgroup_kill_wait kills (a) the members of its group and
+ * session, (b) every live descendant of those, through the parent links,
+ * and (c) the orphans re-parented to tpd that belong to it, with their
+ * descendants. Which task an orphan comes from is told by its session or
+ * group when it kept the task's; otherwise tpd cannot know, and counts the
+ * orphan as belonging to every task that was running when it started (its
+ * start time): it is ended with the first of them to end. With one exec
+ * task at a time that is exact; with several, an escaped orphan may be
+ * ended by another task's end, never outlive its own. Orphans that exit by
+ * themselves are reaped by pgroup_reap (the loop thread, on SIGCHLD).
+ *
+ * What this cannot catch (doc/exec.md): the death of the daemon itself.
+ * The leader gets SIGKILL then (PR_SET_PDEATHSIG), but its group and every
+ * escaped process are re-parented to init, and nothing ends them.
  */
 #ifndef TPD_PGROUP_H
 #define TPD_PGROUP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+/* At start, containment process: makes tpd a child subreaper. */
+void pgroup_init(void);
 
 /*
  * Sends sig to every process of group pgid and, through leader_pidfd, to the
@@ -18,14 +41,33 @@
  */
 void pgroup_signal(pid_t pgid, int leader_pidfd, int sig);
 
+/* A running task, for telling which orphans are whose. */
+struct pgroup_task {
+	pid_t leader;
+	uint64_t start_ticks;   /* boot time in clock ticks, just before the spawn */
+	struct pgroup_task *next;
+};
+
+/* Before the spawn: notes the start time. */
+void pgroup_task_prepare(struct pgroup_task *pt);
+
+/* After the spawn: registers the task (leader is its pid). */
+void pgroup_task_begin(struct pgroup_task *pt, pid_t leader);
+
 /*
- * Call after the leader has been reaped. SIGKILLs whatever is left of group
- * pgid and waits, without spinning, until each of those processes has exited
- * (a process that was orphaned may linger as a zombie until its new parent
- * reaps it: it has exited, holds nothing but its pid and counts as gone).
- * Waits at most timeout_ms. Returns the number of processes still running
- * then (0 normally), or -1 when the group could not be inspected.
+ * Call after the leader has been reaped. SIGKILLs whatever is left of the
+ * task as described above and waits, without spinning, until each of those
+ * processes has exited (an exited orphan counts as gone before it is
+ * reaped). Waits at most timeout_ms. Returns the number of processes still
+ * running then (0 normally), or -1 when /proc could not be read.
+ * Unregisters the task.
  */
-int pgroup_kill_wait(pid_t pgid, uint64_t timeout_ms);
+int pgroup_kill_wait(struct pgroup_task *pt, uint64_t timeout_ms);
+
+/*
+ * The main (loop) thread, on SIGCHLD: reaps exited orphans, which are its
+ * own children, never a worker's (a task's leader).
+ */
+void pgroup_reap(void);
 
 #endif

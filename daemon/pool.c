@@ -8,7 +8,15 @@
  *    no other lock in this file, so there is no lock order to get wrong. The
  *    cancel flag is atomic so that work functions can poll it unlocked.
  *  - User code never runs under the lock: work and done callbacks are called
- *    with it released. on_cancel is the one exception and must not block.
+ *    with it released. on_cancel is the one exception: it runs under
+ *    pool->lock (pool_cancel, pool_close with POOL_NOW), must not block and
+ *    must not call back into the pool, and may take only a leaf lock, one
+ *    under which nothing else is locked or waited for. In tpd, on_cancel is
+ *    task.c's task_on_cancel, which calls the kind's cancel hook, and the
+ *    leaf locks it may take are exactly these: the sleep kind's timed->lock
+ *    (task-builtin.c, to signal its condition) and the exec kind's
+ *    x->wake_lock (task-exec.c, to write to the run's eventfd). Lock order:
+ *    pool->lock, then one of those; never the other way round.
  *  - Admission is decided at one point: pool_submit, under the lock. Closing
  *    takes the same lock, so every submission is either in the queue before
  *    the pool closes (and will end in exactly one done) or rejected.
@@ -44,14 +52,15 @@
  *  - A task enters the pool self-contained: its kind's parse (loop thread)
  *    copies its inputs or takes its json_t over from the request, never
  *    shares it, since jansson does no locking (task-builtin.c, task-exec.c).
- *  - A task has a work part (task_work, on a worker) and a done part
- *    (task_finish, on the loop thread); it lives until the done part ran,
- *    then stays, light, for wait and status (tasks.c).
- *  - The pool's done callback only formats the done and pushes it on the
- *    mailbox, waking the loop only when the mailbox was empty; the loop
- *    takes the whole mailbox at once and handles it unlocked (mailbox.c).
+ *  - A task has a work part (task_work, on a worker: task.c) and a done
+ *    part (task_finish, on the loop thread: the registry, tasks.c); it
+ *    lives until the done part ran, then stays, light, for wait and status.
+ *  - The pool's done callback (task_pool_done) only writes the done's text
+ *    and pushes the task on the mailbox, waking the loop only when the
+ *    mailbox was empty; the loop takes the whole mailbox at once and
+ *    handles it unlocked (mailbox.c).
  *  - A task names its client by connection id, not pointer: the client may
- *    be gone when the done arrives (tasks.c, conn_find).
+ *    be gone when the done arrives (conn-sink.c, conn_find).
  *
  * Besides the workers, each pool has one watcher thread that expires queued
  * jobs whose queue deadline passed, so an expiry is delivered on time even

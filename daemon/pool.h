@@ -6,7 +6,7 @@
  * record alive until the job's done callback has run (and, if it calls
  * pool_cancel, until it knows done has run).
  *
- * Semantics (SPEC section 3):
+ * Semantics (the README's "The worker pool" says them for users):
  *  - pool_submit accepts or rejects at one point, under the pool lock that
  *    pool_close also takes. A rejected job never runs and its done callback
  *    is never called.
@@ -66,7 +66,8 @@ typedef void (*pool_done_fn)(struct pool_job *, enum pool_state,
 /*
  * Called under the pool lock when cancel is asked of a running job, so that a
  * job blocked in a wait can be woken (write to a pipe, signal a condition).
- * Must not block and must not call back into the pool.
+ * Must not block and must not call back into the pool; it may take only a
+ * leaf lock (the top of pool.c names the ones tpd takes).
  */
 typedef void (*pool_cancel_fn)(struct pool_job *);
 

@@ -5,13 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "log.h"
 #include "pools.h"
 
 static struct pools_entry *entries[CONF_MAX_POOLS * 2];
 static size_t nentries;
+
+static void free_if_drained(struct pools_entry *);
 
 int
 pools_add(const struct conf_pool *cp, char **cause)
@@ -32,11 +32,7 @@ pools_add(const struct conf_pool *cp, char **cause)
 			*cause = NULL;
 		return -1;
 	}
-	json_t *js = json_string(cp->name);
-	e->name_json = json_dumps(js, JSON_ENCODE_ANY);
-	json_decref(js);
 	if ((e->pool = pool_create(&pc, cause)) == NULL) {
-		free(e->name_json);
 		free(e->name);
 		free(e);
 		return -1;
@@ -92,7 +88,6 @@ pools_free_entry(size_t i)
 	/* Every task is done, so the workers leave at once: this join is short. */
 	pool_shutdown(e->pool, POOL_DRAIN, NULL);
 	pool_free(e->pool);
-	free(e->name_json);
 	free(e->name);
 	free(e);
 	memmove(&entries[i], &entries[i + 1], (nentries - i - 1) * sizeof entries[0]);
@@ -105,11 +100,24 @@ pools_remove(struct pools_entry *e)
 	e->removed = true;
 	pool_close(e->pool, POOL_DRAIN);
 	log_info("pool %s removed: draining %lu tasks", e->name, e->outstanding);
-	pools_task_finished(e);
+	free_if_drained(e);
+}
+
+void
+pools_task_accepted(struct pools_entry *e)
+{
+	e->outstanding++;
 }
 
 void
 pools_task_finished(struct pools_entry *e)
+{
+	e->outstanding--;
+	free_if_drained(e);
+}
+
+static void
+free_if_drained(struct pools_entry *e)
 {
 	if (!e->removed || e->outstanding > 0)
 		return;

@@ -14,10 +14,9 @@
 
 struct pools_entry {
 	char *name;
-	char *name_json;    /* the name as a JSON string, quotes and escapes included */
 	struct pool *pool;
 	bool removed;       /* closed by a reload; freed once drained */
-	unsigned long outstanding; /* accepted tasks whose done is not yet processed */
+	unsigned long outstanding; /* accepted tasks whose done is not yet processed (pools.c's) */
 };
 
 /* Creates every pool of c. Returns 0, or -1 with *cause set. */
@@ -38,7 +37,9 @@ void pools_close_all(enum pool_close_mode mode);
 /* Closes a pool for good; it is freed once its outstanding tasks are done. */
 void pools_remove(struct pools_entry *e);
 
-/* A task of e finished: frees e if it was removed and is now empty. */
+/* The registry accepted a task into e, or processed the done of one (outstanding). */
+void pools_task_accepted(struct pools_entry *e);
+/* ... and frees e once it was removed and has none left. */
 void pools_task_finished(struct pools_entry *e);
 
 /* Joins and frees every pool (at exit). */

@@ -1,4 +1,9 @@
-/* proto.c: JSON lines to requests, and field checks with messages that name the field. */
+/*
+ * proto.c: JSON lines to requests, and each op's fields read into its
+ * struct (proto.h), with messages that name the field. The fields an op
+ * may have are in one table, request_fields; the events go out through
+ * proto-encode.c.
+ */
 #include "config.h"
 
 #include <errno.h>
@@ -288,9 +293,11 @@ proto_get_task_id(json_t *obj, const char *key, uint64_t *out, char **msg)
 		return cause_set(msg, "missing field \"%s\" (a task id)", key);
 	if (json_is_string(v)) {
 		const char *s = json_string_value(v);
+		unsigned long long n;
 		char *end;
+
 		errno = 0;
-		unsigned long long n = strtoull(s, &end, 10);
+		n = strtoull(s, &end, 10);
 		if (*s < '1' || *s > '9' || *end != '\0' || errno != 0) {
 			char q[UTF8_QUOTE_SIZE];
 			return cause_set(msg, "field \"%s\" must be a task id (a positive integer), "
@@ -302,5 +309,150 @@ proto_get_task_id(json_t *obj, const char *key, uint64_t *out, char **msg)
 	if (!json_is_integer(v) || json_integer_value(v) < 1)
 		return cause_set(msg, "field \"%s\" must be a task id (a positive integer)", key);
 	*out = (uint64_t)json_integer_value(v);
+	return 0;
+}
+
+/* ------------------------------------------------------------ each op's fields */
+
+static const char *const hello_fields[] = { FIELD_OP, FIELD_ID, FIELD_TOKEN, FIELD_CLIENT,
+    NULL };
+static const char *const plain_fields[] = { FIELD_OP, FIELD_ID, NULL };
+/* in the order of submit's bits below */
+static const char *const submit_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, FIELD_POOL,
+    FIELD_DETACH, FIELD_STREAM, FIELD_QUEUE_TIMEOUT_MS, NULL };
+static const char *const task_ref_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, NULL };
+static const char *const resize_fields[] = { FIELD_OP, FIELD_ID, FIELD_SIZE, FIELD_POOL,
+    NULL };
+static const char *const shutdown_fields[] = { FIELD_OP, FIELD_ID, FIELD_MODE, NULL };
+
+static const struct {
+	const char *op;
+	const char *const *fields;
+	const char *where;          /* how a message names the request */
+} request_fields[] = {
+	{ OP_HELLO, hello_fields, "a hello request" },
+	{ OP_PING, plain_fields, "a ping request" },
+	{ OP_SUBMIT, submit_fields, "a submit request" },
+	{ OP_WAIT, task_ref_fields, "a wait request" },
+	{ OP_STATUS, task_ref_fields, "a status request" },
+	{ OP_CANCEL, task_ref_fields, "a cancel request" },
+	{ OP_STATS, plain_fields, "a stats request" },
+	{ OP_RESIZE, resize_fields, "a resize request" },
+	{ OP_SHUTDOWN, shutdown_fields, "a shutdown request" },
+};
+
+const char *const *
+proto_request_fields(const char *op)
+{
+	for (size_t i = 0; i < sizeof request_fields / sizeof request_fields[0]; i++)
+		if (strcmp(request_fields[i].op, op) == 0)
+			return request_fields[i].fields;
+	return NULL;
+}
+
+/* Checks req's keys against its op's row; a reader of another op is a bug. */
+static int
+check_request(const struct request *req, uint32_t *present, char **msg)
+{
+	for (size_t i = 0; i < sizeof request_fields / sizeof request_fields[0]; i++)
+		if (strcmp(request_fields[i].op, req->op) == 0)
+			return proto_scan_fields(req->root, request_fields[i].fields,
+			    request_fields[i].where, present, msg);
+	return cause_set(msg, "op \"%s\" has no fields table", req->op);
+}
+
+int
+proto_read_hello(const struct request *req, struct proto_hello *out, char **msg)
+{
+	memset(out, 0, sizeof *out);
+	if (check_request(req, NULL, msg) == -1 ||
+	    proto_get_string(req->root, FIELD_TOKEN, false, &out->token, msg) == -1 ||
+	    proto_get_string(req->root, FIELD_CLIENT, false, &out->client, msg) == -1)
+		return -1;
+	return 0;
+}
+
+int
+proto_read_plain(const struct request *req, char **msg)
+{
+	return check_request(req, NULL, msg);
+}
+
+int
+proto_read_submit(const struct request *req, struct proto_submit *out, char **msg)
+{
+	/* Only the fields a request has are looked up: bit F_x of present says x is there. */
+	enum { F_OP, F_ID, F_TASK, F_POOL, F_DETACH, F_STREAM, F_QUEUE_TIMEOUT };
+	uint32_t present = 0;
+	json_t *root = req->root;
+
+	memset(out, 0, sizeof *out);
+	out->pool = WIRE_DEFAULT_POOL;
+	if (check_request(req, &present, msg) == -1 ||
+	    ((present & 1u << F_POOL) &&
+	    proto_get_string(root, FIELD_POOL, false, &out->pool, msg) == -1) ||
+	    ((present & 1u << F_DETACH) && proto_get_bool(root, FIELD_DETACH, &out->detach,
+	    msg) == -1) ||
+	    ((present & 1u << F_STREAM) && proto_get_bool(root, FIELD_STREAM, &out->stream,
+	    msg) == -1) ||
+	    ((present & 1u << F_QUEUE_TIMEOUT) && proto_get_uint(root, FIELD_QUEUE_TIMEOUT_MS,
+	    false, 1, PROTO_MAX_TIMEOUT_MS, &out->queue_timeout_ms, msg) == -1))
+		return -1;
+	out->task = (present & 1u << F_TASK) ? json_object_get(root, FIELD_TASK) : NULL;
+	if (out->task == NULL)
+		return cause_set(msg, "missing field \"%s\"", FIELD_TASK);
+	if (!json_is_object(out->task))
+		return cause_set(msg, "field \"%s\" must be an object", FIELD_TASK);
+	return 0;
+}
+
+int
+proto_read_task(json_t *spec, struct proto_task_spec *out, char **msg)
+{
+	memset(out, 0, sizeof *out);
+	if (proto_get_string(spec, FIELD_KIND, true, &out->kind, msg) == -1 ||
+	    proto_get_uint(spec, FIELD_TIMEOUT_MS, false, 1, PROTO_MAX_TIMEOUT_MS,
+	    &out->timeout_ms, msg) == -1)
+		return -1;
+	return 0;
+}
+
+int
+proto_read_task_ref(const struct request *req, uint64_t *task, char **msg)
+{
+	*task = 0;
+	if (check_request(req, NULL, msg) == -1 ||
+	    proto_get_task_id(req->root, FIELD_TASK, task, msg) == -1)
+		return -1;
+	return 0;
+}
+
+int
+proto_read_resize(const struct request *req, struct proto_resize *out, char **msg)
+{
+	memset(out, 0, sizeof *out);
+	out->pool = WIRE_DEFAULT_POOL;
+	if (check_request(req, NULL, msg) == -1 ||
+	    proto_get_uint(req->root, FIELD_SIZE, true, 1, PROTO_MAX_POOL_SIZE, &out->size,
+	    msg) == -1 ||
+	    proto_get_string(req->root, FIELD_POOL, false, &out->pool, msg) == -1)
+		return -1;
+	return 0;
+}
+
+int
+proto_read_shutdown(const struct request *req, struct proto_shutdown *out, char **msg)
+{
+	memset(out, 0, sizeof *out);
+	out->mode = MODE_DRAIN;
+	if (check_request(req, NULL, msg) == -1 ||
+	    proto_get_string(req->root, FIELD_MODE, false, &out->mode, msg) == -1)
+		return -1;
+	if (strcmp(out->mode, MODE_DRAIN) != 0 && strcmp(out->mode, MODE_NOW) != 0) {
+		char q[UTF8_QUOTE_SIZE];
+		return cause_set(msg, "field \"%s\" must be \"%s\" or \"%s\", not \"%s\"",
+		    FIELD_MODE, MODE_DRAIN, MODE_NOW, utf8_quote(q, out->mode));
+	}
+	out->now = strcmp(out->mode, MODE_NOW) == 0;
 	return 0;
 }

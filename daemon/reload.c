@@ -9,8 +9,8 @@
  *    friends), new pools start, pools gone from the file stop accepting and
  *    drain, then go away ("default" always exists);
  *  - log_level, limits read at use (max_connections, max_request_bytes,
- *    max_output_buffer, result_ttl, result_retain, result_retain_bytes,
- *    max_subscriptions, shutdown_timeout), [exec]
+ *    max_output_buffer, output_stall_timeout, result_ttl, result_retain,
+ *    result_retain_bytes, max_subscriptions, shutdown_timeout), [exec]
  *    (exec_configure), stream_budget, tokens and admin_group take effect for
  *    what comes next;
  *  - the listeners stay as they are: socket, socket_mode, socket_group and
@@ -22,47 +22,20 @@
  */
 #include "config.h"
 
-#include <grp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
+#include "cgroup.h"
 #include "conf.h"
 #include "daemon.h"
 #include "exec.h"
 #include "log.h"
 #include "pools.h"
 #include "sd.h"
-#include "tasks.h"
-#include "tokens.h"
-
-/* What the new configuration needs beyond struct conf, prepared before anything changes. */
-struct reload_auth {
-	struct tokens *tokens;
-	bool have_admin_gid;
-	unsigned admin_gid;
-};
-
-/* The token files (tokens.c, as at start-up) and the admin group. */
-static int
-reload_auth_prepare(const struct conf *c, struct reload_auth *a, char **cause)
-{
-	memset(a, 0, sizeof *a);
-	if (tokens_load_files(c->token_file, c->admin_token_file, &a->tokens, cause) == -1)
-		return -1;
-	if (c->admin_group != NULL) {
-		struct group *gr = getgrnam(c->admin_group);
-		if (gr == NULL) {
-			tokens_free(a->tokens);
-			a->tokens = NULL;
-			return cause_set(cause, "admin_group %s: no such group", c->admin_group);
-		}
-		a->have_admin_gid = true;
-		a->admin_gid = gr->gr_gid;
-	}
-	return 0;
-}
+#include "task.h"
 
 static bool
 str_differs(const char *a, const char *b)
@@ -170,7 +143,7 @@ daemon_reload(void)
 {
 	struct daemon *d = daemon_state;
 	struct conf nc, old;
-	struct reload_auth auth;
+	struct auth *auth = NULL;
 	char *errors = NULL, *path;
 
 	if (d->conf.path == NULL) {
@@ -187,17 +160,18 @@ daemon_reload(void)
 	if ((path = strdup(d->conf.path)) == NULL)
 		goto refused;
 	if (conf_read(&nc, path, d->flags, &errors) == -1 ||
-	    reload_auth_prepare(&nc, &auth, &errors) == -1)
+	    auth_load(&nc, &auth, &errors) == -1)
 		goto refused;
 
 	reload_keep_listeners(&nc, &d->conf);
+	if (str_differs(nc.containment, d->conf.containment) ||
+	    str_differs(nc.cgroup_root, d->conf.cgroup_root))
+		log_warnx("reload: containment and cgroup_root take effect at the next start; "
+		    "containment stays %s", cgroup_containment());
 	reload_pools(&nc);
 	log_set_level(nc.log_level);
-	tasks_set_stream_budget(nc.stream_budget);
-	tokens_free(d->tokens);
-	d->tokens = auth.tokens;
-	d->have_admin_gid = auth.have_admin_gid;
-	d->admin_gid = auth.admin_gid;
+	task_set_stream_budget(nc.stream_budget);
+	auth_install(auth);
 	old = d->conf;
 	d->conf = nc;
 	memset(&nc, 0, sizeof nc);  /* its memory belongs to d->conf now */

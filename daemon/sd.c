@@ -45,6 +45,8 @@ static struct {
 	struct event *extend_ev;    /* during the drain */
 	uint64_t watchdog_usec;
 
+	char *ready_fields;         /* sent after READY=1 (sdn_ready_fields) */
+
 	char status_sent[512];
 	char status_pending[512];
 	bool have_pending;
@@ -200,9 +202,22 @@ sdn_setup(struct event_base *base, const struct sdn_hooks *hooks)
 }
 
 void
+sdn_ready_fields(const char *lines)
+{
+	free(sdn.ready_fields);
+	sdn.ready_fields = lines != NULL ? strdup(lines) : NULL;
+}
+
+void
 sdn_ready(void)
 {
-	sdn_send("READY=1");
+	char *msg = NULL;
+
+	if (sdn.ready_fields != NULL && asprintf(&msg, "READY=1\n%s", sdn.ready_fields) != -1)
+		sdn_send(msg);
+	else
+		sdn_send("READY=1");
+	free(msg);
 	if (!sdn.notify || sdn.ready_once)
 		return;
 	sdn.ready_once = true;
@@ -267,6 +282,7 @@ sdn_teardown(void)
 		event_free(sdn.watchdog_ev);
 	if (sdn.extend_ev != NULL)
 		event_free(sdn.extend_ev);
+	free(sdn.ready_fields);
 	memset(&sdn, 0, sizeof sdn);
 }
 

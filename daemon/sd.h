@@ -9,7 +9,10 @@
  * the environment: exec tasks get a clean base environment, never tpd's.
  *
  * What goes out, in the order a normal life sends it:
- *   READY=1                      sdn_ready(), once listening
+ *   READY=1                      sdn_ready(), once listening, with the
+ *   X_TPD_LISTEN=...             lines of sdn_ready_fields: tpd's, naming
+ *                                each listener ("tcp 127.0.0.1:41234"), so
+ *                                a test learns the port it was given
  *   STATUS=<live figures>        at most once a second from then on
  *   WATCHDOG=1                   every WATCHDOG_USEC/2, while healthy
  *   RELOADING=1 ... READY=1      sdn_reloading(), sdn_ready() around SIGHUP
@@ -57,6 +60,13 @@ void sdn_ready(void);
  * Text equal to the last one sent is not sent again.
  */
 void sdn_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * Lines sent with every READY=1 after it ("NAME=value", one a line,
+ * without a trailing newline; copied; NULL for none). Call after sdn_setup. systemd ignores the
+ * names it does not know; sd_notify(3) asks that they start with X_.
+ */
+void sdn_ready_fields(const char *lines);
 
 /* RELOADING=1; follow with sdn_ready() when the reload is done (or refused). */
 void sdn_reloading(void);

@@ -21,12 +21,12 @@
 static int
 echo_parse(struct task *t, json_t *spec, char **cause)
 {
-	static const char *const fields[] = { "kind", "timeout_ms", "value", NULL };
+	static const char *const fields[] = { FIELD_KIND, FIELD_TIMEOUT_MS, FIELD_VALUE, NULL };
 	json_t *value;
 
 	if (proto_check_fields(spec, fields, "an echo task", cause) == -1)
 		return -1;
-	value = json_object_get(spec, "value");
+	value = json_object_get(spec, FIELD_VALUE);
 	/*
 	 * Handed over, not shared: the task takes the value and the request
 	 * lets go of it, so only the worker touches it from now on (jansson's
@@ -37,14 +37,14 @@ echo_parse(struct task *t, json_t *spec, char **cause)
 		return 0;
 	}
 	t->kind_data = json_incref(value);
-	json_object_del(spec, "value");
+	json_object_del(spec, FIELD_VALUE);
 	return 0;
 }
 
 static enum pool_state
 echo_run(struct task *t)
 {
-	t->result = json_pack("{s:O}", "value", (json_t *)t->kind_data);
+	t->result = json_pack("{s:O}", FIELD_VALUE, (json_t *)t->kind_data);
 	return POOL_SUCCEEDED;
 }
 
@@ -55,7 +55,7 @@ json_data_free(struct task *t)
 }
 
 const struct task_kind task_kind_echo = {
-	.name = "echo", .parse = echo_parse, .run = echo_run, .free = json_data_free,
+	.name = KIND_ECHO, .parse = echo_parse, .run = echo_run, .free = json_data_free,
 };
 
 /* ---- fail */
@@ -63,11 +63,11 @@ const struct task_kind task_kind_echo = {
 static int
 fail_parse(struct task *t, json_t *spec, char **cause)
 {
-	static const char *const fields[] = { "kind", "timeout_ms", "message", NULL };
+	static const char *const fields[] = { FIELD_KIND, FIELD_TIMEOUT_MS, FIELD_MESSAGE, NULL };
 	const char *message = "task failed as asked";
 
 	if (proto_check_fields(spec, fields, "a fail task", cause) == -1 ||
-	    proto_get_string(spec, "message", false, &message, cause) == -1)
+	    proto_get_string(spec, FIELD_MESSAGE, false, &message, cause) == -1)
 		return -1;
 	t->kind_data = strdup(message);
 	return 0;
@@ -87,7 +87,7 @@ plain_free(struct task *t)
 }
 
 const struct task_kind task_kind_fail = {
-	.name = "fail", .parse = fail_parse, .run = fail_run, .free = plain_free,
+	.name = KIND_FAIL, .parse = fail_parse, .run = fail_run, .free = plain_free,
 };
 
 /* ---- sleep and spin */
@@ -101,13 +101,13 @@ struct timed {
 static int
 timed_parse(struct task *t, json_t *spec, char **cause, const char *where)
 {
-	static const char *const fields[] = { "kind", "timeout_ms", "ms", NULL };
+	static const char *const fields[] = { FIELD_KIND, FIELD_TIMEOUT_MS, FIELD_MS, NULL };
 	struct timed *td;
 	uint64_t ms = 0;
 	pthread_condattr_t ca;
 
 	if (proto_check_fields(spec, fields, where, cause) == -1 ||
-	    proto_get_uint(spec, "ms", true, 0, MAX_TASK_MS, &ms, cause) == -1)
+	    proto_get_uint(spec, FIELD_MS, true, 0, MAX_TASK_MS, &ms, cause) == -1)
 		return -1;
 	if ((td = calloc(1, sizeof *td)) == NULL)
 		return -1;
@@ -215,10 +215,10 @@ timed_free(struct task *t)
 }
 
 const struct task_kind task_kind_sleep = {
-	.name = "sleep", .parse = sleep_parse, .run = sleep_run, .cancel = sleep_cancel,
+	.name = KIND_SLEEP, .parse = sleep_parse, .run = sleep_run, .cancel = sleep_cancel,
 	.free = timed_free,
 };
 
 const struct task_kind task_kind_spin = {
-	.name = "spin", .parse = spin_parse, .run = spin_run, .free = timed_free,
+	.name = KIND_SPIN, .parse = spin_parse, .run = spin_run, .free = timed_free,
 };

@@ -3,7 +3,7 @@
  * object, cancel and free. Running is exec-run.c; starting the process is
  * exec-spawn.c; output is capture.c.
  *
- * Request fields (SPEC section 2), all copied here on the loop thread so no
+ * Request fields (doc/exec.md), all copied here on the loop thread so no
  * json_t crosses to the worker:
  *   argv          non-empty array of strings, argv[0] non-empty (required)
  *   env           object: NAME -> string, added to the configured base
@@ -14,8 +14,17 @@
  *   stdin_base64  the same, base64-encoded, for binary input (tpd extension;
  *                 excludes stdin)
  *   output_limit  integer, 1..[exec] output_limit_max: bytes kept per stream
+ *   limits        object: memory_bytes, cpu_cores, pids, open_files,
+ *                 cpu_seconds, file_bytes; each replaces the pool's limit_*
+ *                 default and may not pass its max_limit_*; one that the
+ *                 containment in force cannot enforce is refused, naming it
  * "kind" and "timeout_ms" belong to the front end; anything else is refused
  * with a message naming the field.
+ *
+ * The pool's run_as is taken here too: the submitter's uid and gid for
+ * caller, the user's name for a user; the passwd and group look-ups are left
+ * to the worker (exec-run.c), so that a slow name service never stalls the
+ * loop thread.
  */
 #include "config.h"
 
@@ -26,6 +35,7 @@
 #include <unistd.h>
 
 #include "base64.h"
+#include "cgroup.h"
 #include "exec.h"
 #include "log.h"
 #include "utf8.h"
@@ -188,6 +198,10 @@ exec_parse_env(struct exec_task *x, json_t *v, char **cause)
 		if (len == 0 || strchr(name, '=') != NULL)
 			return cause_set(cause, "task.env: \"%s\" is not a variable name",
 			    utf8_quote(q, name));
+		x->env_given |= strcmp(name, "HOME") == 0 ? EXEC_ENV_HOME :
+		    strcmp(name, "USER") == 0 ? EXEC_ENV_USER :
+		    strcmp(name, "LOGNAME") == 0 ? EXEC_ENV_LOGNAME :
+		    strcmp(name, "SHELL") == 0 ? EXEC_ENV_SHELL : 0;
 		if (json_is_null(value)) {
 			if (at >= 0) {
 				free(x->env[at]);
@@ -238,32 +252,184 @@ exec_parse_stdin(struct exec_task *x, json_t *text, json_t *b64, char **cause)
 	return 0;
 }
 
+const char *
+exec_limit_unenforceable(const struct cgroup_info *ci, enum conf_limit l)
+{
+	switch (l) {
+	case CONF_LIMIT_MEMORY_BYTES:           /* memory.max, else RLIMIT_AS */
+	case CONF_LIMIT_OPEN_FILES:             /* RLIMIT_NOFILE */
+	case CONF_LIMIT_CPU_SECONDS:            /* RLIMIT_CPU */
+	case CONF_LIMIT_FILE_BYTES:             /* RLIMIT_FSIZE */
+		return NULL;
+	case CONF_LIMIT_PIDS:
+		if (ci->cgroup && (ci->controllers & CGROUP_PIDS))
+			return NULL;
+		return ci->cgroup ? "the pids controller is not enabled for tpd's cgroup "
+		    "root" : "containment is process, and only a cgroup's pids "
+		    "controller bounds a task's processes (RLIMIT_NPROC counts every "
+		    "process of the user)";
+	case CONF_LIMIT_CPU_CORES:
+		if (ci->cgroup && (ci->controllers & CGROUP_CPU))
+			return NULL;
+		return ci->cgroup ? "the cpu controller is not enabled for tpd's cgroup "
+		    "root" : "containment is process, and only a cgroup's cpu "
+		    "controller bounds a task's share of the CPUs";
+	case CONF_NLIMITS:
+		break;
+	}
+	return "unknown limit";
+}
+
+void
+exec_enforce(const struct cgroup_info *ci, struct conf_enforce *out)
+{
+	memset(out, 0, sizeof *out);
+	for (int k = 0; k < CONF_NLIMITS; k++)
+		out->why[k] = exec_limit_unenforceable(ci, k);
+	if (!ci->cgroup && ci->why[0] != '\0')
+		snprintf(out->note, sizeof out->note, "cgroup containment is not in force: %s",
+		    ci->why);
+}
+
+/* One limit of the request's limits object, or -1 with *cause set. */
+static int
+exec_parse_limit(enum conf_limit k, json_t *v, uint64_t *out, char **cause)
+{
+	const char *name = conf_limit_name(k);
+	json_int_t n, least;
+
+	if (k == CONF_LIMIT_CPU_CORES) {
+		double d = json_number_value(v);
+
+		if (!json_is_number(v) || !(d >= 0.01) || d > 1024)
+			return cause_set(cause, "task.limits.cpu_cores must be a number of "
+			    "cores from 0.01 to 1024 (0.5 is half a core)");
+		*out = (uint64_t)(d * 1000 + 0.5);
+		return 0;
+	}
+	n = json_integer_value(v);
+	least = k == CONF_LIMIT_FILE_BYTES ? 0 : k == CONF_LIMIT_OPEN_FILES ? 3 : 1;
+
+	if (!json_is_integer(v) || n < least)
+		return cause_set(cause, "task.limits.%s must be an integer of at least %lld",
+		    name, (long long)least);
+	*out = (uint64_t)n;
+	return 0;
+}
+
+/*
+ * The limits in force: the request's, else the pool's default, else the
+ * pool's maximum (a pool with a maximum has no unlimited tasks). Each must
+ * be within the maximum and enforceable here.
+ */
+static int
+exec_parse_limits(struct task *t, struct exec_task *x, json_t *v, char **cause)
+{
+	const struct conf_pool *p = t->pool_conf;
+	const char *key, *pool = p != NULL ? p->name : WIRE_DEFAULT_POOL;
+	bool given[CONF_NLIMITS] = { false };
+	json_t *value;
+
+	for (int k = 0; k < CONF_NLIMITS; k++)
+		x->limits[k] = CONF_NO_LIMIT;
+	if (v != NULL && !json_is_object(v))
+		return cause_set(cause, "task.limits must be an object (memory_bytes, "
+		    "cpu_cores, pids, open_files, cpu_seconds, file_bytes)");
+	if (v != NULL) {
+		json_object_foreach(v, key, value) {
+			int k;
+
+			for (k = 0; k < CONF_NLIMITS; k++)
+				if (strcmp(key, conf_limit_name(k)) == 0)
+					break;
+			if (k == CONF_NLIMITS)
+				return cause_set(cause, "task.limits.%s is not a limit (memory_bytes, "
+				    "cpu_cores, pids, open_files, cpu_seconds, file_bytes)", key);
+			if (exec_parse_limit(k, value, &x->limits[k], cause) == -1)
+				return -1;
+			given[k] = true;
+		}
+	}
+	for (int k = 0; k < CONF_NLIMITS; k++) {
+		const char *why, *name = conf_limit_name(k);
+		bool cores = k == CONF_LIMIT_CPU_CORES;
+
+		if (!given[k] && p != NULL)
+			x->limits[k] = p->limits[k] != CONF_NO_LIMIT ? p->limits[k] :
+			    p->max_limits[k];
+		if (x->limits[k] == CONF_NO_LIMIT)
+			continue;
+		if (p != NULL && p->max_limits[k] != CONF_NO_LIMIT &&
+		    x->limits[k] > p->max_limits[k]) {
+			if (cores)
+				return cause_set(cause, "task.limits.cpu_cores is %.3f, above the "
+				    "maximum %.3f of pool %s (max_limit_cpu_cores)",
+				    x->limits[k] / 1000.0, p->max_limits[k] / 1000.0, pool);
+			return cause_set(cause, "task.limits.%s is %llu, above the maximum %llu "
+			    "of pool %s (max_limit_%s)", name, (unsigned long long)x->limits[k],
+			    (unsigned long long)p->max_limits[k], pool, name);
+		}
+		if ((why = exec_limit_unenforceable(cgroup_current(), k)) != NULL)
+			return cause_set(cause, "task.limits.%s cannot be enforced here: %s%s",
+			    name, why, given[k] ? "" : " (the pool's default)");
+	}
+	return 0;
+}
+
+/* The pool's run_as, with what the worker needs to look the user up. */
+static int
+exec_parse_run_as(struct task *t, struct exec_task *x, char **cause)
+{
+	const struct conf_pool *p = t->pool_conf;
+
+	x->run_as = p != NULL ? p->run_as : CONF_RUN_AS_DAEMON;
+	switch (x->run_as) {
+	case CONF_RUN_AS_DAEMON:
+		return 0;
+	case CONF_RUN_AS_CALLER:
+		/* op_submit refuses TCP and credential-less peers; checked again */
+		if (!t->caller.via_unix || !t->caller.have_creds)
+			return cause_set(cause, "pool %s runs tasks as their caller: submit "
+			    "on the Unix socket", p->name);
+		x->uid = t->caller.uid;
+		x->gid = t->caller.gid;
+		return 0;
+	case CONF_RUN_AS_USER:
+		if ((x->user = strdup(p->run_as_user)) == NULL)
+			return cause_set(cause, "out of memory");
+		return 0;
+	}
+	return 0;
+}
+
 static void exec_free(struct task *t);
 
 static int
 exec_parse(struct task *t, json_t *spec, char **cause)
 {
 	json_t *argv = NULL, *env = NULL, *cwd = NULL, *in = NULL, *in64 = NULL;
-	json_t *limit = NULL, *value;
+	json_t *limit = NULL, *limits = NULL, *value;
 	struct exec_task *x;
 	const char *key;
 
 	*cause = NULL;
 	json_object_foreach(spec, key, value) {
-		if (strcmp(key, "kind") == 0 || strcmp(key, "timeout_ms") == 0)
+		if (strcmp(key, FIELD_KIND) == 0 || strcmp(key, FIELD_TIMEOUT_MS) == 0)
 			continue;
-		else if (strcmp(key, "argv") == 0)
+		else if (strcmp(key, FIELD_ARGV) == 0)
 			argv = value;
-		else if (strcmp(key, "env") == 0)
+		else if (strcmp(key, FIELD_ENV) == 0)
 			env = value;
-		else if (strcmp(key, "cwd") == 0)
+		else if (strcmp(key, FIELD_CWD) == 0)
 			cwd = value;
-		else if (strcmp(key, "stdin") == 0)
+		else if (strcmp(key, FIELD_STDIN) == 0)
 			in = value;
-		else if (strcmp(key, "stdin_base64") == 0)
+		else if (strcmp(key, FIELD_STDIN_BASE64) == 0)
 			in64 = value;
-		else if (strcmp(key, "output_limit") == 0)
+		else if (strcmp(key, FIELD_OUTPUT_LIMIT) == 0)
 			limit = value;
+		else if (strcmp(key, FIELD_LIMITS) == 0)
+			limits = value;
 		else {
 			char q[UTF8_QUOTE_SIZE];
 			return cause_set(cause, "task.%s is not a field of an exec task",
@@ -284,7 +450,9 @@ exec_parse(struct task *t, json_t *spec, char **cause)
 	}
 	if (exec_parse_argv(x, argv, cause) == -1 ||
 	    exec_parse_env(x, env, cause) == -1 ||
-	    exec_parse_stdin(x, in, in64, cause) == -1)
+	    exec_parse_stdin(x, in, in64, cause) == -1 ||
+	    exec_parse_limits(t, x, limits, cause) == -1 ||
+	    exec_parse_run_as(t, x, cause) == -1)
 		goto fail;
 	if (cwd != NULL) {
 		if (!json_is_string(cwd) || json_string_length(cwd) == 0) {
@@ -343,6 +511,7 @@ exec_free(struct task *t)
 	exec_strv_free(x->argv);
 	exec_strv_free(x->env);
 	free(x->cwd);
+	free(x->user);
 	free(x->stdin_data);
 	pthread_mutex_destroy(&x->wake_lock);
 	free(x);
@@ -350,7 +519,7 @@ exec_free(struct task *t)
 }
 
 const struct task_kind task_kind_exec = {
-	.name = "exec",
+	.name = KIND_EXEC,
 	.parse = exec_parse,
 	.run = exec_run,
 	.cancel = exec_cancel,

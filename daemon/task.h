@@ -1,13 +1,15 @@
 /*
- * task.h: one submitted task, and the interface every task kind implements.
+ * task.h: one task, the interface every task kind implements, and the
+ * worker side of a task's life (task.c): what a kind's run may call, and
+ * the hand-off of its events and its end to the loop thread.
  *
  * A task has a parse part (loop thread: validate and copy the request's
  * "task" object), a run part (one worker thread, outside the pool lock) and
- * a done part (loop thread, after the pool's done callback has handed it back
- * through the mailbox). Between submit and done the worker owns the fields
- * marked "worker"; the loop thread does not touch them. jansson does no
- * locking, so a json_t is never shared: the worker builds the result and
- * gives it up with the completion.
+ * a done part (loop thread, after the pool's done callback has handed it
+ * back through the mailbox: the registry's, tasks.h). Between submit and
+ * done the worker owns the fields marked "worker"; the loop thread does not
+ * touch them. jansson does no locking, so a json_t is never shared: the
+ * worker builds the result and gives it up with the completion.
  */
 #ifndef TPD_TASK_H
 #define TPD_TASK_H
@@ -16,17 +18,21 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 
+#include "mailbox.h"
 #include "pool.h"
 
+struct blob;
 struct task;
-struct subscriber;
+struct task_sink;
 struct pools_entry;
+struct conf_pool;
 
 struct task_kind {
-	const char *name;
+	const char *name;           /* a KIND_* of wire.h */
 	/*
 	 * Loop thread. Checks the kind's fields of spec (the request's "task"
 	 * object; "kind" and "timeout_ms" are already taken) and stores what
@@ -43,7 +49,8 @@ struct task_kind {
 	enum pool_state (*run)(struct task *t);
 	/*
 	 * Under the pool lock, on the cancelling thread: wake a run blocked in
-	 * a wait. Must not block. May be NULL when run polls task_cancelled.
+	 * a wait. Must not block, and may take only a leaf lock of its own
+	 * (pool.c names them). May be NULL when run polls task_cancelled.
 	 */
 	void (*cancel)(struct task *t);
 	/* Loop thread: frees kind_data. May be NULL. */
@@ -52,48 +59,110 @@ struct task_kind {
 	bool announces_start;
 };
 
+/* Who submitted a task, as its kind's parse may need it (exec's run_as = caller). */
+struct task_caller {
+	bool via_unix;              /* submitted on the Unix socket */
+	bool have_creds;            /* ... with the peer's credentials known: */
+	uid_t uid;
+	gid_t gid;
+};
+
+/* What a kind's parse may read besides the request: task_parse's context. */
+struct task_context {
+	const struct conf_pool *pool_conf;  /* the pool's settings; NULL: built-in */
+	struct task_caller caller;
+};
+
 struct task {
-	uint64_t id;
+	uint64_t id;                /* the registry's, from submit on */
 	const struct task_kind *kind;
 	void *kind_data;
-	uint64_t timeout_us;        /* 0 = none */
-	bool stream;                /* send started/output events */
+	uint64_t timeout_us;        /* 0 = none (the submit's timeout_ms) */
+	bool stream;                /* started/output events go to its sink */
 	struct pool_job job;        /* the pool's handle; job.arg == this task */
+
+	/* for the kind's parse (loop thread), from its context */
+	const struct conf_pool *pool_conf;
+	struct task_caller caller;
 
 	/* worker: the outcome, read by the loop thread after done */
 	json_t *result;             /* NULL = no result */
 	const char *error_code;     /* an ERR_* name; NULL on success */
 	char *error_message;        /* malloc'd; NULL on success */
 
-	/* set when the pool hands the task back */
+	/* set when the pool hands the task back, on the thread that ended it */
 	enum pool_state state;
 	uint64_t queued_us;
 	uint64_t run_us;
+	const char *final_state;    /* STATE_* of state */
+	struct blob *done_text;     /* the done's body (proto_encode_done), shared */
 
-	/* front end (loop thread only, except where marked) */
-	struct pool *pool;          /* the pool it was submitted to */
-	struct pools_entry *pool_entry; /* its entry; alive until this task's done */
-	char *pool_name;
-	uint64_t conn_id;           /* the submitter's connection; 0 once detached */
-	json_t *request_id;         /* the submit request's id (may be NULL) */
-	struct subscriber *subscribers; /* wait requests for its done */
 	atomic_bool started;        /* set by the worker when run begins */
+	bool notify_start;          /* the registry hears when the run begins (its hooks) */
+
+	/* the registry's (tasks.c), loop thread only */
+	struct pools_entry *pool_entry; /* its pool; alive until this task's done */
+	char *pool_name;
+	char *owner;                /* "uid:N", "token:NAME", "tcp:anonymous", ...: set at submit */
+	struct task_sink *sinks;    /* where its events go: the submitter's first, then waits */
+	struct task_sink **sinks_end; /* the last one's next (NULL: no sink yet) */
+	bool start_seen;            /* the started hooks ran */
 	bool finished;              /* done processed on the loop thread */
-	char *done_body;            /* the done event without "id", once finished */
-	size_t done_len;            /* its length */
-	const char *final_state;    /* wire name of the terminal state */
 	uint64_t finished_us;
 	struct task *older, *newer; /* retention list of finished tasks */
 
-	/* stream budget (mailbox lock) */
+	/* task.c's: bytes of its stream events not yet taken (under its budget lock) */
 	size_t stream_pending;
-
-	/* the done's trip through the mailbox: no allocation on the hot path */
-	struct mail *done_mail;
+	struct mail done_mail;      /* the done's trip: no allocation on the hot path */
 };
 
-/* The kind named name, or NULL. */
+/*
+ * What the loop thread does with what a task's worker hands back: the
+ * registry's (tasks.c), set once at start.
+ *   event   a stream event (started, output) and the bytes it weighs
+ *           against the task's stream budget, to give back with
+ *           task_stream_taken; or NULL event and 0: the run began (only
+ *           for a task with notify_start)
+ *   done    the task ended; its state, times and done_text are set
+ */
+struct task_handlers {
+	void (*event)(struct task *t, json_t *event, size_t weight);
+	void (*done)(struct task *t);
+};
+void task_set_handlers(const struct task_handlers *);
+
+/* The kind named name, or NULL (task-kinds.c). */
 const struct task_kind *task_kind_find(const char *name);
+
+/* The kinds' names, "exec, echo, ...", for messages (task-kinds.c). */
+const char *task_kind_names(void);
+
+/*
+ * Loop thread: a new task of kind, its spec parsed by the kind in ctx.
+ * NULL with *msg set (the request's bad_request), or with *msg NULL when
+ * memory ran out.
+ */
+struct task *task_parse(const struct task_kind *kind, json_t *spec,
+    const struct task_context *ctx, char **msg);
+
+/* Loop thread: frees a task the registry no longer has (or never had). */
+void task_free(struct task *t);
+
+/* Loop thread: what a finished task no longer needs (its kind's data, its outcome). */
+void task_lighten(struct task *t);
+
+/*
+ * What the events about t say of it that does not change once it is
+ * submitted (its id, its pool; next: owner, label, attempt): the part of
+ * proto.h's struct proto_task that both the done (task_pool_done, on the
+ * worker) and accepted and status (tasks_view, on the loop) carry. Any
+ * thread.
+ */
+struct proto_task;
+void task_describe(const struct task *t, struct proto_task *v);
+
+/* The wire name of a terminal state (STATE_*). */
+const char *task_state_name(enum pool_state state);
 
 /* True once cancel was asked (worker side poll). */
 bool task_cancelled(const struct task *t);
@@ -103,14 +172,23 @@ void task_set_error(struct task *t, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /*
- * Worker thread: sends an event ("started", "output") to the task's
- * subscribers. Takes ownership of event; the front end adds "id" and
- * "task". weight is the bytes the event carries; while more than the
- * stream budget of this task's events wait for the loop thread, the call
- * blocks (or returns early, 0, once the task is cancelled), so a chatty
- * task cannot fill memory. Returns 0.
+ * Worker thread: sends an event ("started", "output": proto.h's
+ * proto_event_*) to the task's sink. Takes ownership of event; the loop
+ * adds "id" and "task". weight is the bytes the event carries; while more
+ * than the stream budget of this task's events wait for the loop thread,
+ * the call blocks (or returns early, 0, once the task is cancelled or its
+ * timeout passes), so a chatty task cannot fill memory. Returns 0.
  */
 int task_emit(struct task *t, json_t *event, size_t weight);
+
+/* Loop thread: weight bytes of t's stream events were taken; a blocked task_emit may go on. */
+void task_stream_taken(struct task *t, size_t weight);
+
+/* Any thread: wakes every task_emit blocked on its budget (after a cancel, at shutdown). */
+void task_wake_streams(void);
+
+/* Sets the stream budget (stream_budget) task_emit waits for; any thread may read it. */
+void task_set_stream_budget(size_t bytes);
 
 /* The kinds. */
 extern const struct task_kind task_kind_echo;

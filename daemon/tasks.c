@@ -1,234 +1,191 @@
 /*
- * tasks.c: a task's life in the daemon.
+ * tasks.c: the registry: every task the daemon accepted, from submit to
+ * the end of its retention (loop thread only).
  *
- * The loop thread creates a task, submits it to a pool and registers it. A
- * worker runs it (task_work) and the pool calls task_pool_done on whichever
- * thread ended it; that only posts the task to the mailbox. Back on the loop
- * thread, tasks_handle_mail builds the done event once, as a string without
- * "id", and sends it to the submitter and every waiter with their own id in
- * front. The task then stays, finished and light, for wait and status until
- * result_ttl, result_retain or result_retain_bytes drops it, oldest first.
+ * tasks_submit gives a parsed task (task.c) its id, registers it and puts
+ * it in its pool; its events then come back from the worker through
+ * task.c's hand-off to the two handlers here: a stream event goes to the
+ * task's sink that asked for them, its done to every sink on its list
+ * (the submitter's first, then the waits'), each with its own id in front
+ * of the one shared text. The task then stays, finished and light, for
+ * wait and status until result_ttl, result_retain or result_retain_bytes
+ * drops it, oldest first.
+ *
+ * The lifecycle hooks are called here and only here: hooks_accepted in
+ * tasks_submit, hooks_started when the run's start comes back,
+ * hooks_finished in task_finish. This file owns the outstanding count
+ * (accepted tasks whose done is not yet processed).
  */
 #include "config.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-
-#include "conn.h"
+#include "blob.h"
 #include "daemon.h"
-#include "fmt.h"
 #include "idmap.h"
 #include "log.h"
+#include "proto.h"
 #include "tasks.h"
 #include "wire.h"
 
-struct subscriber {
-	uint64_t conn_id;
-	json_t *request_id;
-	struct subscriber *next;
-};
-
 static struct idmap *tasks;
 static uint64_t next_task_id = 1;
+static uint64_t outstanding;
 static struct task *oldest_retained, *newest_retained;
 static size_t nretained;
 static size_t retained_bytes;       /* what the retained cost (retained_cost) */
 static uint64_t results_forgotten;  /* forgotten before result_ttl for result_retain_bytes */
-static atomic_size_t stream_budget = 256 * 1024;
 
-static const struct task_kind *const kinds[] = {
-	&task_kind_exec, &task_kind_echo, &task_kind_sleep, &task_kind_spin, &task_kind_fail,
-};
+static struct tasks_hooks hooks[TASKS_MAX_HOOKS];
+static size_t nhooks;
+static bool hooks_want_start;       /* some hook has a started */
 
-const struct task_kind *
-task_kind_find(const char *name)
-{
-	for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-		if (strcmp(kinds[i]->name, name) == 0)
-			return kinds[i];
-	return NULL;
-}
+static void task_event(struct task *, json_t *, size_t);
+static void task_finish(struct task *);
 
-bool
-task_cancelled(const struct task *t)
-{
-	return pool_job_cancelled(&t->job);
-}
+/* ------------------------------------------------------------ hooks */
 
-void
-task_set_error(struct task *t, const char *code, const char *fmt, ...)
-{
-	va_list ap;
-
-	free(t->error_message);
-	t->error_code = code;
-	va_start(ap, fmt);
-	if (vasprintf(&t->error_message, fmt, ap) == -1)
-		t->error_message = NULL;
-	va_end(ap);
-}
-
-void
-tasks_set_stream_budget(size_t bytes)
-{
-	atomic_store(&stream_budget, bytes);
-}
-
-/* Worker thread. */
 int
-task_emit(struct task *t, json_t *event, size_t weight)
+tasks_add_hooks(const struct tasks_hooks *h, char **cause)
 {
-	struct mail *m = calloc(1, sizeof *m);
-	uint64_t deadline = 0;
-
-	if (m == NULL) {
-		json_decref(event);
-		return 0;
-	}
-	m->kind = MAIL_EVENT;
-	m->task = t;
-	m->event = event;
-	m->weight = weight;
-	if (t->timeout_us != 0)
-		deadline = t->job.started_us + t->timeout_us;
-	mailbox_post_stream(m, atomic_load(&stream_budget), deadline);
+	if (nhooks == TASKS_MAX_HOOKS)
+		return cause_set(cause, "more than %d sets of task hooks", TASKS_MAX_HOOKS);
+	hooks[nhooks++] = *h;
+	if (h->started != NULL)
+		hooks_want_start = true;
 	return 0;
 }
 
-/* Worker thread: the pool's work function. */
-static enum pool_state
-task_work(struct pool_job *j)
-{
-	struct task *t = j->arg;
-
-	atomic_store(&t->started, true);
-	if (t->stream && !t->kind->announces_start)
-		task_emit(t, json_pack("{s:s}", "event", EV_STARTED), 0);
-	return t->kind->run(t);
-}
-
-static void build_done_body(struct task *t);
-
-/* Any thread, lock not held: hands the task back to the loop. */
 static void
-task_pool_done(struct pool_job *j, enum pool_state state, uint64_t queued_us, uint64_t run_us)
+hooks_accepted(struct task *t)
 {
-	struct task *t = j->arg;
-	struct mail *m = t->done_mail;
-
-	t->state = state;
-	t->queued_us = queued_us;
-	t->run_us = run_us;
-	/* Formatted here, on the thread that ended the task, to spare the loop. */
-	build_done_body(t);
-	m->kind = MAIL_DONE;
-	m->task = t;
-	mailbox_post(m);
+	for (size_t i = 0; i < nhooks; i++)
+		if (hooks[i].accepted != NULL)
+			hooks[i].accepted(t, hooks[i].arg);
 }
 
-/* Under the pool lock: let a blocked run notice the cancel. */
 static void
-task_on_cancel(struct pool_job *j)
+hooks_started(struct task *t)
 {
-	struct task *t = j->arg;
-
-	if (t->kind->cancel != NULL)
-		t->kind->cancel(t);
+	if (t->start_seen)
+		return;
+	t->start_seen = true;
+	for (size_t i = 0; i < nhooks; i++)
+		if (hooks[i].started != NULL)
+			hooks[i].started(t, hooks[i].arg);
 }
 
-struct task *
-tasks_new(const struct task_kind *kind)
-{
-	/* The task and the mail that carries its done, in one allocation. */
-	struct task_with_mail {
-		struct task task;
-		struct mail done_mail;
-	} *tm = calloc(1, sizeof *tm);
-	struct task *t;
-
-	if (tm == NULL)
-		return NULL;
-	t = &tm->task;
-	t->done_mail = &tm->done_mail;
-	t->kind = kind;
-	t->job.work = task_work;
-	t->job.done = task_pool_done;
-	t->job.on_cancel = task_on_cancel;
-	t->job.arg = t;
-	return t;
-}
-
-/* The waits end (the done was sent, or the task is dropped): their connections may wait again. */
 static void
-free_subscribers(struct task *t)
+hooks_finished(struct task *t)
 {
-	struct subscriber *s, *next;
-	struct conn *c;
+	for (size_t i = 0; i < nhooks; i++)
+		if (hooks[i].finished != NULL)
+			hooks[i].finished(t, hooks[i].arg);
+}
 
-	for (s = t->subscribers; s != NULL; s = next) {
+/* The first hooks: the debug log of each task's acceptance and end. */
+static void
+log_accepted(struct task *t, void *arg)
+{
+	log_debug("task %llu (%s) accepted into pool %s", (unsigned long long)t->id,
+	    t->kind->name, t->pool_name);
+}
+
+static void
+log_finished(struct task *t, void *arg)
+{
+	log_debug("task %llu %s (queued %.3f ms, ran %.3f ms)", (unsigned long long)t->id,
+	    t->final_state, t->queued_us / 1000.0, t->run_us / 1000.0);
+}
+
+int
+tasks_init(char **cause)
+{
+	static const struct task_handlers h = { task_event, task_finish };
+	static const struct tasks_hooks log_hooks = { log_accepted, NULL, log_finished, NULL };
+
+	if (tasks == NULL && (tasks = idmap_new()) == NULL)
+		return cause_set(cause, "out of memory for the task registry");
+	task_set_handlers(&h);
+	return tasks_add_hooks(&log_hooks, cause);
+}
+
+/* ------------------------------------------------------------ sinks */
+
+/* The registry lets go of every sink of t (after its done, or when it goes). */
+static void
+release_sinks(struct task *t)
+{
+	struct task_sink *s, *next;
+
+	for (s = t->sinks; s != NULL; s = next) {
 		next = s->next;
-		if ((c = conn_find(s->conn_id)) != NULL && c->subscriptions > 0)
-			c->subscriptions--;
-		json_decref(s->request_id);
-		free(s);
+		s->ops->release(s);
 	}
-	t->subscribers = NULL;
-}
-
-/* Frees what a finished task no longer needs: the kind's data and the outcome. */
-static void
-task_lighten(struct task *t)
-{
-	if (t->kind->free != NULL && t->kind_data != NULL)
-		t->kind->free(t);
-	t->kind_data = NULL;
-	json_decref(t->result);
-	t->result = NULL;
-	free(t->error_message);
-	t->error_message = NULL;
-	json_decref(t->request_id);
-	t->request_id = NULL;
-	free_subscribers(t);
+	t->sinks = NULL;
+	t->sinks_end = NULL;
 }
 
 void
-tasks_discard(struct task *t)
+tasks_add_sink(struct task *t, struct task_sink *sink)
 {
-	task_lighten(t);
-	free(t->pool_name);
-	free(t->done_body);
-	free(t);
+	/* in the order they come: a client may pipeline 100,000 waits on one task */
+	if (t->sinks_end == NULL)
+		t->sinks_end = &t->sinks;
+	sink->next = NULL;
+	*t->sinks_end = sink;
+	t->sinks_end = &sink->next;
 }
 
+/* Frees a task the registry had, with everything it still holds. */
+static void
+discard(struct task *t)
+{
+	release_sinks(t);
+	task_free(t);
+}
+
+/* ------------------------------------------------------------ submit */
+
 enum pool_verdict
-tasks_submit(struct task *t, struct pools_entry *e, struct conn *c, json_t *req_id, bool detach)
+tasks_submit(struct task *t, const struct task_options *o)
 {
 	enum pool_verdict v;
 
-	if (tasks == NULL && (tasks = idmap_new()) == NULL)
+	if ((t->pool_name = strdup(o->pool->name)) == NULL ||
+	    (o->owner != NULL && (t->owner = strdup(o->owner)) == NULL)) {
+		free(t->pool_name);
+		t->pool_name = NULL;
 		return POOL_REJECTED_FULL;
+	}
 	t->id = next_task_id;
-	t->pool = e->pool;
-	t->pool_entry = e;
-	t->pool_name = strdup(e->name);
-	t->conn_id = detach ? 0 : c->id;
-	t->request_id = json_incref(req_id);
+	t->pool_entry = o->pool;
+	t->stream = o->stream;
+	t->timeout_us = o->timeout_ms * 1000;
+	t->job.queue_deadline_us = o->queue_timeout_ms != 0 ?
+	    clock_now_us() + o->queue_timeout_ms * 1000 : 0;
+	t->notify_start = hooks_want_start;
 	/* Registered before submitting: the done may be posted at once. */
-	if (idmap_put(tasks, t->id, t) == -1)
+	if (idmap_put(tasks, t->id, t) == -1) {
+		free(t->pool_name);
+		t->pool_name = NULL;
 		return POOL_REJECTED_FULL;
-	v = pool_submit(e->pool, &t->job);
+	}
+	v = pool_submit(o->pool->pool, &t->job);
 	if (v != POOL_ACCEPTED) {
 		idmap_remove(tasks, t->id);
+		free(t->pool_name);
+		t->pool_name = NULL;
 		return v;
 	}
 	next_task_id++;
-	if (!detach)
-		c->awaiting++;
-	e->outstanding++;
-	daemon_state->outstanding++;
+	if (o->sink != NULL)
+		tasks_add_sink(t, o->sink);
+	outstanding++;
+	pools_task_accepted(o->pool);
+	hooks_accepted(t);
 	return v;
 }
 
@@ -247,69 +204,18 @@ tasks_state(const struct task *t)
 	return atomic_load(&t->started) ? STATE_RUNNING : STATE_QUEUED;
 }
 
-/*
- * Sends t's done line, with id in front, to the connection named conn_id (if
- * still there); owed says the connection was counting on it.
- */
-static void
-send_done(const struct task *t, uint64_t conn_id, json_t *id, bool owed)
-{
-	struct conn *c = conn_find(conn_id);
-	char *idtext, *prefix;
-
-	if (c == NULL || c->dead)
-		return;
-	if (owed)
-		conn_owed_done(c);
-	if (id == NULL) {
-		conn_send_raw(c, "{", 1, t->done_body, t->done_len);
-		return;
-	}
-	if (json_is_integer(id)) {
-		char head[48];
-		struct fmt f = fmt_init(head, sizeof head);
-		fmt_str(&f, "{\"id\":");
-		fmt_i64(&f, json_integer_value(id));
-		fmt_mem(&f, ",", 1);
-		conn_send_raw(c, head, fmt_len(&f, head), t->done_body, t->done_len);
-		return;
-	}
-	idtext = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
-	if (idtext == NULL || asprintf(&prefix, "{\"id\":%s,", idtext) == -1)
-		prefix = NULL;
-	if (prefix != NULL)
-		conn_send_raw(c, prefix, strlen(prefix), t->done_body, t->done_len);
-	free(prefix);
-	free(idtext);
-}
-
 void
-tasks_subscribe(struct task *t, struct conn *c, json_t *req_id)
+tasks_view(const struct task *t, struct proto_task *v)
 {
-	struct subscriber *s;
-
-	unsigned max = daemon_state->conf.max_subscriptions;
-
+	task_describe(t, v);
+	v->state = tasks_state(t);
+	v->queued_ahead = t->job.queued_ahead;    /* set by pool_submit, on this thread */
+	v->finished = t->finished;
 	if (t->finished) {
-		send_done(t, c->id, req_id, false);
-		return;
+		/* the worker writes the times as it ends the task: read them only once it is back */
+		v->queued_us = t->queued_us;
+		v->run_us = t->run_us;
 	}
-	if (c->subscriptions >= max) {
-		conn_send_error(c, req_id, ERR_BAD_REQUEST, "too many waits pending on this "
-		    "connection: max_subscriptions is %u; wait until some of their tasks finish "
-		    "(or use another connection)", max);
-		return;
-	}
-	if ((s = calloc(1, sizeof *s)) == NULL) {
-		conn_send_error(c, req_id, ERR_INTERNAL, "out of memory");
-		return;
-	}
-	s->conn_id = c->id;
-	s->request_id = json_incref(req_id);
-	s->next = t->subscribers;
-	t->subscribers = s;
-	c->awaiting++;
-	c->subscriptions++;
 }
 
 void
@@ -317,200 +223,60 @@ tasks_cancel(struct task *t)
 {
 	if (t->finished)
 		return;
-	pool_cancel(t->pool, &t->job);
-	mailbox_wake_streams(); /* a run blocked on its stream budget sees the cancel */
+	pool_cancel(t->pool_entry->pool, &t->job);
+	task_wake_streams(); /* a run blocked on its stream budget sees the cancel */
 }
 
-/* The error a done carries: the kind's own, or the state's name for states the pool decided. */
-static json_t *
-done_error(const struct task *t)
+uint64_t
+tasks_outstanding(void)
 {
-	const char *code = t->error_code;
-	const char *message = t->error_message;
-	char buf[160];
-
-	if (t->state == POOL_SUCCEEDED)
-		return NULL;
-	if (code == NULL) {
-		switch (t->state) {
-		case POOL_CANCELLED:
-			code = ERR_CANCELLED;
-			snprintf(buf, sizeof buf, "task was cancelled %s",
-			    t->run_us > 0 || atomic_load(&t->started) ? "while running" : "before it started");
-			break;
-		case POOL_EXPIRED:
-			code = ERR_EXPIRED;
-			snprintf(buf, sizeof buf, "task waited %.3f ms in the queue, past its "
-			    "queue_timeout_ms, and never started", t->queued_us / 1000.0);
-			break;
-		case POOL_TIMED_OUT:
-			code = ERR_TIMED_OUT;
-			snprintf(buf, sizeof buf, "task ran past its timeout_ms");
-			break;
-		default:
-			code = ERR_TASK_FAILED;
-			snprintf(buf, sizeof buf, "task failed");
-			break;
-		}
-		if (message == NULL)
-			message = buf;
-	}
-	return json_pack("{s:s, s:s}", "code", code, "message", message ? message : code);
+	return outstanding;
 }
 
-/* The done event's text while it is built: jansson writes into it as it goes. */
-struct body {
-	char *p;
-	size_t len, cap;
-	bool failed;
-};
-
-static void
-body_add(struct body *b, const char *s, size_t n)
-{
-	if (b->failed)
-		return;
-	if (b->cap - b->len < n + 1) {
-		size_t cap = b->cap * 2 > b->len + n + 1 ? b->cap * 2 : b->len + n + 1;
-		char *p = realloc(b->p, cap);
-
-		if (p == NULL) {
-			b->failed = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-}
-
-static void
-body_str(struct body *b, const char *s)
-{
-	body_add(b, s, strlen(s));
-}
-
-static int
-body_dump_cb(const char *s, size_t n, void *arg)
-{
-	struct body *b = arg;
-
-	body_add(b, s, n);
-	return b->failed ? -1 : 0;
-}
-
-/* A key that needs no escaping in JSON. */
-static bool
-key_is_plain(const char *k)
-{
-	for (; *k != '\0'; k++)
-		if (!(*k >= 'a' && *k <= 'z') && !(*k >= 'A' && *k <= 'Z') &&
-		    !(*k >= '0' && *k <= '9') && *k != '_')
-			return false;
-	return true;
-}
+/* ------------------------------------------------------------ a task's events */
 
 /*
- * Appends v as JSON. jansson checks every object it dumps for reference
- * loops (a snprintf and a hash table per object), which cost more than the
- * rest of an echo task: a result or error is an object of our own plain
- * keys, so its members are dumped one by one. Any other object is left to
- * jansson whole.
+ * A stream event, or the start of the run (event NULL): the started hooks
+ * run once, then the event goes to the sink that asked for the stream, the
+ * submitter's, first on the list. Its weight stays on the task's budget
+ * until that sink lets go of it; with no such sink it is given back at
+ * once.
  */
 static void
-body_dump(struct body *b, json_t *v)
+task_event(struct task *t, json_t *event, size_t weight)
 {
-	const char *key;
-	json_t *member;
-	bool first = true;
+	struct task_sink *s = t->sinks;
 
-	if (json_is_object(v)) {
-		json_object_foreach(v, key, member)
-			if (!key_is_plain(key))
-				goto whole;
-		body_add(b, "{", 1);
-		json_object_foreach(v, key, member) {
-			body_str(b, first ? "\"" : ",\"");
-			body_str(b, key);
-			body_add(b, "\":", 2);
-			json_dump_callback(member, body_dump_cb, b, JSON_ENCODE_ANY | JSON_COMPACT);
-			first = false;
-		}
-		body_add(b, "}", 1);
+	hooks_started(t);
+	if (event == NULL)
 		return;
-	}
-whole:
-	json_dump_callback(v, body_dump_cb, b, JSON_ENCODE_ANY | JSON_COMPACT);
+	if (s != NULL && s->stream)
+		s->ops->event(s, t, event, weight);
+	else
+		task_stream_taken(t, weight);
 }
 
-/*
- * Builds the done event once, as the text after "{" and an optional "id",
- * in one pass: the result is dumped straight after the head. Runs on the
- * thread that ended the task, which owns the outcome until the mail reaches
- * the loop; the pool's name_json is immutable.
- */
-static void
-build_done_body(struct task *t)
+void
+tasks_stream_taken(uint64_t id, size_t weight)
 {
-	json_t *error = done_error(t);
-	char head[256];
-	struct fmt f = fmt_init(head, sizeof head);
-	struct body b = { NULL, 0, 0, false };
+	struct task *t = tasks != NULL ? idmap_get(tasks, id) : NULL;
 
-	t->final_state = pool_state_name(t->state);
-	fmt_str(&f, "\"event\":\"done\",\"task\":");
-	fmt_u64(&f, t->id);
-	fmt_str(&f, ",\"pool\":");
-	fmt_str(&f, t->pool_entry->name_json);
-	fmt_str(&f, ",\"state\":\"");
-	fmt_str(&f, t->final_state);
-	fmt_str(&f, "\",\"queued_ms\":");
-	fmt_ms(&f, t->queued_us);
-	fmt_str(&f, ",\"run_ms\":");
-	fmt_ms(&f, t->run_us);
-	if (fmt_len(&f, head) == 0)
-		abort(); /* pool names are at most 64 bytes: the head always fits */
-	if ((b.p = malloc(b.cap = 512)) == NULL)
-		abort(); /* out of memory with a done to deliver: fail loudly */
-	body_add(&b, head, fmt_len(&f, head));
-	if (t->result != NULL) {
-		body_str(&b, ",\"result\":");
-		body_dump(&b, t->result);
-	}
-	if (error != NULL) {
-		body_str(&b, ",\"error\":");
-		body_dump(&b, error);
-		json_decref(error);
-	}
-	body_add(&b, "}", 1);
-	if (b.failed)
-		abort();
-	b.p[b.len] = '\0'; /* body_add always leaves room for it */
-	if (b.cap - b.len > 4096) {
-		/* A large result: the retained text should not keep the doubling's slack. */
-		char *fit = realloc(b.p, b.len + 1);
-		if (fit != NULL)
-			b.p = fit;
-	}
-	t->done_body = b.p;
-	t->done_len = b.len;
-	/* Nothing reads the result once it is text: free it here rather than on the loop. */
-	json_decref(t->result);
-	t->result = NULL;
+	if (t != NULL && !t->finished)
+		task_stream_taken(t, weight);
 }
 
 /*
  * What a retained task is counted for against result_retain_bytes: its
- * done text, the task itself (with the mail it came back in) and its pool's
- * name. Only what does not change once it is retained, so that the same
- * figure comes off when it goes.
+ * done text, the task itself, its pool's name and its owner. Only what does not
+ * change once it is retained, so that the same figure comes off when it
+ * goes.
  */
 static size_t
 retained_cost(const struct task *t)
 {
-	return t->done_len + sizeof (struct task) + sizeof (struct mail) +
-	    (t->pool_name != NULL ? strlen(t->pool_name) + 1 : 0);
+	return t->done_text->len + sizeof (struct task) +
+	    (t->pool_name != NULL ? strlen(t->pool_name) + 1 : 0) +
+	    (t->owner != NULL ? strlen(t->owner) + 1 : 0);
 }
 
 static void
@@ -527,59 +293,28 @@ retain(struct task *t)
 	retained_bytes += retained_cost(t);
 }
 
+/* The done came back: every sink gets it, the task is retained, light. */
 static void
 task_finish(struct task *t)
 {
 	struct pools_entry *e = t->pool_entry;
+	struct task_sink *s;
 
 	t->finished = true;
 	t->finished_us = clock_now_us();
-	if (t->conn_id != 0)
-		send_done(t, t->conn_id, t->request_id, true);
-	for (struct subscriber *s = t->subscribers; s != NULL; s = s->next)
-		send_done(t, s->conn_id, s->request_id, true);
-	log_debug("task %llu %s (queued %.3f ms, ran %.3f ms)", (unsigned long long)t->id,
-	    t->final_state, t->queued_us / 1000.0, t->run_us / 1000.0);
+	for (s = t->sinks; s != NULL; s = s->next)
+		s->ops->done(s, t);
+	release_sinks(t);
+	hooks_finished(t);
 	task_lighten(t);
+	t->pool_entry = NULL;       /* the pool may go once its last task is done */
 	retain(t);
 	tasks_prune();
-	daemon_state->outstanding--;
-	if (e != NULL) {
-		e->outstanding--;
-		pools_task_finished(e);
-	}
-	daemon_maybe_exit();
+	outstanding--;
+	pools_task_finished(e);
 }
 
-/* Adds "id" and "task" to a stream event and sends it to the submitter. */
-static void
-task_stream_event(struct task *t, json_t *event)
-{
-	struct conn *c;
-
-	if (t->conn_id == 0 || !t->stream || (c = conn_find(t->conn_id)) == NULL)
-		return;
-	if (t->request_id != NULL)
-		json_object_set(event, "id", t->request_id);
-	json_object_set_new(event, "task", json_integer((json_int_t)t->id));
-	conn_send(c, event);
-}
-
-void
-tasks_handle_mail(struct mail *m)
-{
-	switch (m->kind) {
-	case MAIL_EVENT:
-		task_stream_event(m->task, m->event);
-		json_decref(m->event);
-		mailbox_stream_processed(m->task, m->weight);
-		break;
-	case MAIL_DONE:
-		task_finish(m->task); /* m lives inside the task */
-		return;
-	}
-	free(m);
-}
+/* ------------------------------------------------------------ retention */
 
 /*
  * The oldest finished tasks go first: past result_ttl, beyond result_retain,
@@ -609,7 +344,7 @@ tasks_prune(void)
 		nretained--;
 		retained_bytes -= retained_cost(t);
 		idmap_remove(tasks, t->id);
-		tasks_discard(t);
+		discard(t);
 	}
 }
 
@@ -640,7 +375,7 @@ tasks_was_accepted(uint64_t id)
 static void
 free_one(void *value, void *arg)
 {
-	tasks_discard(value);
+	discard(value);
 }
 
 void
@@ -654,4 +389,6 @@ tasks_free_all(void)
 	oldest_retained = newest_retained = NULL;
 	nretained = 0;
 	retained_bytes = 0;
+	nhooks = 0;
+	hooks_want_start = false;
 }

@@ -1,8 +1,16 @@
 /*
- * tasks.h: the daemon's tasks from submit to retention (loop thread only,
- * except where a comment says otherwise): ids, subscribers, delivery of
- * stream events and dones, and the retained finished tasks that wait and
- * status still answer for.
+ * tasks.h: the registry of the daemon's tasks, from submit to retention
+ * (tasks.c; loop thread only): ids, submission with its options, the sinks
+ * a task's events go to, the lifecycle hooks, and the finished tasks kept
+ * for wait and status.
+ *
+ * Where a new source of tasks plugs in (a Redis stream consumer, say): it
+ * parses a task (task_parse, task.h), submits it with struct task_options,
+ * its own struct task_sink as the sink, and gets the task's stream events
+ * and its done there, never through the op layer. Where a journal plugs
+ * in: struct tasks_hooks, called at accepted, started and finished. Where a
+ * new option of a submit goes (owner, label, attempt, on_lost): struct
+ * task_options, copied onto the task by tasks_submit.
  */
 #ifndef TPD_TASKS_H
 #define TPD_TASKS_H
@@ -10,26 +18,87 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "mailbox.h"
+#include <jansson.h>
+
 #include "pool.h"
 #include "pools.h"
 #include "task.h"
 
-struct conn;
-
-/* A new task of kind, not yet submitted. */
-struct task *tasks_new(const struct task_kind *kind);
-
-/* Frees a task that was never accepted. */
-void tasks_discard(struct task *t);
+struct proto_task;
 
 /*
- * Submits t to pool e on behalf of conn c (request id req_id). On
- * POOL_ACCEPTED the task is registered, counted as outstanding and has its
- * id; otherwise the caller still owns it (tasks_discard).
+ * Where a task's events go: the connection that submitted it or waits for
+ * it (conn-sink.c), or any other receiver. The registry calls these on the
+ * loop thread; a sink is on one task's list, and belongs to the registry
+ * once given to it (tasks_submit, tasks_add_sink) until release.
  */
-enum pool_verdict tasks_submit(struct task *t, struct pools_entry *e, struct conn *c,
-    json_t *req_id, bool detach);
+struct task_sink;
+
+struct task_sink_ops {
+	/*
+	 * A stream event of t (started, output: a JSON object without "id"
+	 * and "task", proto_encode_stream adds them), for a sink that asked
+	 * for them (stream). weight is what the event holds of t's stream
+	 * budget: the sink gives it back with tasks_stream_taken(t->id,
+	 * weight) once the event is out of its hands (sent, dropped), so a
+	 * receiver that does not keep up pauses the task's output. event is
+	 * borrowed.
+	 */
+	void (*event)(struct task_sink *, struct task *t, json_t *event, size_t weight);
+	/* t finished: its done's body is t->done_text (shared; blob_hold it to keep it). */
+	void (*done)(struct task_sink *, struct task *t);
+	/* The registry lets go of the sink: after done, or when t goes without one. */
+	void (*release)(struct task_sink *);
+};
+
+struct task_sink {
+	const struct task_sink_ops *ops;
+	bool stream;                /* wants the stream events: only a submitter's (o->sink) */
+	struct task_sink *next;     /* the registry's: the task's list */
+};
+
+/* What a submit asks besides the task itself. */
+struct task_options {
+	struct pools_entry *pool;   /* where it runs */
+	struct task_sink *sink;     /* its submitter's, or NULL: detached (waits may find it) */
+	bool stream;                /* started/output events to the sink */
+	uint64_t timeout_ms;        /* 0: none */
+	uint64_t queue_timeout_ms;  /* 0: none; past it a queued task ends expired */
+	const char *owner;          /* who it belongs to: "uid:N", "token:NAME", ... (copied) */
+	/* what comes next goes here (label, attempt, on_lost), onto the task */
+};
+
+/*
+ * The lifecycle hooks, each called in one place on the loop thread, in
+ * the order they were added: accepted (tasks_submit, once the task has its
+ * id and is in its pool's queue), started (its run began on a worker),
+ * finished (its done is written and sent; t->done_text, t->final_state and
+ * the times are set). Any of them may be NULL; a started hook costs one
+ * more hand-off per task, so the tasks only report their start while one
+ * is added.
+ */
+struct tasks_hooks {
+	void (*accepted)(struct task *t, void *arg);
+	void (*started)(struct task *t, void *arg);
+	void (*finished)(struct task *t, void *arg);
+	void *arg;
+};
+
+#define TASKS_MAX_HOOKS 8
+
+/* At start: the registry takes the tasks' hand-offs (task_set_handlers) and logs each task. */
+int tasks_init(char **cause);
+
+/* Adds hooks (copied; at most TASKS_MAX_HOOKS). Returns 0, or -1 with *cause set. */
+int tasks_add_hooks(const struct tasks_hooks *hooks, char **cause);
+
+/*
+ * Submits t (parsed, not yet registered) as o says. On POOL_ACCEPTED the
+ * task is registered with its id, its sink on its list, counted as
+ * outstanding until its done; otherwise nothing changed, the caller still
+ * owns t (task_free) and o->sink (its release).
+ */
+enum pool_verdict tasks_submit(struct task *t, const struct task_options *o);
 
 /* The task with this id, running or retained, or NULL. */
 struct task *tasks_find(uint64_t id);
@@ -37,18 +106,24 @@ struct task *tasks_find(uint64_t id);
 /* The wire name of t's state now: queued, running, or its terminal state. */
 const char *tasks_state(const struct task *t);
 
+/* What the events about t say of it now (proto.h). */
+void tasks_view(const struct task *t, struct proto_task *v);
+
+/* Sends t's done to sink too, when it finishes (t is not finished yet). */
+void tasks_add_sink(struct task *t, struct task_sink *sink);
+
 /*
- * Sends t's done to c now (t finished) or when it finishes. A wait on an
- * unfinished task counts in c->subscriptions until the done is sent or the
- * task dropped; past max_subscriptions it is answered bad_request.
+ * A stream event of the task numbered id left its sink: weight bytes of
+ * its stream budget are free again. Nothing when the task is gone or
+ * finished (its budget went with it).
  */
-void tasks_subscribe(struct task *t, struct conn *c, json_t *req_id);
+void tasks_stream_taken(uint64_t id, size_t weight);
 
 /* Asks t to stop (queued: cancelled at once; running: cancel flag). */
 void tasks_cancel(struct task *t);
 
-/* The mailbox handler: stream events and dones from the workers. */
-void tasks_handle_mail(struct mail *m);
+/* Accepted tasks whose done is not yet processed. */
+uint64_t tasks_outstanding(void);
 
 /*
  * Drops finished tasks, oldest first: past result_ttl, beyond
@@ -65,9 +140,6 @@ uint64_t tasks_results_forgotten(void);
 
 /* True when id was given to an accepted task (which may have been forgotten since). */
 bool tasks_was_accepted(uint64_t id);
-
-/* Sets the stream budget workers read (any thread may read it). */
-void tasks_set_stream_budget(size_t bytes);
 
 /* Frees everything at exit. */
 void tasks_free_all(void);

@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <grp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,6 +16,8 @@
 
 #include <event2/event.h>
 
+#include "auth.h"
+#include "cgroup.h"
 #include "conf.h"
 #include "conn.h"
 #include "daemon.h"
@@ -25,10 +26,10 @@
 #include "listen.h"
 #include "log.h"
 #include "mailbox.h"
+#include "pgroup.h"
 #include "pools.h"
 #include "sd.h"
 #include "tasks.h"
-#include "tokens.h"
 #include "wire.h"
 
 #define EXIT_FLUSH_MS 5000 /* at exit, how long clients get to read their last events */
@@ -200,27 +201,6 @@ usage:
 	exit(64);
 }
 
-/* The token files and the admin group; exits naming FILE:LINE and what is wrong. */
-static void
-load_auth(struct daemon *d)
-{
-	char *cause = NULL;
-
-	if (tokens_load_files(d->conf.token_file, d->conf.admin_token_file, &d->tokens,
-	    &cause) == -1)
-		fatalx("%s", cause ? cause : "out of memory reading the token files");
-	if (d->tokens != NULL)
-		log_info("TCP tokens: %zu with the submit role, %zu with the admin role",
-		    tokens_count(d->tokens, TOKENS_SUBMIT), tokens_count(d->tokens, TOKENS_ADMIN));
-	if (d->conf.admin_group != NULL) {
-		struct group *gr = getgrnam(d->conf.admin_group);
-		if (gr == NULL)
-			fatalx("admin_group %s: no such group", d->conf.admin_group);
-		d->have_admin_gid = true;
-		d->admin_gid = gr->gr_gid;
-	}
-}
-
 static void
 shutdown_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -233,7 +213,7 @@ exit_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
 	log_warnx("clients did not read their last events within %d ms: exiting anyway",
 	    EXIT_FLUSH_MS);
-	event_base_loopexit(daemon_state->base, NULL);
+	daemon_state->leave = true;
 }
 
 void
@@ -245,7 +225,7 @@ daemon_begin_shutdown(bool now)
 		sdn_stopping();
 		d->phase = now ? DAEMON_STOPPING_NOW : DAEMON_DRAINING;
 		log_notice("shutting down (%s): %llu tasks outstanding", now ? "now" : "drain",
-		    (unsigned long long)d->outstanding);
+		    (unsigned long long)tasks_outstanding());
 		pools_close_all(now ? POOL_NOW : POOL_DRAIN);
 		if (!now && d->conf.shutdown_timeout_ms > 0) {
 			struct timeval tv = {
@@ -257,28 +237,33 @@ daemon_begin_shutdown(bool now)
 	} else if (now && d->phase == DAEMON_DRAINING) {
 		d->phase = DAEMON_STOPPING_NOW;
 		log_notice("shutdown turned into now: cancelling %llu outstanding tasks",
-		    (unsigned long long)d->outstanding);
+		    (unsigned long long)tasks_outstanding());
 		pools_close_all(POOL_NOW);
 	}
-	mailbox_wake_streams();
-	daemon_maybe_exit();
+	task_wake_streams();    /* a run blocked on its stream budget sees the cancel */
 }
 
-void
-daemon_maybe_exit(void)
+/*
+ * Once per pass of the loop, and only here: whether tpd may leave now.
+ * Once it is shutting down and the done of every accepted task is
+ * processed, it is exiting: it leaves when every connection's output is
+ * written, or when the exit flush (EXIT_FLUSH_MS) runs out.
+ */
+static bool
+daemon_may_leave(struct daemon *d)
 {
-	struct daemon *d = daemon_state;
 	struct timeval tv = { EXIT_FLUSH_MS / 1000, (EXIT_FLUSH_MS % 1000) * 1000 };
 
-	if (d->phase == DAEMON_RUNNING || d->outstanding > 0)
-		return;
+	if (d->leave)
+		return true;
+	if (d->phase == DAEMON_RUNNING || tasks_outstanding() > 0)
+		return false;
 	if (d->phase != DAEMON_EXITING) {
 		d->phase = DAEMON_EXITING;
 		log_info("every accepted task is done; flushing %zu connections", conn_count());
 		evtimer_add(d->exit_timer, &tv);
 	}
-	if (conn_all_flushed())
-		event_base_loopexit(d->base, NULL);
+	return conn_all_flushed();
 }
 
 static void
@@ -295,6 +280,9 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	case SIGHUP:
 		daemon_reload();
 		break;
+	case SIGCHLD:
+		pgroup_reap();
+		break;
 	}
 }
 
@@ -304,6 +292,237 @@ prune_cb(evutil_socket_t fd, short what, void *arg)
 	tasks_prune();
 }
 
+static bool containment_ready; /* cgroup_setup ran: cgroup_current() is in force */
+
+/*
+ * conf.c's check of the pools' limit defaults: what the containment in force
+ * can enforce, or before it is set up (start-up, tpd -n), what the
+ * configuration being read asks for. A cgroup root that cannot be used is
+ * reported by cgroup_setup or cgroup_probe itself, not here.
+ */
+static void
+enforce_hook(const struct conf *c, struct conf_enforce *out)
+{
+	struct cgroup_info probe;
+	char *cause = NULL;
+
+	if (containment_ready) {
+		exec_enforce(cgroup_current(), out);
+		return;
+	}
+	if (cgroup_probe(c->containment, c->cgroup_root, &probe, &cause) == -1) {
+		free(cause);
+		memset(out, 0, sizeof *out);
+		return;
+	}
+	exec_enforce(&probe, out);
+}
+
+/*
+ * tpd -n: the configuration is read already; the token files and the
+ * containment are checked too. Prints the verdict and exits.
+ */
+static void __attribute__((noreturn))
+check_only(struct daemon *d)
+{
+	struct cgroup_info probe;
+	struct auth *a;
+	char *cause = NULL;
+
+	if (auth_load(&d->conf, &a, &cause) == -1) {
+		fprintf(stderr, "%s\n", cause ? cause : "out of memory");
+		exit(1);
+	}
+	auth_free(a);
+	if (cgroup_probe(d->conf.containment, d->conf.cgroup_root, &probe, &cause) == -1) {
+		if (d->conf.path != NULL)
+			fprintf(stderr, "%s: ", d->conf.path);
+		fprintf(stderr, "%s\n", cause ? cause : "out of memory");
+		exit(1);
+	}
+	printf("configuration OK\n");
+	exit(0);
+}
+
+/* ------------------------------------------------------------ the steps */
+
+static struct event *signal_events[4];
+static struct event *prune_timer;
+
+static void
+start_log(struct daemon *d)
+{
+	log_init(d->conf.log_level);
+}
+
+static void
+stop_log(struct daemon *d)
+{
+	conf_free(&d->conf);
+	conf_flags_free(d->flags);
+	log_notice("tpd stopped");
+}
+
+/* The token files and the admin group; exits naming FILE:LINE and what is wrong. */
+static void
+start_auth(struct daemon *d)
+{
+	struct auth *a;
+	char *cause = NULL;
+
+	if (auth_load(&d->conf, &a, &cause) == -1)
+		fatalx("%s", cause ? cause : "out of memory reading the token files");
+	auth_install(a);
+}
+
+static void
+stop_auth(struct daemon *d)
+{
+	auth_free_all();
+}
+
+/* Before any thread: tpd moves itself into its cgroup root's daemon/. */
+static void
+start_containment(struct daemon *d)
+{
+	char *cause = NULL;
+
+	if (cgroup_setup(d->conf.containment, d->conf.cgroup_root, &cause) == -1)
+		fatalx("%s", cause);
+	containment_ready = true;
+	if (!cgroup_current()->cgroup)
+		pgroup_init();
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/*
+ * The changelist folds a connection's interest changes within one loop
+ * turn into one epoll_ctl; conn.c closes sockets only after the next
+ * poll, which this mode needs.
+ */
+static void
+start_loop(struct daemon *d)
+{
+	struct event_config *ec = event_config_new();
+
+	if (ec != NULL)
+		event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+	d->base = ec != NULL ? event_base_new_with_config(ec) : NULL;
+	if (ec != NULL)
+		event_config_free(ec);
+	if (d->base == NULL)
+		fatalx("cannot create the event loop");
+	d->started_us = clock_now_us();
+}
+
+static void
+stop_loop(struct daemon *d)
+{
+	event_base_free(d->base);
+	d->base = NULL;
+}
+
+/*
+ * Signals are caught before the socket exists: a SIGTERM sent as soon as
+ * the socket appears is handled (a clean shutdown once the loop runs), not
+ * the default action that kills tpd mid-start. SIGCHLD only with process
+ * containment: then tpd adopts orphans to reap.
+ */
+static void
+start_signals(struct daemon *d)
+{
+	static const int signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGCHLD };
+
+	for (int i = 0; i < 4; i++) {
+		if (signals[i] == SIGCHLD && cgroup_current()->cgroup)
+			continue;
+		if ((signal_events[i] = evsignal_new(d->base, signals[i], signal_cb, NULL)) == NULL ||
+		    evsignal_add(signal_events[i], NULL) == -1)
+			fatalx("cannot catch signal %d", signals[i]);
+	}
+}
+
+static void
+stop_signals(struct daemon *d)
+{
+	for (int i = 0; i < 4; i++)
+		if (signal_events[i] != NULL) {
+			event_free(signal_events[i]);
+			signal_events[i] = NULL;
+		}
+}
+
+static void
+start_mailbox(struct daemon *d)
+{
+	char *cause = NULL;
+
+	if (mailbox_init(d->base, &cause) == -1)
+		fatalx("%s", cause ? cause : "out of memory");
+}
+
+static void
+stop_mailbox(struct daemon *d)
+{
+	mailbox_free();
+}
+
+/* The registry (and its hooks), and the stream budget the workers read. */
+static void
+start_tasks(struct daemon *d)
+{
+	char *cause = NULL;
+
+	if (tasks_init(&cause) == -1)
+		fatalx("%s", cause ? cause : "out of memory");
+	task_set_stream_budget(d->conf.stream_budget);
+}
+
+static void
+stop_tasks(struct daemon *d)
+{
+	tasks_free_all();
+}
+
+static void
+start_exec(struct daemon *d)
+{
+	exec_configure(&d->conf);
+}
+
+static void
+stop_exec(struct daemon *d)
+{
+	exec_configure(NULL);
+}
+
+static void
+start_pools(struct daemon *d)
+{
+	char *cause = NULL;
+
+	if (pools_start(&d->conf, &cause) == -1)
+		fatalx("%s", cause);
+}
+
+/* Joins every pool's threads: the loop has left, every accepted task is done. */
+static void
+stop_pools(struct daemon *d)
+{
+	pools_stop_all();
+}
+
+static void
+stop_conns(struct daemon *d)
+{
+	conn_close_all();
+}
+
+/*
+ * The listeners: those systemd passed, else the settings' Unix socket and
+ * TCP addresses. Readiness (and each bound port) is told by READY=1 once
+ * every listener is up (start_systemd), not by the order they start in.
+ */
 static void
 start_listeners(struct daemon *d)
 {
@@ -330,26 +549,112 @@ start_listeners(struct daemon *d)
 		socket_path = NULL;
 	else if (socket_path == NULL && (socket_path = wire_default_socket_path(path, sizeof path)) == NULL)
 		fatalx("the default socket path is too long: use -s PATH");
-	/* TCP first: once the Unix socket accepts, every listener does (tests rely on it) */
-	for (size_t i = 0; !have_tcp && i < d->conf.nlisten; i++)
-		if (listen_tcp(d->conf.listen[i], &cause) == -1)
-			fatalx("%s", cause);
 	if (socket_path != NULL &&
 	    listen_unix(socket_path, d->conf.socket_mode, d->conf.socket_group, &cause) == -1)
 		fatalx("%s", cause);
+	for (size_t i = 0; !have_tcp && i < d->conf.nlisten; i++)
+		if (listen_tcp(d->conf.listen[i], &cause) == -1) {
+			listen_close_all();     /* the socket file made above goes too */
+			fatalx("%s", cause);
+		}
 }
+
+static void
+stop_listeners(struct daemon *d)
+{
+	listen_close_all();
+}
+
+static void
+start_timers(struct daemon *d)
+{
+	struct timeval second = { 1, 0 };
+
+	d->shutdown_timer = evtimer_new(d->base, shutdown_timeout_cb, NULL);
+	d->exit_timer = evtimer_new(d->base, exit_timeout_cb, NULL);
+	prune_timer = event_new(d->base, -1, EV_PERSIST, prune_cb, NULL);
+	if (d->shutdown_timer == NULL || d->exit_timer == NULL || prune_timer == NULL)
+		fatalx("cannot make the timers");
+	evtimer_add(prune_timer, &second);
+}
+
+static void
+stop_timers(struct daemon *d)
+{
+	event_free(prune_timer);
+	event_free(d->shutdown_timer);
+	event_free(d->exit_timer);
+	prune_timer = d->shutdown_timer = d->exit_timer = NULL;
+}
+
+/* Ready: the log says so, and systemd hears it (READY=1). */
+static void
+start_systemd(struct daemon *d)
+{
+	char fields[4096];
+	size_t off = 0;
+
+	log_notice("tpd %s ready (%s backend)", PACKAGE_VERSION, event_base_get_method(d->base));
+	sdn_setup(d->base, &(struct sdn_hooks){ health_check, health_status, NULL });
+	/* X_TPD_LISTEN=unix PATH, =tcp HOST:PORT: each listener, the bound port included */
+	fields[0] = '\0';
+	for (size_t i = 0; i < listen_count(); i++) {
+		const char *name = listen_name(i);
+		int n;
+		if (strchr(name, '\n') != NULL)
+			continue;       /* a path with a newline would end the line */
+		n = snprintf(fields + off, sizeof fields - off, "%sX_TPD_LISTEN=%s",
+		    off > 0 ? "\n" : "", name);
+		if (n < 0 || (size_t)n >= sizeof fields - off) {
+			fields[off] = '\0';
+			break;
+		}
+		off += (size_t)n;
+	}
+	sdn_ready_fields(off > 0 ? fields : NULL);
+	sdn_ready();
+}
+
+static void
+stop_systemd(struct daemon *d)
+{
+	sdn_teardown();
+}
+
+/*
+ * The start, one step after another; the stop is the same steps undone in
+ * the opposite order, once the loop has left. A step that cannot be done
+ * exits naming why (fatalx): nothing is served until every step is done.
+ */
+static const struct step {
+	void (*start)(struct daemon *);
+	void (*stop)(struct daemon *);
+} steps[] = {
+	{ start_log, stop_log },                /* the configuration's log level */
+	{ start_auth, stop_auth },              /* a bad token file stops tpd before anything else */
+	{ start_containment, NULL },            /* before any thread */
+	{ start_loop, stop_loop },
+	{ start_signals, stop_signals },
+	{ start_mailbox, stop_mailbox },        /* worker -> loop */
+	{ start_tasks, stop_tasks },            /* the registry */
+	{ start_exec, stop_exec },              /* [exec] settings */
+	{ start_pools, stop_pools },            /* the workers start here */
+	{ NULL, stop_conns },                   /* connections come with the listeners */
+	{ start_listeners, stop_listeners },
+	{ start_timers, stop_timers },          /* shutdown_timeout, the exit flush, pruning */
+	{ start_systemd, stop_systemd },        /* READY=1 */
+};
 
 int
 main(int argc, char **argv)
 {
 	struct daemon *d = &the_daemon;
-	struct event *sigs[3], *prune;
-	const int signals[3] = { SIGTERM, SIGINT, SIGHUP };
-	struct timeval second = { 1, 0 };
 	bool check = false;
 	char *cause = NULL, *path = NULL;
+	size_t i;
 
 	daemon_state = d;
+	conf_set_enforce(enforce_hook);
 	d->flags = flags_parse(argc, argv, &path, &check);
 	conf_init(&d->conf);
 	if (conf_read(&d->conf, path, d->flags, &cause) == -1) {
@@ -357,78 +662,18 @@ main(int argc, char **argv)
 		exit(1);
 	}
 	free(path);
-	if (check) {
-		struct tokens *tokens;
-		if (tokens_load_files(d->conf.token_file, d->conf.admin_token_file, &tokens,
-		    &cause) == -1) {
-			fprintf(stderr, "%s\n", cause ? cause : "out of memory");
-			exit(1);
-		}
-		tokens_free(tokens);
-		printf("configuration OK\n");
-		exit(0);
-	}
-	log_init(d->conf.log_level);
-	load_auth(d);
-	signal(SIGPIPE, SIG_IGN);
+	if (check)
+		check_only(d);
 
-	/*
-	 * The changelist folds a connection's interest changes within one loop
-	 * turn into one epoll_ctl; conn.c closes sockets only after the next
-	 * poll, which this mode needs.
-	 */
-	struct event_config *ec = event_config_new();
-	if (ec != NULL)
-		event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
-	d->base = ec != NULL ? event_base_new_with_config(ec) : NULL;
-	if (ec != NULL)
-		event_config_free(ec);
-	if (d->base == NULL)
-		fatalx("cannot create the event loop");
-	d->started_us = clock_now_us();
-	/*
-	 * Signals are caught before the socket exists: a SIGTERM sent as soon
-	 * as the socket appears is handled (a clean shutdown once the loop
-	 * runs), not the default action that kills tpd mid-start.
-	 */
-	for (int i = 0; i < 3; i++) {
-		sigs[i] = evsignal_new(d->base, signals[i], signal_cb, NULL);
-		evsignal_add(sigs[i], NULL);
-	}
-	if (mailbox_init(d->base, tasks_handle_mail, &cause) == -1)
-		fatalx("%s", cause);
-	tasks_set_stream_budget(d->conf.stream_budget);
-	exec_configure(&d->conf);
-	if (pools_start(&d->conf, &cause) == -1)
-		fatalx("%s", cause);
-	start_listeners(d);
-
-	d->shutdown_timer = evtimer_new(d->base, shutdown_timeout_cb, NULL);
-	d->exit_timer = evtimer_new(d->base, exit_timeout_cb, NULL);
-	prune = event_new(d->base, -1, EV_PERSIST, prune_cb, NULL);
-	evtimer_add(prune, &second);
-	log_notice("tpd %s ready (%s backend)", PACKAGE_VERSION, event_base_get_method(d->base));
-	sdn_setup(d->base, &(struct sdn_hooks){ health_check, health_status, NULL });
-	sdn_ready();
-
-	event_base_dispatch(d->base);
-	sdn_teardown();
-
-	listen_close_all();
-	conn_close_all();
-	pools_stop_all();
-	tasks_free_all();
-	exec_configure(NULL);
-	mailbox_free();
-	for (int i = 0; i < 3; i++)
-		event_free(sigs[i]);
-	event_free(prune);
-	event_free(d->shutdown_timer);
-	event_free(d->exit_timer);
-	event_base_free(d->base);
-	tokens_free(d->tokens);
-	conf_free(&d->conf);
-	conf_flags_free(d->flags);
-	log_notice("tpd stopped");
+	for (i = 0; i < sizeof steps / sizeof steps[0]; i++)
+		if (steps[i].start != NULL)
+			steps[i].start(d);
+	/* One pass of the loop at a time; after each, the one exit decision. */
+	while (!daemon_may_leave(d))
+		if (event_base_loop(d->base, EVLOOP_ONCE) == -1)
+			fatalx("the event loop failed");
+	while (i-- > 0)
+		if (steps[i].stop != NULL)
+			steps[i].stop(d);
 	return 0;
 }

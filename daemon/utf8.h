@@ -7,9 +7,9 @@
  * string holding \u0000 is refused by many parsers (jansson among them
  * unless JSON_ALLOW_NUL is given), so output with NUL bytes goes as base64.
  *
- * An event is JSON, and jansson refuses to encode a string that is not
- * UTF-8: a message cut inside a character would leave its request without
- * an answer. So every message that quotes a client's string goes through
+ * An event is JSON, and the encoder (proto-encode.c) refuses a string that
+ * is not UTF-8: a message cut inside a character would leave its request
+ * without its answer (an internal error would replace it). So every message that quotes a client's string goes through
  * utf8_quote, and every message formatted into a fixed buffer through
  * utf8_format: both cut only at a character boundary, mark the cut with
  * "\u2026" (an ellipsis), and turn any byte that is not UTF-8 into '?'.

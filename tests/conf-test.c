@@ -71,6 +71,7 @@ test_every_key(void)
 	    "max_connections = 10\n"
 	    "max_request_bytes = 64k\n"
 	    "max_output_buffer = 1M\n"
+	    "output_stall_timeout = 90s\n"
 	    "result_ttl = 5min\n"
 	    "result_retain = 7\n"
 	    "result_retain_bytes = 3M\n"
@@ -115,6 +116,7 @@ test_every_key(void)
 	EXPECT(c.max_connections == 10);
 	EXPECT(c.max_request_bytes == 65536);
 	EXPECT(c.max_output_buffer == 1024 * 1024);
+	EXPECT(c.output_stall_timeout_ms == 90000);
 	EXPECT(c.result_ttl_ms == 5 * 60 * 1000);
 	EXPECT(c.result_retain == 7);
 	EXPECT(c.result_retain_bytes == 3 * 1024 * 1024);

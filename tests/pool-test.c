@@ -300,7 +300,7 @@ check_contains(const char *file, int line, const char *s, const char *want)
 /* ---- 1. growing starts a real thread */
 
 static void
-test_01_grow_starts_real_thread(void)
+test_grow_starts_real_thread(void)
 {
 	struct ctx c;
 	struct gate g1, g2;
@@ -343,7 +343,7 @@ test_01_grow_starts_real_thread(void)
 /* ---- 2. a surplus worker leaves before taking the next job */
 
 static void
-test_02_shrink_surplus_leaves(void)
+test_shrink_surplus_leaves(void)
 {
 	struct ctx c;
 	struct gate g1, g2;
@@ -393,7 +393,7 @@ test_02_shrink_surplus_leaves(void)
 /* ---- 3. resizes in a row act on the newest target */
 
 static void
-test_03_resize_follows_newest_target(void)
+test_resize_follows_newest_target(void)
 {
 	struct ctx c;
 	struct gate g1, g2, g3;
@@ -466,7 +466,7 @@ test_03_resize_follows_newest_target(void)
 /* ---- 4. a full queue rejects at once */
 
 static void
-test_04_full_queue_rejects(void)
+test_full_queue_rejects(void)
 {
 	struct ctx c;
 	struct gate g;
@@ -794,7 +794,7 @@ stress_round(unsigned total, enum pool_close_mode m0, enum pool_close_mode m1)
 }
 
 static void
-test_05_stress_submit_resize_shutdown(void)
+test_stress_submit_resize_shutdown(void)
 {
 	unsigned total = stress_submissions();
 
@@ -824,7 +824,7 @@ shutter_main(void *arg)
 }
 
 static void
-test_06_shrink_then_shutdown(void)
+test_shrink_then_shutdown(void)
 {
 	struct ctx c;
 	struct gate g;
@@ -894,7 +894,7 @@ test_06_shrink_then_shutdown(void)
 /* ---- 7. a failing job leaves its worker serving */
 
 static void
-test_07_failing_job_keeps_worker(void)
+test_failing_job_keeps_worker(void)
 {
 	struct ctx c;
 	struct tjob j[4];
@@ -931,7 +931,7 @@ test_07_failing_job_keeps_worker(void)
 /* ---- 8. a thread that cannot start */
 
 static void
-test_08_thread_start_failure(void)
+test_thread_start_failure(void)
 {
 	struct pool_config cfg = { "inject", 3, 8, 4, tracked_start };
 	struct ctx c;
@@ -996,7 +996,7 @@ test_08_thread_start_failure(void)
 /* ---- 9. shutdown now */
 
 static void
-test_09_shutdown_now(void)
+test_shutdown_now(void)
 {
 	struct ctx c;
 	struct gate g, stubborn_gate;
@@ -1076,7 +1076,7 @@ test_09_shutdown_now(void)
 
 /* A drain turned into now: what is still queued is cancelled then. */
 static void
-test_09b_drain_upgraded_to_now(void)
+test_drain_upgraded_to_now(void)
 {
 	struct ctx c;
 	struct gate g;
@@ -1110,7 +1110,7 @@ test_09b_drain_upgraded_to_now(void)
 /* ---- 10. queue deadline */
 
 static void
-test_10_queue_deadline_expires(void)
+test_queue_deadline_expires(void)
 {
 	struct ctx c;
 	struct gate g;
@@ -1168,7 +1168,7 @@ test_10_queue_deadline_expires(void)
 
 /* Deadlines keep firing while a drain waits for a long job. */
 static void
-test_10b_deadline_during_drain(void)
+test_deadline_during_drain(void)
 {
 	struct ctx c;
 	struct gate g;
@@ -1208,7 +1208,7 @@ test_10b_deadline_during_drain(void)
 /* ---- admission: W idle workers + Q queue slots */
 
 static void
-test_11_admission_idle_plus_capacity(void)
+test_admission_idle_plus_capacity(void)
 {
 	struct ctx c;
 	struct gate g;
@@ -1286,7 +1286,7 @@ action_close_own(struct tjob *t)
 }
 
 static void
-test_12_worker_cannot_shutdown_own_pool(void)
+test_worker_cannot_shutdown_own_pool(void)
 {
 	struct ctx c;
 	struct tjob self, after, expiring, other, closer, refused;
@@ -1365,7 +1365,7 @@ pass_ms(unsigned ms)
 }
 
 static void
-test_13_snapshot_and_times(void)
+test_snapshot_and_times(void)
 {
 	struct ctx c;
 	struct gate g;
@@ -1446,7 +1446,7 @@ test_13_snapshot_and_times(void)
 /* ---- cancel */
 
 static void
-test_14_cancel(void)
+test_cancel(void)
 {
 	struct ctx c;
 	struct gate g, g2;
@@ -1503,7 +1503,7 @@ test_14_cancel(void)
 /* ---- bad arguments get clear errors */
 
 static void
-test_15_bad_arguments(void)
+test_bad_arguments(void)
 {
 	struct pool_config cfg = { "bad", 0, 4, 4, tracked_start };
 	struct pool *p;
@@ -1552,7 +1552,7 @@ test_15_bad_arguments(void)
 /* ---- pools side by side */
 
 static void
-test_16_pools_are_independent(void)
+test_pools_are_independent(void)
 {
 	struct pool_config cfg = { "b", 1, 2, 2, tracked_start };
 	struct ctx c;
@@ -1585,24 +1585,24 @@ test_16_pools_are_independent(void)
 }
 
 static const struct test_case cases[] = {
-	{ "grow_starts_real_thread", test_01_grow_starts_real_thread },
-	{ "shrink_surplus_leaves", test_02_shrink_surplus_leaves },
-	{ "resize_follows_newest_target", test_03_resize_follows_newest_target },
-	{ "full_queue_rejects", test_04_full_queue_rejects },
-	{ "stress_submit_resize_shutdown", test_05_stress_submit_resize_shutdown },
-	{ "shrink_then_shutdown", test_06_shrink_then_shutdown },
-	{ "failing_job_keeps_worker", test_07_failing_job_keeps_worker },
-	{ "thread_start_failure", test_08_thread_start_failure },
-	{ "shutdown_now", test_09_shutdown_now },
-	{ "drain_upgraded_to_now", test_09b_drain_upgraded_to_now },
-	{ "queue_deadline_expires", test_10_queue_deadline_expires },
-	{ "deadline_during_drain", test_10b_deadline_during_drain },
-	{ "admission_idle_plus_capacity", test_11_admission_idle_plus_capacity },
-	{ "worker_cannot_shutdown_own_pool", test_12_worker_cannot_shutdown_own_pool },
-	{ "snapshot_and_times", test_13_snapshot_and_times },
-	{ "cancel", test_14_cancel },
-	{ "bad_arguments", test_15_bad_arguments },
-	{ "pools_are_independent", test_16_pools_are_independent },
+	{ "grow_starts_real_thread", test_grow_starts_real_thread },
+	{ "shrink_surplus_leaves", test_shrink_surplus_leaves },
+	{ "resize_follows_newest_target", test_resize_follows_newest_target },
+	{ "full_queue_rejects", test_full_queue_rejects },
+	{ "stress_submit_resize_shutdown", test_stress_submit_resize_shutdown },
+	{ "shrink_then_shutdown", test_shrink_then_shutdown },
+	{ "failing_job_keeps_worker", test_failing_job_keeps_worker },
+	{ "thread_start_failure", test_thread_start_failure },
+	{ "shutdown_now", test_shutdown_now },
+	{ "drain_upgraded_to_now", test_drain_upgraded_to_now },
+	{ "queue_deadline_expires", test_queue_deadline_expires },
+	{ "deadline_during_drain", test_deadline_during_drain },
+	{ "admission_idle_plus_capacity", test_admission_idle_plus_capacity },
+	{ "worker_cannot_shutdown_own_pool", test_worker_cannot_shutdown_own_pool },
+	{ "snapshot_and_times", test_snapshot_and_times },
+	{ "cancel", test_cancel },
+	{ "bad_arguments", test_bad_arguments },
+	{ "pools_are_independent", test_pools_are_independent },
 };
 
 int

@@ -216,6 +216,30 @@ def test_token_files_with_several_names_give_their_roles_and_log_the_name():
         check("2 with the submit role, 1 with the admin role" in log, "%s", log[-2000:])
 
 
+def test_a_task_belongs_to_its_submitter_as_status_shows():
+    # uid:N on the Unix socket, token:NAME over TCP with a token, as status says
+    with token_daemon("ci tok-ci\nalice tok-alice\n") as d:
+        d.start()
+        u = d.client()
+        _, acc = u.submit({"kind": "echo", "value": 1})
+        st = u.request({"op": "status", "task": acc["task"]})
+        check(st["owner"] == "uid:%d" % os.geteuid(), "%r", st)
+        for name in ("ci", "alice"):
+            c = d.client(tcp=True)
+            check(c.request({"op": "hello", "token": "tok-" + name})["event"] == "hello", name)
+            _, acc = c.submit({"kind": "echo", "value": 1})
+            st = c.request({"op": "status", "task": acc["task"]})
+            check(st["owner"] == "token:" + name, "%r", st)
+
+
+def test_a_task_submitted_over_tcp_without_tokens_is_anonymous():
+    with Daemon(tcp=True) as d:
+        c = d.client(tcp=True)
+        _, acc = c.submit({"kind": "echo", "value": 1})
+        st = c.request({"op": "status", "task": acc["task"]})
+        check(st["owner"] == "tcp:anonymous", "%r", st)
+
+
 def test_bare_token_files_still_work():
     with token_daemon("s3cret\n", "r00t-token\n") as d:
         d.start()

@@ -1,8 +1,10 @@
 #!/bin/sh
 # test_deb.sh: builds the Debian package from this source tree with
-# dpkg-buildpackage -us -uc -b, then checks what it installs (dpkg -c), how it
-# installs it (conffiles, enabled units, sysusers, tmpfiles) and that lintian
-# reports no error. Slow (a full build), so it runs only with TPD_TEST_DEB=1.
+# dpkg-buildpackage -us -uc -b, then checks what it installs (dpkg -c: the
+# programs, units, man pages and the docs of doc/), how it
+# installs it (conffiles, enabled units, sysusers, tmpfiles), that lintian
+# reports no error and that the build leaves nothing .gitignore misses.
+# Slow (a full build), so it runs only with TPD_TEST_DEB=1.
 # Needs the Debian packages dpkg-dev, debhelper, lintian and the build
 # dependencies of debian/control. No network.
 set -eu
@@ -36,6 +38,13 @@ else
 	    --exclude=./config.status --exclude=./config.log -cf - . | tar -C "$tree" -xf -
 fi
 
+# The copy as a git tree of its own, to see what the build leaves behind.
+if command -v git >/dev/null 2>&1; then
+	git -C "$tree" init -q && git -C "$tree" add -A &&
+	    git -C "$tree" -c user.name=test -c user.email=test@localhost \
+	    commit -qm "the sources" || { echo "FAIL: cannot make a git tree of the copy"; exit 1; }
+fi
+
 echo "building the package in $tree"
 if ! (cd "$tree" && env -u TPD_TEST_DEB DEB_BUILD_OPTIONS="nocheck ${DEB_BUILD_OPTIONS:-}" \
     dpkg-buildpackage -us -uc -b) >"$work/build.log" 2>&1; then
@@ -52,12 +61,19 @@ bad() {
 	fail=1
 }
 
+# An in-tree build leaves nothing that .gitignore does not cover.
+if [ -d "$tree/.git" ]; then
+	left=$(git -C "$tree" status --porcelain)
+	[ -z "$left" ] || bad "the build leaves files .gitignore does not cover: $(echo $left)"
+fi
+
 contents=$(dpkg -c "$deb" | awk '{ print $6 }')
 for path in ./usr/sbin/tpd ./etc/tpd/tpd.conf \
     ./lib/systemd/system/tpd.service ./lib/systemd/system/tpd.socket \
     ./lib/systemd/system/tpd-tcp.socket \
     ./usr/lib/sysusers.d/tpd.conf ./usr/lib/tmpfiles.d/tpd.conf \
-    ./usr/share/man/man8/tpd.8.gz ./usr/share/man/man5/tpd.conf.5.gz; do
+    ./usr/share/man/man8/tpd.8.gz ./usr/share/man/man5/tpd.conf.5.gz \
+    ./usr/share/doc/tpd/examples/tpd-run-as.conf; do
 	echo "$contents" | grep -qx "$path" || bad "$path is not in the package"
 done
 if grep -q '^bin_PROGRAMS += tpctl' "$tree/Makefile.am"; then
@@ -69,6 +85,18 @@ if grep -q '^bin_PROGRAMS += tpctl' "$tree/Makefile.am"; then
 else
 	echo "note: this tree does not build tpctl yet: not looked for"
 fi
+
+# the documentation: the protocol and exec references (compressed or not),
+# the README, and the ISC copyright
+for doc in protocol.md exec.md README.md; do
+	echo "$contents" | grep -qx -e "./usr/share/doc/tpd/$doc" -e "./usr/share/doc/tpd/$doc.gz" ||
+	    bad "/usr/share/doc/tpd/$doc is not in the package"
+done
+echo "$contents" | grep -qx ./usr/share/doc/tpd/copyright || bad "no /usr/share/doc/tpd/copyright"
+dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./usr/share/doc/tpd/copyright >"$work/copyright"
+grep -qx "License: ISC" "$work/copyright" || bad "debian/copyright does not give the ISC license"
+grep -q "Copyright (c) 2026 tpd developers" "$tree/LICENSE" ||
+    bad "LICENSE does not name the copyright holders"
 
 dpkg-deb -e "$deb" "$work/control"
 grep -qx /etc/tpd/tpd.conf "$work/control/conffiles" || bad "/etc/tpd/tpd.conf is not a conffile"
@@ -96,6 +124,6 @@ sed 's/^/  /' "$work/lintian.log"
 grep -q '^E:' "$work/lintian.log" && bad "lintian: errors above"
 
 if [ "$fail" = 0 ]; then
-	echo "ok: package contents, conffile, enabled units, sysusers, tmpfiles, no lintian error"
+	echo "ok: package contents, docs and copyright, conffile, enabled units, sysusers, tmpfiles, no lintian error"
 fi
 exit "$fail"

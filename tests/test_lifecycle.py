@@ -5,6 +5,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 from tpdtest import TIMEOUT, TPD, Daemon, check, eventually, read_to_eof, run_tests
@@ -112,28 +113,45 @@ def test_shutdown_timeout_turns_drain_into_now():
         check(d.wait_exit() == 0, "exit 0")
 
 
-def test_slow_reader_is_disconnected_at_the_output_cap():
+def test_slow_reader_is_paused_at_the_output_cap_and_then_gets_everything():
+    # 600 submits of 16 KiB echoes (about 20 MB of answers) from a client that
+    # reads nothing: past the 256 KiB cap the daemon stops reading its
+    # requests (its sender blocks), others are served, memory stays bounded;
+    # once it reads, every answer comes, in order.
+    n = 600
     with Daemon("--max-output-buffer", "256k", workers=2, queue=10000) as d:
         slow = socket.socket(socket.AF_UNIX)
         slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         slow.connect(d.sock)
         rss0 = d.rss_kib()
         big = "y" * 16384
-        line = (json.dumps({"op": "submit", "task": {"kind": "echo", "value": big}}) + "\n").encode()
-        slow.settimeout(30)
-        sent = 0
-        try:
-            for _ in range(600):          # ~10 MB of answers it never reads
-                slow.sendall(line)
-                sent += 1
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        lines = [(json.dumps({"op": "submit", "id": i, "task": {"kind": "echo", "value": big}})
+                  + "\n").encode() for i in range(n)]
+        sender = threading.Thread(target=slow.sendall, args=(b"".join(lines),), daemon=True)
+        sender.start()
         c = d.client()
-        eventually(lambda: "passed max_output_buffer" in d.read_log(), "the cap is hit and logged")
+        eventually(lambda: c.stats()["succeeded"] >= 16, "some of its tasks ran")
         check(c.request({"op": "ping"})["event"] == "pong", "others are served")
-        eventually(lambda: c.stats()["busy"] == 0 and c.stats()["queued"] == 0, "its tasks went on")
-        check(c.stats()["succeeded"] >= 1, "its tasks ran")
-        check(d.rss_kib() - rss0 < 48 * 1024, "RSS grew %d KiB", d.rss_kib() - rss0)
+        # Its requests wait unread: the submits it sent are not all accepted.
+        eventually(lambda: c.stats()["busy"] == 0 and c.stats()["queued"] == 0,
+                   "what was read ran")
+        accepted = c.stats()["accepted"]
+        check(accepted < n, "every request was read (%d): nothing paused it", accepted)
+        check(sender.is_alive(), "its sender is not blocked")
+        grown = d.rss_kib() - rss0
+        check(grown < 48 * 1024, "RSS grew %d KiB", grown)
+        f = slow.makefile("rb")
+        events = [json.loads(f.readline()) for _ in range(2 * n)]
+        sender.join(TIMEOUT)
+        order = [(e["event"], e["id"]) for e in events]
+        check([i for ev, i in order if ev == "accepted"] == list(range(n)) and
+              sorted(i for ev, i in order if ev == "done") == list(range(n)),
+              "answers lost or out of order")
+        check(all(order.index(("accepted", i)) < order.index(("done", i)) for i in range(n)),
+              "a done before its accepted")
+        check("passed max_output_buffer" not in d.read_log(), "cut off")
+        print("a client that read nothing: %d of %d submits read while it did not, RSS +%d KiB; "
+              "then all %d answers in order" % (accepted, n, grown, 2 * n))
         slow.close()
 
 

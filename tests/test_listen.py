@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Listeners: the socket file, TCP on port 0 and IPv6, accept under fd shortage, retention."""
 import os
+import re
 import resource
 import socket
 import stat
@@ -39,9 +40,27 @@ def test_stale_socket_of_a_dead_daemon_is_replaced():
         check("removing stale socket" in d.read_log(), "logged")
 
 
+def test_ready_names_every_listener_with_its_bound_port():
+    """READY=1 comes once every listener accepts, and its X_TPD_LISTEN lines name them."""
+    with Daemon(tcp=True) as d:
+        check(len(d.listeners) == 2 and d.listeners[0] == "unix " + d.sock and
+              re.match(r"tcp 127\.0\.0\.1:[1-9][0-9]*$", d.listeners[1]),
+              "the listeners: %r", d.listeners)
+        port = int(d.listeners[1].rsplit(":", 1)[1])
+        check("listening on tcp 127.0.0.1:%d" % port in d.read_log(), "the log agrees")
+        # no retry: READY=1 says both accept now
+        for address in (d.sock, ("127.0.0.1", port)):
+            s = socket.socket(socket.AF_UNIX if isinstance(address, str) else socket.AF_INET)
+            s.settimeout(10)
+            s.connect(address)
+            s.sendall(b'{"op":"ping","id":1}\n')
+            check(s.recv(100) == b'{"event":"pong","id":1}\n', "ping on %r", address)
+            s.close()
+
+
 def test_tcp_port_zero_and_ipv6():
     with Daemon(tcp=True) as d:
-        check(d.port and d.port > 0, "bound port logged: %r", d.port)
+        check(d.port and d.port > 0, "bound port told by READY=1: %r", d.port)
         check(d.client(tcp=True).request({"op": "ping"})["event"] == "pong", "tcp ping")
     if not socket.has_ipv6:
         raise Skip("no IPv6 on this machine")
@@ -52,9 +71,8 @@ def test_tcp_port_zero_and_ipv6():
     except OSError as e:
         raise Skip("cannot bind [::1]: %s" % e)
     with Daemon("-l", "[::1]:0") as d:
-        import re
-        m = re.search(r"listening on tcp \[::1\]:(\d+)", d.read_log())
-        check(m, "IPv6 listener logged:\n%s", d.read_log())
+        m = re.match(r"tcp \[::1\]:(\d+)$", d.listeners[-1])
+        check(m, "IPv6 listener named by READY=1: %r", d.listeners)
         s = socket.create_connection(("::1", int(m.group(1))), timeout=10)
         s.sendall(b'{"op":"ping","id":6}\n')
         check(s.recv(100) == b'{"event":"pong","id":6}\n', "IPv6 ping")
@@ -66,6 +84,10 @@ def test_bad_listen_address_is_a_clear_error():
         r = subprocess.run([TPD, "-f", "-s", d.sock, "-l", "localhost"], capture_output=True,
                            text=True, timeout=30, stdin=subprocess.DEVNULL)
         check(r.returncode != 0 and "HOST:PORT" in r.stderr, "%r", r.stderr)
+        r = subprocess.run([TPD, "-f", "-s", d.sock, "-l", "127.0.0.1:99999"],
+                           capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        check(r.returncode != 0 and "127.0.0.1:99999" in r.stderr, "%r", r.stderr)
+        check(not os.path.exists(d.sock), "the Unix socket's file is left behind")
 
 
 def test_accept_pauses_when_out_of_descriptors_and_recovers():

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The wire protocol against the real tpd: every op, pipelining, and bad input."""
 import json
+import re
 import socket
 
 from tpdtest import Daemon, check, eventually, read_to_eof, run_tests
@@ -229,6 +230,103 @@ def test_overlong_line_without_newline_is_refused_and_connection_survives():
         c.send_raw(b"\n")
         check(c.request({"op": "ping"})["event"] == "pong", "usable after the newline")
         check(d.rss_kib() < 64 * 1024, "daemon RSS %d KiB after a 10 MiB line", d.rss_kib())
+
+
+class RawClient:
+    """Requests by line, answers as the daemon wrote them (the text, not the JSON value)."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.settimeout(15)
+        self.sock.connect(path)
+        self.f = self.sock.makefile("rb")
+
+    def ask(self, obj):
+        self.sock.sendall((json.dumps(obj) + "\n").encode())
+
+    def line(self):
+        line = self.f.readline()
+        check(line.endswith(b"\n"), "tpd closed the connection")
+        return line.decode()
+
+    def until(self, rid, event):
+        while True:
+            line = self.line()
+            ev = json.loads(line)
+            if ev.get("id") == rid and ev.get("event") == event:
+                return line
+
+    def close(self):
+        self.f.close()
+        self.sock.close()
+
+
+def raw_number(line, key):
+    m = re.search(r'"%s":(-?[0-9][0-9.eE+-]*)' % key, line)
+    check(m is not None, "no number %s in %s", key, line)
+    return m.group(1)
+
+
+MS = re.compile(r"^[0-9]+\.[0-9]{3}$")    # the daemon's durations: three decimals
+
+
+def test_status_writes_times_as_done_writes_them():
+    """queued_ms and run_ms: the same text in status as in done, three decimals each
+    (status once wrote 0.029999999999999999 where done wrote 0.030)."""
+    with Daemon(queue=64) as d:
+        c = RawClient(d.sock)
+        for i in range(20):
+            c.ask({"op": "submit", "id": i, "task": {"kind": "sleep", "ms": i % 3}})
+        dones = {}
+        while len(dones) < 20:
+            line = c.line()
+            ev = json.loads(line)
+            check(ev["event"] in ("accepted", "done"), "%s", line)
+            if ev["event"] == "done":
+                dones[ev["task"]] = line
+        for task, done in dones.items():
+            c.ask({"op": "status", "id": "s", "task": task})
+            status = c.until("s", "status")
+            for key in ("queued_ms", "run_ms"):
+                check(raw_number(status, key) == raw_number(done, key),
+                      "%s: status %s, done %s", key, status, done)
+                check(MS.match(raw_number(status, key)), "%s is not x.yyy: %s", key, status)
+        c.close()
+
+
+def test_stats_writes_oldest_queued_ms_with_three_decimals():
+    with Daemon(workers=1) as d:
+        c = RawClient(d.sock)
+        c.ask({"op": "submit", "id": "long", "task": {"kind": "sleep", "ms": 60000}})
+        c.until("long", "accepted")
+        for i in range(5):
+            c.ask({"op": "submit", "id": i, "task": {"kind": "echo"}})
+            c.until(i, "accepted")
+        for i in range(10):
+            c.ask({"op": "stats", "id": i})
+            stats = c.until(i, "stats")
+            check(MS.match(raw_number(stats, "oldest_queued_ms")), "not x.yyy: %s", stats)
+        c.close()
+
+
+def test_numbers_in_results_are_written_in_their_shortest_form():
+    """A real reads back as itself in the fewest digits: 0.1, not 0.10000000000000001;
+    an exec task's usage in milliseconds has at most three decimals."""
+    with Daemon() as d:
+        c = RawClient(d.sock)
+        c.ask({"op": "submit", "id": 1, "task": {"kind": "echo",
+                                                 "value": [0.1, 1e300, 5.772, 3.0, -2.5]}})
+        done = c.until(1, "done")
+        check('"result":{"value":[0.1,1e+300,5.772,3.0,-2.5]}' in done, "%s", done)
+        for i in range(5):
+            c.ask({"op": "submit", "id": "x%d" % i, "task": {
+                "kind": "exec", "argv": ["sh", "-c", "i=0; while [ $i -lt 2000 ]; do "
+                                                     "i=$((i+1)); done"]}})
+            done = c.until("x%d" % i, "done")
+            for key in ("user_ms", "system_ms"):
+                check(re.match(r"^[0-9]+(\.[0-9]{1,3})?$", raw_number(done, key)),
+                      "%s: %s", key, done)
+        c.close()
 
 
 def test_max_connections_refuses_extra_client_with_error():

@@ -2,8 +2,11 @@
 
 Every test file imports this module, defines test_* functions and ends with
 run_tests(globals()). A Daemon starts `tpd -f` in a fresh temporary
-directory, waits for it by connecting (never by sleeping), and is always
-killed and reaped, even when a test fails. A Client speaks the wire protocol:
+directory with NOTIFY_SOCKET naming a datagram socket of its own there, and
+waits for the READY=1 tpd sends once every listener is up (never by
+sleeping, never by reading the log); the X_TPD_LISTEN= lines that come with
+it name each listener, the bound TCP port included. It is always killed and
+reaped, even when a test fails. A Client speaks the wire protocol:
 newline-delimited JSON, one object per line.
 """
 import errno
@@ -16,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -35,6 +39,62 @@ class Skip(Exception):
     """Raised by a test that cannot run here; the message says why."""
 
 
+class Notify:
+    """The NOTIFY_SOCKET of one Daemon: a thread reads every datagram tpd sends (so
+    its STATUS= lines never fill the socket's queue) and keeps them in order."""
+
+    def __init__(self, path):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+        self.messages = []
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            with self.cond:
+                self.messages.append(data.decode(errors="replace"))
+                self.cond.notify_all()
+
+    def wait_ready(self, start, alive, timeout):
+        """The first message at index >= start whose first line is READY=1, as a dict of
+        its lines (X_TPD_LISTEN gives a list); None when alive() turns false first."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for m in self.messages[start:]:
+                    lines = m.split("\n")
+                    if lines[0] == "READY=1":
+                        fields = {"X_TPD_LISTEN": []}
+                        for line in lines[1:]:
+                            k, _, v = line.partition("=")
+                            if k == "X_TPD_LISTEN":
+                                fields[k].append(v)
+                            else:
+                                fields[k] = v
+                        return fields
+                left = deadline - time.monotonic()
+                if left <= 0 or not alive():
+                    return None
+                self.cond.wait(min(left, 0.05))  # a wake-up to look at alive(), not a sleep
+
+    def close(self):
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self.thread.join(timeout=5)
+
+
 class Daemon:
     def __init__(self, *args, workers=2, queue=16, tcp=False, env=None, sock_name="tpd.sock",
                  start=True):
@@ -47,40 +107,33 @@ class Daemon:
         if tcp:
             self.args += ["-l", "127.0.0.1:0"]
         self.env = dict(os.environ if env is None else env)
+        self.notify = Notify(os.path.join(self.dir, "notify"))
+        self.env["NOTIFY_SOCKET"] = self.notify.path
         self.proc = None
         self.port = None
+        self.listeners = []     # what READY=1's X_TPD_LISTEN lines named: "unix PATH", "tcp H:P"
         self.clients = []
         if start:
             self.start()
 
     def start(self):
         self.log = open(self.log_path, "wb")
+        mark = len(self.notify.messages)
         self.proc = subprocess.Popen([TPD] + self.args, stdin=subprocess.DEVNULL,
                                      stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
-        deadline = time.monotonic() + TIMEOUT
-        while True:
+        ready = self.notify.wait_ready(mark, lambda: self.proc.poll() is None, TIMEOUT)
+        if ready is None:
             if self.proc.poll() is not None:
                 raise AssertionError("tpd exited with %d at start:\n%s"
                                      % (self.proc.returncode, self.read_log()))
-            try:
-                s = socket.socket(socket.AF_UNIX)
-                s.connect(self.sock)
-                s.close()
-                break
-            except OSError:
-                s.close()
-                if time.monotonic() > deadline:
-                    raise AssertionError("tpd did not listen within %ss:\n%s"
-                                         % (TIMEOUT, self.read_log()))
-                time.sleep(0.01)  # polling the connect, not synchronising on time
-        # With TCP, wait for the line that follows every listener (the port is logged before it).
-        while self.tcp and " ready " not in self.read_log():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("tpd did not become ready:\n%s" % self.read_log())
-            time.sleep(0.01)
-        m = re.search(r"listening on tcp [0-9.]+:(\d+)", self.read_log())
-        if m:
-            self.port = int(m.group(1))
+            raise AssertionError("tpd sent no READY=1 within %ss:\n%s"
+                                 % (TIMEOUT, self.read_log()))
+        self.listeners = ready["X_TPD_LISTEN"]
+        self.port = None
+        for name in self.listeners:
+            m = re.match(r"tcp (?:[0-9.]+|\[[0-9a-f:]+\]):(\d+)$", name)
+            if m and self.port is None:
+                self.port = int(m.group(1))
 
     def read_log(self):
         try:
@@ -126,6 +179,7 @@ class Daemon:
                 self.proc.wait()
         if self.proc is not None:
             self.log.close()
+        self.notify.close()
         log = self.read_log()
         shutil.rmtree(self.dir, ignore_errors=True)
         for mark in SANITIZER_MARKS:

@@ -1,27 +1,28 @@
 /*
  * request-fuzzer.c: libFuzzer target for one request line. The input goes
- * through proto_parse_request; when it parses, through the checks its op
- * applies to its fields (proto_scan_fields, proto_get_*), and for a submit
- * through the task kind's parse (task_kind_find, kind->parse: exec's argv,
- * env, cwd, stdin and output_limit checks, the built-ins' fields). Nothing
- * runs: no loop, no pool, no process.
+ * through proto_parse_request; when it parses, through the reader of the
+ * op it names (proto_read_hello, proto_read_submit, ...: the daemon's own
+ * field tables and bounds, proto.c), and for a submit through the task
+ * kind's parse (proto_read_task, task_kind_find of task-kinds.c,
+ * kind->parse: exec's argv, env, cwd, stdin and output_limit checks, the
+ * built-ins' fields). Nothing runs: no loop, no pool, no process.
  *
  * Beyond what ASan, UBSan and LeakSanitizer catch, it aborts when a promise
  * of proto.h or of the protocol breaks:
  *   - a line that fails gets bad_json or bad_request, with a message;
  *   - req->id is a string or an integer when set, and is set whenever the
  *     line is a JSON object with such an id (so the error can carry it);
- *   - every message (the parser's, a field check's, a kind's) is UTF-8
- *     text: it goes out as a JSON string in an error event, and a message
- *     cut inside a character could not be sent at all;
+ *   - every message (the parser's, a reader's, a kind's) is UTF-8 text: it
+ *     goes out as a JSON string in an error event, and a message cut
+ *     inside a character could not be sent at all;
+ *   - what a reader accepts is within its bounds (PROTO_MAX_*), of the
+ *     types it promises, and an error event quoting its message encodes;
  *   - an exec task that parses is fit to spawn (argv[0] non-empty, every
  *     env entry NAME=value, output_limit within its bounds).
  *
- * The ops' field lists and bounds are those of ops.c, op-task.c and
- * op-admin.c, where they are static; keep them in step. tasks.c (which
- * needs the whole daemon) is replaced by the few functions at the end:
- * task_kind_find over the same kinds, and task_cancelled, task_set_error and
- * task_emit, which only a run calls and which abort if reached.
+ * The worker side of task.h (task_cancelled, task_set_error, task_emit),
+ * which only a run calls, is replaced at the end by functions that abort
+ * if reached.
  */
 #include "config.h"
 
@@ -38,9 +39,6 @@
 #include "task.h"
 #include "utf8.h"
 #include "wire.h"
-
-#define MAX_TIMEOUT_MS (30ull * 24 * 3600 * 1000)       /* op-task.c */
-#define MAX_RESIZE (1u << 20)                           /* op-admin.c */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -72,15 +70,7 @@ outcome(const char *what, int r, char *msg)
 	return r;
 }
 
-/* The request fields every op allows, then the op's own (NULL-terminated). */
-static int
-check_fields(json_t *root, const char *const *fields, const char *where)
-{
-	char *msg = NULL;
-
-	return outcome(where, proto_check_fields(root, fields, where, &msg), msg);
-}
-
+/* A getter's outcome on any member: a value in range, or a message. */
 static int
 check_string(json_t *obj, const char *key, bool required)
 {
@@ -100,8 +90,7 @@ check_bool(json_t *obj, const char *key)
 }
 
 static int
-check_uint(json_t *obj, const char *key, bool required, uint64_t min, uint64_t max,
-    uint64_t *out)
+check_uint(json_t *obj, const char *key, bool required, uint64_t min, uint64_t max)
 {
 	uint64_t v = 0;
 	char *msg = NULL;
@@ -110,8 +99,6 @@ check_uint(json_t *obj, const char *key, bool required, uint64_t min, uint64_t m
 	if (r == 0 && json_object_get(obj, key) != NULL && (v < min || v > max))
 		broken("%s: %llu passed as within %llu..%llu", key, (unsigned long long)v,
 		    (unsigned long long)min, (unsigned long long)max);
-	if (r == 0 && out != NULL)
-		*out = v;
 	return r;
 }
 
@@ -125,6 +112,38 @@ check_task_id(json_t *obj, const char *key)
 	if (r == 0 && id == 0)
 		broken("%s: task id 0 accepted", key);
 	return r;
+}
+
+/* A reader's error is answered in an error event: its text must encode. */
+static void
+check_error_encodes(json_t *id, const char *msg)
+{
+	struct proto_text pt;
+
+	proto_encode_error(&pt, id, ERR_BAD_REQUEST, msg);
+	if (!proto_text_ok(&pt))
+		broken("the error event for \"%s\" does not encode", msg);
+	proto_text_free(&pt);
+}
+
+/* A reader's outcome: -1 with a message an error event can carry. */
+static int
+read_outcome(const struct request *req, const char *what, int r, char *msg)
+{
+	if (r == -1 && msg != NULL)
+		check_error_encodes(req->id, msg);
+	return outcome(what, r, msg);
+}
+
+/* A string the reader says is there must be one. */
+static void
+check_read_string(json_t *root, const char *key, const char *got, const char *dflt)
+{
+	json_t *v = json_object_get(root, key);
+
+	if (v == NULL ? (dflt == NULL ? got != NULL : got == NULL || strcmp(got, dflt) != 0) :
+	    (!json_is_string(v) || got != json_string_value(v)))
+		broken("%s read as %s", key, got ? got : "NULL");
 }
 
 /* What the exec kind hands to the worker must be fit to spawn. */
@@ -147,94 +166,102 @@ check_exec_task(const struct exec_task *x)
 		broken("exec stdin of %zu bytes without data", x->stdin_len);
 }
 
-/* op-task.c's parse_task, without the task table. */
+/* op-task.c's parse_task, without the registry. */
 static void
 check_task(json_t *spec)
 {
 	const struct task_kind *kind;
-	const char *kind_name = NULL;
-	uint64_t timeout_ms = 0;
+	struct proto_task_spec ts;
 	struct task t;
 	char *msg = NULL;
 	int r;
 
-	if (outcome("kind", proto_get_string(spec, "kind", true, &kind_name, &msg), msg) == -1 ||
-	    check_uint(spec, "timeout_ms", false, 1, MAX_TIMEOUT_MS, &timeout_ms) == -1)
+	if (outcome("task", proto_read_task(spec, &ts, &msg), msg) == -1)
 		return;
-	if (kind_name == NULL)
+	if (ts.kind == NULL)
 		broken("task parsed without a kind");
-	if ((kind = task_kind_find(kind_name)) == NULL)
+	if (ts.timeout_ms > PROTO_MAX_TIMEOUT_MS)
+		broken("timeout_ms %llu passed", (unsigned long long)ts.timeout_ms);
+	if ((kind = task_kind_find(ts.kind)) == NULL)
 		return;
 	memset(&t, 0, sizeof t);
 	t.kind = kind;
-	t.timeout_us = timeout_ms * 1000;
+	t.timeout_us = ts.timeout_ms * 1000;
 	msg = NULL;
 	r = outcome(kind->name, kind->parse(&t, spec, &msg), msg);
 	if (r == 0 && t.kind_data == NULL)
 		broken("%s task parsed without its data", kind->name);
 	if (r == 0 && kind == &task_kind_exec)
 		check_exec_task(t.kind_data);
-	/* As tasks_discard: a parse that failed may have left data behind too. */
+	/* As task_parse does: a parse that failed may have left data behind too. */
 	if (kind->free != NULL && t.kind_data != NULL)
 		kind->free(&t);
 }
 
-/* op_submit's checks, in its order. */
+/* op_submit's reading, in its order, and the field bits it relies on. */
 static void
-check_submit(json_t *root)
+check_submit(const struct request *req)
 {
-	static const char *const fields[] = { "op", "id", "task", "pool", "detach", "stream",
-	    "queue_timeout_ms", NULL };
+	const char *const *fields = proto_request_fields(OP_SUBMIT);
+	struct proto_submit sub;
 	uint32_t present = 0;
 	char *msg = NULL;
-	json_t *spec;
 
-	if (outcome("submit", proto_scan_fields(root, fields, "a submit request", &present,
-	    &msg), msg) == -1)
+	if (fields == NULL)
+		broken("no field table for submit");
+	if (outcome("submit fields", proto_scan_fields(req->root, fields, "a submit request",
+	    &present, &msg), msg) == 0)
+		for (unsigned i = 0; fields[i] != NULL; i++)
+			if (((present >> i) & 1) != (json_object_get(req->root, fields[i]) != NULL))
+				broken("proto_scan_fields: bit %u (%s) is wrong", i, fields[i]);
+	msg = NULL;
+	if (read_outcome(req, "submit", proto_read_submit(req, &sub, &msg), msg) == -1)
 		return;
-	for (unsigned i = 0; fields[i] != NULL; i++)
-		if (((present >> i) & 1) != (json_object_get(root, fields[i]) != NULL))
-			broken("proto_scan_fields: bit %u (%s) is wrong", i, fields[i]);
-	if (check_string(root, "pool", false) == -1 || check_bool(root, "detach") == -1 ||
-	    check_bool(root, "stream") == -1 ||
-	    check_uint(root, "queue_timeout_ms", false, 1, MAX_TIMEOUT_MS, NULL) == -1)
-		return;
-	spec = json_object_get(root, "task");
-	if (spec != NULL && json_is_object(spec))
-		check_task(spec);
+	check_read_string(req->root, FIELD_POOL, sub.pool, WIRE_DEFAULT_POOL);
+	if (sub.queue_timeout_ms > PROTO_MAX_TIMEOUT_MS)
+		broken("queue_timeout_ms %llu passed", (unsigned long long)sub.queue_timeout_ms);
+	if (sub.task == NULL || !json_is_object(sub.task))
+		broken("submit read without a task object");
+	check_task(sub.task);
 }
 
 static void
 check_op(const struct request *req)
 {
-	static const char *const plain[] = { "op", "id", NULL };
-	static const char *const by_task[] = { "op", "id", "task", NULL };
-	static const char *const hello[] = { "op", "id", "token", "client", NULL };
-	static const char *const resize[] = { "op", "id", "size", "pool", NULL };
-	static const char *const shutdown[] = { "op", "id", "mode", NULL };
 	json_t *root = req->root;
 	const char *op = req->op;
+	char *msg = NULL;
 
 	if (strcmp(op, OP_HELLO) == 0) {
-		if (check_fields(root, hello, "a hello request") == 0 &&
-		    check_string(root, "token", false) == 0)
-			check_string(root, "client", false);
+		struct proto_hello h;
+		if (read_outcome(req, op, proto_read_hello(req, &h, &msg), msg) == 0) {
+			check_read_string(root, FIELD_TOKEN, h.token, NULL);
+			check_read_string(root, FIELD_CLIENT, h.client, NULL);
+		}
 	} else if (strcmp(op, OP_PING) == 0 || strcmp(op, OP_STATS) == 0)
-		check_fields(root, plain, "a ping or stats request");
+		read_outcome(req, op, proto_read_plain(req, &msg), msg);
 	else if (strcmp(op, OP_SUBMIT) == 0)
-		check_submit(root);
+		check_submit(req);
 	else if (strcmp(op, OP_WAIT) == 0 || strcmp(op, OP_STATUS) == 0 ||
 	    strcmp(op, OP_CANCEL) == 0) {
-		if (check_fields(root, by_task, "a wait, status or cancel request") == 0)
-			check_task_id(root, "task");
+		uint64_t task = 0;
+		if (read_outcome(req, op, proto_read_task_ref(req, &task, &msg), msg) == 0 &&
+		    task == 0)
+			broken("%s read task 0", op);
 	} else if (strcmp(op, OP_RESIZE) == 0) {
-		if (check_fields(root, resize, "a resize request") == 0 &&
-		    check_uint(root, "size", true, 1, MAX_RESIZE, NULL) == 0)
-			check_string(root, "pool", false);
+		struct proto_resize rs;
+		if (read_outcome(req, op, proto_read_resize(req, &rs, &msg), msg) == 0) {
+			if (rs.size < 1 || rs.size > PROTO_MAX_POOL_SIZE)
+				broken("resize size %llu passed", (unsigned long long)rs.size);
+			check_read_string(root, FIELD_POOL, rs.pool, WIRE_DEFAULT_POOL);
+		}
 	} else if (strcmp(op, OP_SHUTDOWN) == 0) {
-		if (check_fields(root, shutdown, "a shutdown request") == 0)
-			check_string(root, "mode", false);
-	}
+		struct proto_shutdown sd;
+		if (read_outcome(req, op, proto_read_shutdown(req, &sd, &msg), msg) == 0 &&
+		    (sd.now ? strcmp(sd.mode, MODE_NOW) : strcmp(sd.mode, MODE_DRAIN)) != 0)
+			broken("shutdown mode %s read as now=%d", sd.mode, sd.now);
+	} else if (proto_request_fields(op) != NULL)
+		broken("op %s has a field table but no check here", op);
 }
 
 /* Every getter on every member: each type of value meets each check once. */
@@ -247,7 +274,7 @@ check_getters(json_t *root)
 	json_object_foreach(root, key, value) {
 		check_string(root, key, false);
 		check_bool(root, key);
-		check_uint(root, key, false, 0, UINT64_MAX, NULL);
+		check_uint(root, key, false, 0, UINT64_MAX);
 		check_task_id(root, key);
 	}
 }
@@ -297,21 +324,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 /* ------------------------------------------------------------------
- * tasks.c's part, for the parse functions only.
+ * task.h's worker side, which only a run calls: never reached here.
  */
-
-static const struct task_kind *const kinds[] = {
-	&task_kind_exec, &task_kind_echo, &task_kind_sleep, &task_kind_spin, &task_kind_fail,
-};
-
-const struct task_kind *
-task_kind_find(const char *name)
-{
-	for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-		if (strcmp(kinds[i]->name, name) == 0)
-			return kinds[i];
-	return NULL;
-}
 
 bool
 task_cancelled(const struct task *t)
