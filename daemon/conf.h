@@ -73,6 +73,11 @@ struct conf {
 	char *admin_token_file;         /* TCP admin token */
 	char *containment;              /* "auto" (default), "cgroup" or "process" */
 	char *cgroup_root;              /* NULL: the cgroup tpd was started in */
+	char *state_dir;                /* the journal's directory; NULL: the default rule */
+	bool journal;                   /* default on */
+	int journal_sync;               /* enum journal_sync; default commit */
+	uint64_t journal_sync_interval_ms; /* interval mode; default 100 ms */
+	size_t journal_max_bytes;       /* the journal's size on disk; default 1 GiB */
 
 	/* [exec] */
 	size_t exec_output_limit;       /* default per-stream capture, 1 MiB */

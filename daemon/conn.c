@@ -91,6 +91,7 @@
 #include "blob.h"
 #include "conn.h"
 #include "daemon.h"
+#include "durable.h"
 #include "framing.h"
 #include "idmap.h"
 #include "log.h"
@@ -920,6 +921,7 @@ conn_write(struct conn *c)
 	struct conn_out *o = c->out;
 	ssize_t n;
 
+	durable_gate();         /* what the output stands for is in the journal first */
 	n = send(c->fd, o->data + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
 	if (n == -1) {
 		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {

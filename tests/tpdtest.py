@@ -101,8 +101,11 @@ class Daemon:
         self.dir = tempfile.mkdtemp(prefix="tpdtest-")
         self.sock = os.path.join(self.dir, sock_name)
         self.log_path = os.path.join(self.dir, "tpd.log")
+        # every test daemon keeps its journal in its own temp dir (never /var/lib/tpd);
+        # a --state-dir or --journal off in args comes later and wins
         self.args = ["-f", "-s", self.sock, "-w", str(workers), "-q", str(queue),
-                     "--log-level", "debug"] + list(args)
+                     "--log-level", "debug", "--state-dir", os.path.join(self.dir, "state")
+                     ] + list(args)
         self.tcp = tcp
         if tcp:
             self.args += ["-l", "127.0.0.1:0"]
