@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,13 +147,23 @@ take_lock(struct journal *j, char **cause)
 	if ((fd = openat(j->dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600)) == -1)
 		return cause_set(cause, "state_dir %s: cannot open its lock file: %s", j->dir,
 		    strerror(errno));
-	if (flock(fd, LOCK_EX | LOCK_NB) == -1) {
+	for (int tries = 0; flock(fd, LOCK_EX | LOCK_NB) == -1; tries++) {
 		int e = errno;
 		if (e == EWOULDBLOCK) {
+			struct timespec ts = { 0, 10 * 1000 * 1000 };
 			long pid = 0;
 			n = pread(fd, buf, sizeof buf - 1, 0);
 			buf[n > 0 ? n : 0] = '\0';
 			pid = strtol(buf, NULL, 10);
+			/*
+			 * The tpd that wrote its pid is gone (killed): what still holds
+			 * the lock is a child it was starting, between its clone and its
+			 * exec (which closes the lock). That takes moments: wait up to 5 s.
+			 */
+			if (pid > 0 && kill((pid_t)pid, 0) == -1 && errno == ESRCH && tries < 500) {
+				nanosleep(&ts, NULL);
+				continue;
+			}
 			close(fd);
 			if (pid > 0)
 				return cause_set(cause, "state_dir %s is in use by another tpd (pid %ld)",

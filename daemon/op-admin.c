@@ -73,6 +73,7 @@ op_stats(struct conn *c, struct request *req)
 		pj.at_limit = js.at_limit;
 		pj.bytes = js.bytes;
 		pj.max_bytes = js.max_bytes;
+		pj.segment_bytes = journal_segment_bytes(js.max_bytes);
 		pj.segments = js.segments;
 		pj.records = js.records;
 		pj.batches = js.batches;

@@ -501,6 +501,8 @@ pt_journal_stats(struct proto_text *pt, const struct proto_journal_stats *j)
 		pt_u64(pt, j->bytes);
 		pt_key(pt, "max_bytes");
 		pt_u64(pt, j->max_bytes);
+		pt_key(pt, "segment_bytes");
+		pt_u64(pt, j->segment_bytes);
 		pt_key(pt, "segments");
 		pt_u64(pt, j->segments);
 		pt_key(pt, "records");

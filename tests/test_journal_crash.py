@@ -38,6 +38,7 @@ class Load:
         self.dones = {}         # task id -> the done received live (first one)
         self.extra_dones = []   # (task id, done) received twice live: a failure
         self.rejected = 0
+        self.reject_codes = {}
 
     def new_task(self):
         """A submit request for a fresh token, or None once all were sent."""
@@ -107,6 +108,8 @@ def client_main(load, sock):
                 elif kind in ("rejected", "error"):
                     inflight -= 1
                     load.rejected += 1
+                    code = ev.get("error", {}).get("code")
+                    load.reject_codes[code] = load.reject_codes.get(code, 0) + 1
     except (EOFError, OSError, ValueError):
         return  # the daemon was killed
     finally:
@@ -129,7 +132,7 @@ def test_kill9_under_load_accounts_for_every_id():
     try:
         for round in range(crashes + 1):
             mode = MODES[round % len(MODES)]
-            with Daemon(*args, "--journal-sync", mode, workers=4, queue=1000) as d:
+            with Daemon(*args, "--journal-sync", mode, workers=4, queue=20000) as d:
                 threads = [threading.Thread(target=client_main, args=(load, d.sock))
                            for _ in range(CONNECTIONS)]
                 for t in threads:
@@ -213,8 +216,8 @@ def final_check(load, d):
             check(n == 1, "token %d ran %d times without rerun", tok, n)
     reruns = sum(1 for dn in finals.values() if dn["attempt"] > 1)
     print("# %d ids accepted, %d heard live, %d dones live; states %s; %d rerun; %d "
-          "rejected" % (len(finals), len(load.accepted), len(load.dones), states, reruns,
-                        load.rejected), flush=True)
+          "rejected %s" % (len(finals), len(load.accepted), len(load.dones), states, reruns,
+                           load.rejected, load.reject_codes), flush=True)
 
 
 if __name__ == "__main__":
