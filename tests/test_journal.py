@@ -199,18 +199,30 @@ def test_torn_last_record_is_dropped_and_logged():
                 kill9(d)
 
 
+def last_mark(data):
+    """The offset the last MARK record says was synced (0 when none)."""
+    off, mark = 40, 0
+    while off + 20 <= len(data) and data[off:off + 20] != bytes(20):
+        if data[off + 8] == 7:
+            mark = int.from_bytes(data[off + 12:off + 20], "little")
+        off += 20 + int.from_bytes(data[off + 4:off + 8], "little")
+    return mark
+
+
 def test_flipped_bit_stops_the_start_naming_file_and_offset():
     with State() as st:
         with st.daemon(queue=1000) as d:
             c = d.client()
-            for i in range(200):
-                c.send({"op": "submit", "task": {"kind": "echo", "value": i}})
-            c.recv_match(lambda e: e.get("event") == "done" and e.get("task") == 200)
+            # one at a time: many batches, each with a MARK saying how far the file was synced
+            for i in range(50):
+                c.submit({"kind": "echo", "value": i})
+                c.done(i + 1)
             kill9(d)
         seg = st.segments()[-1]
-        data, last, end = last_record_offset(seg)
-        data = bytearray(data)
-        data[end // 2] ^= 0x08
+        data = bytearray(open(seg, "rb").read())
+        mark = last_mark(data)
+        check(mark > 1000, "no MARK past offset 1000 in %s: %d", seg, mark)
+        data[mark // 2] ^= 0x08     # in bytes a later MARK says were on disk: damage
         open(seg, "wb").write(data)
         p = subprocess.run([TPD, "-f", "-s", os.path.join(st.root, "s"), "--state-dir", st.dir],
                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
