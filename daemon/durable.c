@@ -66,7 +66,7 @@
 
 /* What a task's records are (t->jdata). */
 struct jdata {
-	struct journal_ref accepted, started, finished;
+	struct journal_ref accepted, started, cancel, finished;
 	struct jbuf payload;        /* its ACCEPTED payload, while unfinished */
 	uint64_t finished_wall_us;
 };
@@ -277,7 +277,21 @@ hook_finished(struct task *t, void *arg)
 	jbuf_free(&b);
 	release(&jd->accepted);
 	release(&jd->started);
+	release(&jd->cancel);
 	jbuf_free(&jd->payload);
+}
+
+void
+durable_cancel(struct task *t)
+{
+	struct jdata *jd = t->jdata;
+	struct jbuf b = { 0 };
+
+	if (journal == NULL || jd == NULL || t->finished || jd->cancel.size != 0)
+		return;
+	jcancel_encode(&b, wall_now_us());
+	append(JREC_CANCEL, t->id, &b, &jd->cancel);
+	jbuf_free(&b);
 }
 
 static void
@@ -290,6 +304,7 @@ hook_forgotten(struct task *t, void *arg)
 		return;
 	release(&jd->accepted);
 	release(&jd->started);
+	release(&jd->cancel);
 	release(&jd->finished);
 	jbuf_free(&jd->payload);
 	free(jd);
@@ -322,6 +337,11 @@ snap_one(struct task *t, void *arg)
 		s.time_us = wall_now_us();
 		jstarted_encode(&b, &s);
 		jd->started = journal_snap_add(snap, JREC_STARTED, t->id, b.p, b.len);
+		jbuf_free(&b);
+	}
+	if (jd->cancel.size != 0) {
+		jcancel_encode(&b, wall_now_us());
+		jd->cancel = journal_snap_add(snap, JREC_CANCEL, t->id, b.p, b.len);
 		jbuf_free(&b);
 	}
 }
@@ -486,6 +506,7 @@ end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, const char
 	jbuf_free(&b);
 	release(&jd->accepted);
 	release(&jd->started);
+	release(&jd->cancel);
 	jbuf_free(&jd->payload);
 	t->jdata = jd;
 	log_notice("%s", msg);
@@ -511,6 +532,7 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	char *pool, *owner, *msg = NULL;
 	uint64_t now = wall_now_us();
 	bool ran = (jt->flags & JT_STARTED) != 0;
+	bool cancelled = (jt->flags & JT_CANCELLED) != 0;
 
 	if (jstate_accepted(rd->state, jt, &a) == -1)
 		fatalx("journal %s: task %llu's accepted record cannot be read",
@@ -519,13 +541,14 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 		fatalx("journal replay: out of memory");
 	jd->accepted = journal_replay_ref(j, rd, &jt->accepted);
 	jd->started = journal_replay_ref(j, rd, &jt->started);
+	jd->cancel = journal_replay_ref(j, rd, &jt->cancel);
 	rec = jstate_record(rd->state, &jt->accepted);
 	jbuf_add(&jd->payload, rec + JFMT_REC_HEADER, jt->accepted.size - JFMT_REC_HEADER);
 	pool = text_dup(&a.pool);
 	owner = text_dup(&a.owner);
 	e = pool != NULL ? pools_find(pool) : NULL;
 
-	if (e != NULL && (!ran || a.rerun) && a.spec.p != NULL &&
+	if (e != NULL && (!ran || (a.rerun && !cancelled)) && a.spec.p != NULL &&
 	    (spec = json_loadb(a.spec.p, a.spec.len, 0, &jerr)) != NULL &&
 	    proto_read_task(spec, &ts, &msg) == 0 &&
 	    (kind = task_kind_find(ts.kind)) != NULL) {
@@ -590,6 +613,10 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	if (e == NULL)
 		end_lost(bare, jd, &a, "task %llu's pool %s no longer exists", (unsigned long long)
 		    jt->id, bare->pool_name);
+	else if (ran && cancelled)
+		end_lost(bare, jd, &a, "task %llu was running, and asked to cancel, when tpd "
+		    "stopped (attempt %u); it is not run again", (unsigned long long)jt->id,
+		    jt->attempt);
 	else if (ran)
 		end_lost(bare, jd, &a, "task %llu was running when tpd stopped (attempt %u); "
 		    "it is not run again (on_lost is lost)", (unsigned long long)jt->id,

@@ -49,6 +49,11 @@ void durable_gate(void);
  */
 bool durable_writable(const char **why);
 
+struct task;
+
+/* Loop thread: cancel was asked of t, unfinished: a CANCEL record (a rerun is not made). */
+void durable_cancel(struct task *t);
+
 /* True when the journal is on. */
 bool durable_on(void);
 

@@ -234,6 +234,7 @@ op_cancel(struct conn *c, struct request *req)
 
 	if (t == NULL)
 		return;
+	durable_cancel(t);
 	tasks_cancel(t);
 	proto_encode_cancelled(&pt, req->id, t->id, tasks_state(t));
 	conn_send_text(c, &pt);

@@ -105,6 +105,23 @@ def test_on_lost_rerun_runs_again_with_its_attempt():
             check(dn["state"] == "cancelled" and dn.get("attempt") == 1, "never started: %r", dn)
 
 
+def test_a_cancelled_rerun_task_is_not_run_again():
+    with State() as st:
+        with st.daemon(workers=1) as d:
+            c = d.client()
+            # it ignores SIGTERM: the cancel waits for kill_grace, and tpd dies meanwhile
+            rid, acc = c.submit({"kind": "exec", "argv": ["sh", "-c", "trap '' TERM; sleep 60"]},
+                                on_lost="rerun", stream=True)
+            c.recv_id(rid, "started")
+            c.request({"op": "cancel", "task": acc["task"]}, "ok")
+            kill9(d)
+        with st.daemon(workers=1) as d:
+            c = d.client()
+            dn = wait_done(c, acc["task"])
+            check(dn["state"] == "lost" and "cancel" in dn["error"]["message"] and
+                  dn.get("attempt") == 1, "%r", dn)
+
+
 def test_on_lost_is_checked():
     with State() as st, st.daemon() as d:
         c = d.client()
