@@ -243,7 +243,7 @@ class Bench:
                 after = self.journal_stats(sock)
                 if after.get("state") != "off":
                     syncs = after["syncs"] - before["syncs"]
-                    recs = after["records"] - before["records"]
+                    recs = after["records_written"] - before["records_written"]
                     fig["records_per_sync"] = recs / syncs if syncs else None
                     fig["syncs_per_s"] = syncs / el
                 self.record("journal %s echo %dx%d" % (mode, conns, window), fig)

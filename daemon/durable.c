@@ -12,25 +12,27 @@
  * snapshot.
  *
  * The order "written before it is seen": every byte a client reads goes
- * through conn_write, which calls durable_gate first. The gate writes the
- * records appended since the last gate (one write: the group commit of
- * everything the loop did since) and, when journal_sync = commit, waits
- * until that batch is fdatasynced by the journal's sync thread. The wait
- * is on the loop: one fdatasync (about 280 us here) per loop pass that
- * has output and new records, shared by every record of that pass. This
- * was chosen over holding each connection's output per batch (which would
- * let the loop go on during the sync) for its simplicity: every path to a
- * socket is covered by one call, and a pass with 64 tasks in flight pays
- * one sync for all of them (make bench measures it). interval and none
- * wait for the write only (and, rarely, for an id reservation's sync).
+ * through conn_write, which asks durable_prepare first. That writes the
+ * records appended since (one write: the group commit of what the loop did
+ * in this pass; a pass with records also writes them at its end, output or
+ * not) and says which batch the connection's new output waits for; the
+ * connection sends only the bytes whose batch journal_seen has reached, and
+ * keeps the rest until the journal moves on (seen_cb, conn_journal_seen).
+ * With journal_sync = commit a batch is seen once the sync thread's
+ * fdatasync covers it; the loop never waits for it: it goes on reading
+ * requests and handling dones, which gather in the next batch, synced by
+ * the next fdatasync as soon as the running one ends (one fdatasync, about
+ * 280 us on this machine, for every record of a pass or more). interval
+ * and none see a batch once it is written (and, rarely, once an id
+ * reservation is synced).
  *
  * The built-in kinds (echo, sleep, spin, fail) have no effect outside tpd:
- * their run is seen only through their events, which pass the gate, so
- * their STARTED record goes with the group commit of the pass that sees
+ * their run is seen only through their events, which wait like any output,
+ * so their STARTED record goes with the group commit of the pass that sees
  * the start, before any of their events. An exec task's program has
  * effects of its own: its worker waits, before spawning it, until its
- * STARTED record is written (and in commit mode synced): task-exec.c
- * calls task_wait_recorded, which durable_gate releases.
+ * STARTED record may be seen (task.c's start_barrier, released by
+ * task_start_recorded from seen_cb).
  *
  * Replay (durable_start): finished tasks are retained again (retention
  * applied again, by wall time); tasks never started are submitted again,
@@ -43,7 +45,6 @@
 
 #include <errno.h>
 #include <stdarg.h>
-#include <poll.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,7 @@
 
 #include "blob.h"
 #include "conf.h"
+#include "conn.h"
 #include "daemon.h"
 #include "durable.h"
 #include "log.h"
@@ -73,14 +75,18 @@ struct jdata {
 
 static struct journal *journal;
 static enum journal_sync sync_mode;
-static bool pending;                /* records appended since the last gate */
+static bool pending;                /* records appended since the last write */
+static uint64_t appended;           /* records appended since start (stats) */
 static uint64_t wanted;             /* the batch of the last record appended */
 static struct event *journal_ev, *tick_ev, *gate_ev;
 static char status_line[512];
 static char state_path[4096];
 
 /* Tasks whose worker waits for their STARTED record (start_barrier), until the next gate. */
-static struct task **waiting;
+static struct {
+	struct task *t;
+	uint64_t batch;             /* of its STARTED record */
+} *waiting;
 static size_t nwaiting, waiting_cap;
 
 /* During the replay: the task being submitted again, with its records already on disk. */
@@ -128,11 +134,18 @@ durable_state_dir(const struct conf *c, char *buf, size_t len)
 static void
 append(enum jrec_type type, uint64_t id, const struct jbuf *b, struct journal_ref *ref)
 {
-	struct journal_ref r = journal_append(journal, type, id, b != NULL ? b->p : NULL,
+	struct journal_ref r;
+
+	if (journal == NULL)
+		return;
+	appended++;
+	r = journal_append(journal, type, id, b != NULL ? b->p : NULL,
 	    b != NULL ? b->len : 0);
 
+	if (!pending)
+		event_active(gate_ev, EV_TIMEOUT, 0);   /* written at the end of this pass */
 	pending = true;
-	wanted = r.batch;       /* the batch it goes in: the next gate waits for it */
+	wanted = r.batch;       /* the batch it goes in: output from now on waits for it */
 	if (ref != NULL)
 		*ref = r;
 }
@@ -231,36 +244,41 @@ hook_started(struct task *t, void *arg)
 	struct jbuf b = { 0 };
 	struct jstarted s = { t->attempt, wall_now_us() };
 
+	if (jd != NULL) {
+		jstarted_encode(&b, &s);
+		release(&jd->started);
+		append(JREC_STARTED, t->id, &b, &jd->started);
+		jbuf_free(&b);
+	}
 	if (t->start_barrier) {
 		if (nwaiting == waiting_cap) {
 			size_t cap = waiting_cap ? waiting_cap * 2 : 64;
-			struct task **p = realloc(waiting, cap * sizeof *p);
+			void *p = realloc(waiting, cap * sizeof *waiting);
 			if (p == NULL)
 				fatalx("journal: out of memory for the tasks waiting for their start");
 			waiting = p;
 			waiting_cap = cap;
 		}
-		waiting[nwaiting++] = t;
+		waiting[nwaiting].t = t;
+		waiting[nwaiting].batch = journal_batch(journal);
+		nwaiting++;
 		pending = true;
-		if (wanted < journal_batch(journal))
-			wanted = journal_batch(journal);
-		event_active(gate_ev, EV_TIMEOUT, 0);   /* later in this pass, output or not */
 	}
-	if (jd == NULL)
-		return;
-	jstarted_encode(&b, &s);
-	release(&jd->started);
-	append(JREC_STARTED, t->id, &b, &jd->started);
-	jbuf_free(&b);
 }
 
-/* The STARTED records of the waiting tasks may be seen: their programs may run. */
+/* The STARTED records up to batch seen may be seen: their programs may run. */
 static void
-release_waiting(void)
+release_waiting(uint64_t seen)
 {
-	for (size_t i = 0; i < nwaiting; i++)
-		task_start_recorded(waiting[i]);
-	nwaiting = 0;
+	size_t i, k = 0;
+
+	for (i = 0; i < nwaiting; i++) {
+		if (waiting[i].batch <= seen)
+			task_start_recorded(waiting[i].t);
+		else
+			waiting[k++] = waiting[i];
+	}
+	nwaiting = k;
 }
 
 static void
@@ -354,34 +372,36 @@ snapshot_cb(void *arg, struct journal_snap *snap)
 
 /* ------------------------------------------------------------ the gate */
 
-/* Waits, on the loop, until every batch up to wanted may be seen. */
-static void
-wait_seen(void)
+uint64_t
+durable_prepare(void)
 {
-	struct pollfd pfd = { journal_event_fd(journal), POLLIN, 0 };
-
-	while (journal_seen(journal) < wanted) {
-		if (poll(&pfd, 1, -1) == -1 && errno != EINTR)
-			fatal("journal: poll");
-		journal_process(journal);
+	if (journal == NULL)
+		return 0;
+	if (pending) {
+		pending = false;
+		journal_flush(journal);
 	}
+	return wanted;
 }
 
-void
-durable_gate(void)
+uint64_t
+durable_seen(void)
 {
-	if (journal == NULL || !pending)
-		return;
-	pending = false;
-	journal_flush(journal);
-	wait_seen();
-	release_waiting();
+	return journal != NULL ? journal_seen(journal) : UINT64_MAX;
+}
+
+/* The journal's batches up to batch may be seen (journal.h's on_seen). */
+static void
+seen_cb(void *arg, uint64_t batch)
+{
+	release_waiting(batch);
+	conn_journal_seen();
 }
 
 static void
 gate_cb(evutil_socket_t fd, short what, void *arg)
 {
-	durable_gate();
+	durable_prepare();
 }
 
 static void
@@ -394,7 +414,7 @@ static void
 tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 	journal_tick(journal);
-	durable_gate();         /* an idle tail, or a recovery's records */
+	durable_prepare();      /* a recovery's records */
 }
 
 /* ------------------------------------------------------------ the replay */
@@ -647,6 +667,7 @@ durable_open(const struct conf *c)
 	s.sync_interval_us = c->journal_sync_interval_ms * 1000;
 	s.max_bytes = c->journal_max_bytes;
 	s.snapshot = snapshot_cb;
+	s.on_seen = seen_cb;
 	sync_mode = s.sync;
 	snprintf(state_path, sizeof state_path, "%s", dir);
 	if (journal_open(&s, &journal, &rd, &cause) == -1)
@@ -687,7 +708,7 @@ durable_start(const struct conf *c, struct event_base *base)
 	rd = NULL;
 	if (journal_begin(journal, &cause) == -1)
 		fatalx("%s", cause != NULL ? cause : "journal: out of memory");
-	durable_gate();
+	durable_prepare();
 	log_info("journal %s (sync %s): %zu finished tasks and %zu unfinished read back in "
 	    "%.3f ms; next task id %llu", state_path, journal_sync_name(sync_mode), restored, requeued,
 	    (clock_now_us() - t0) / 1000.0, (unsigned long long)tasks_next_id());
@@ -709,7 +730,7 @@ durable_stop(void)
 	journal_ev = tick_ev = NULL;
 	journal_close(journal, tasks_next_id());
 	journal = NULL;
-	release_waiting();
+	release_waiting(UINT64_MAX);
 	event_free(gate_ev);
 	gate_ev = NULL;
 	free(waiting);
@@ -735,6 +756,7 @@ durable_stats(struct journal_stats *out)
 	if (journal == NULL)
 		return false;
 	journal_stats(journal, out);
+	out->appended = appended;
 	return true;
 }
 

@@ -38,10 +38,15 @@ void durable_stop(void);
 const char *durable_state_dir(const struct conf *c, char *buf, size_t len);
 
 /*
- * Before any output reaches a socket: the records appended so far are
- * written, and waited for as journal_sync says (commit: on disk).
+ * Before any output reaches a socket (conn.c): the records appended so far
+ * are written. Returns the batch that output put until now waits for: it
+ * may go once durable_seen() is at least that (journal_sync says when:
+ * commit, once on disk). 0 with the journal off.
  */
-void durable_gate(void);
+uint64_t durable_prepare(void);
+
+/* Every batch up to this one may be seen (UINT64_MAX with the journal off). */
+uint64_t durable_seen(void);
 
 /*
  * True when a submit may be accepted; otherwise *why names the directory

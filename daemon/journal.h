@@ -105,6 +105,7 @@ struct journal_stats {
 	uint64_t max_bytes;
 	unsigned segments;
 	uint64_t records;           /* in the segments on disk */
+	uint64_t appended;          /* records appended since start (the daemon's count) */
 	uint64_t live_bytes;        /* of records not yet dead */
 	uint64_t batches;           /* writes since start */
 	uint64_t syncs;             /* fdatasyncs since start */

@@ -76,6 +76,7 @@ op_stats(struct conn *c, struct request *req)
 		pj.segment_bytes = journal_segment_bytes(js.max_bytes);
 		pj.segments = js.segments;
 		pj.records = js.records;
+		pj.appended = js.appended;
 		pj.batches = js.batches;
 		pj.syncs = js.syncs;
 		pj.last_sync_us = js.last_sync_us;

@@ -507,6 +507,8 @@ pt_journal_stats(struct proto_text *pt, const struct proto_journal_stats *j)
 		pt_u64(pt, j->segments);
 		pt_key(pt, "records");
 		pt_u64(pt, j->records);
+		pt_key(pt, "records_written");
+		pt_u64(pt, j->appended);
 		pt_key(pt, "batches");
 		pt_u64(pt, j->batches);
 		pt_key(pt, "syncs");

@@ -198,7 +198,7 @@ struct proto_journal_stats {
 	const char *error;          /* failed: why; else NULL */
 	const char *sync;           /* journal_sync */
 	bool at_limit;
-	uint64_t bytes, max_bytes, segment_bytes, segments, records, batches, syncs;
+	uint64_t bytes, max_bytes, segment_bytes, segments, records, appended, batches, syncs;
 	uint64_t last_sync_us, max_sync_us, compactions, last_compaction_us, recoveries;
 };
 
