@@ -122,6 +122,26 @@ def test_a_cancelled_rerun_task_is_not_run_again():
                   dn.get("attempt") == 1, "%r", dn)
 
 
+def test_a_reload_keeps_the_journal_as_it_started():
+    with State() as st:
+        d = st.daemon(start=False)
+        conf = os.path.join(d.dir, "tpd.conf")
+        with open(conf, "w") as f:
+            f.write("[daemon]\njournal_sync = commit\n")
+        d.args += ["-c", conf]
+        with d:
+            d.start()
+            c = d.client()
+            with open(conf, "w") as f:
+                f.write("[daemon]\njournal_sync = none\njournal = off\n")
+            d.signal(signal.SIGHUP)
+            eventually(lambda: "configuration reloaded" in d.read_log(), "reloaded")
+            check("the journal's keys take effect at the next start" in d.read_log(),
+                  "no word of the change: %s", d.read_log()[-2000:])
+            j = journal_stats(c)
+            check(j["state"] == "ok" and j["sync"] == "commit", "%r", j)
+
+
 def test_on_lost_is_checked():
     with State() as st, st.daemon() as d:
         c = d.client()
