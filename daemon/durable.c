@@ -720,6 +720,19 @@ durable_start(const struct conf *c, struct event_base *base)
 		fatalx("journal: cannot watch its events");
 }
 
+/* At stop: what a task kept of its records goes (the registry frees the task after). */
+static void
+free_jdata(struct task *t, void *arg)
+{
+	struct jdata *jd = t->jdata;
+
+	if (jd == NULL)
+		return;
+	jbuf_free(&jd->payload);
+	free(jd);
+	t->jdata = NULL;
+}
+
 void
 durable_stop(void)
 {
@@ -730,6 +743,7 @@ durable_stop(void)
 	journal_ev = tick_ev = NULL;
 	journal_close(journal, tasks_next_id());
 	journal = NULL;
+	tasks_each(free_jdata, NULL);
 	release_waiting(UINT64_MAX);
 	event_free(gate_ev);
 	gate_ev = NULL;
