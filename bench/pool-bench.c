@@ -8,6 +8,10 @@
  * refused with queue_full retries the same job at once (after a yield) and
  * counts the retry, so every job completes.
  *
+ * Then it times what each job adds to the pool's timings (pool.h's struct
+ * pool_timing: one wait and one run time observed, on one thread, with
+ * durations spread over the buckets), which the pool does under its lock.
+ *
  * Usage: pool-bench [-n TASKS] [-q CAPACITY]
  */
 #include "config.h"
@@ -203,6 +207,33 @@ parse_count(const char *s, const char *what)
 	return (unsigned)v;
 }
 
+/* The pool's own bookkeeping of one job's timings, in nanoseconds a job. */
+static void
+time_observations(unsigned n)
+{
+	static struct pool_timing t;
+	uint64_t start, end, now_us = clock_now_us(), x = 88172645463325252ULL, sink = 0;
+	struct pool_recent r;
+
+	pool_timing_init(&t, now_us);
+	start = now_ns();
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t us;
+		/* xorshift: durations of 1 us to about 1 s, spread across the buckets */
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		us = (x & 0xfffff) >> (x >> 60);
+		pool_timing_started(&t, now_us + i / 64, us);
+		pool_timing_ended(&t, now_us + i / 64, us / 3);
+	}
+	end = now_ns();
+	pool_timing_recent(&t, now_us + n / 64, &r);
+	sink += r.started;
+	printf("timings: %.1f ns a job (a wait and a run time observed, %u jobs; %llu recent)\n",
+	    (double)(end - start) / n, n, (unsigned long long)sink);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -231,5 +262,6 @@ main(int argc, char **argv)
 	for (size_t w = 0; w < sizeof workers / sizeof workers[0]; w++)
 		for (size_t s = 0; s < sizeof submitters / sizeof submitters[0]; s++)
 			run_one(workers[w], submitters[s], n, capacity);
+	time_observations(n * 10);
 	return 0;
 }

@@ -2,7 +2,9 @@
  * cmd-run.c: tpctl run: submit a task with stream: true, copy its output to
  * tpctl's own as the output events arrive, and exit with the task's code.
  * The first interrupt cancels the task and waits for its done; the second
- * exits at once.
+ * exits at once. tpctl follow: the same for a task already submitted (a
+ * wait with stream: true), from any connection; an interrupt only stops
+ * the following.
  */
 #include "config.h"
 
@@ -28,6 +30,7 @@ struct run {
 	bool cancel_sent;
 	bool streamed[2];       /* an output event came for stdout, stderr */
 	bool verbose;           /* -v: say what the task used */
+	bool follow;            /* tpctl follow: submit_id is the wait's */
 };
 
 static int
@@ -136,7 +139,9 @@ run_end(struct run *r, const json_t *ev)
 			return EXIT_BROKEN_PIPE;
 		}
 		json_decref(wrap);
-		if (json_is_true(json_object_get(result, FIELD_TRUNCATED)))
+		/* streamed output is whole: only the result's copy is cut */
+		if (json_is_true(json_object_get(result, FIELD_TRUNCATED)) &&
+		    !r->streamed[0] && !r->streamed[1])
 			tpctl_warnx("task %lld: output was cut at the output limit "
 			    "(see --output-limit)", (long long)r->task_id);
 	}
@@ -197,7 +202,7 @@ run_event(struct run *r, json_t *ev)
 	    (k = taskopt_refused_limit(r->to, r->task, ev)) != -1)
 		return taskopt_report_refused(r->to, k, ev);
 	else if (strcmp(name, EV_REJECTED) == 0 || strcmp(name, EV_ERROR) == 0)
-		return event_report_error("submit", ev);
+		return event_report_error(r->follow ? "follow" : "submit", ev);
 	return -1;
 }
 
@@ -286,6 +291,100 @@ out:
 	taskopt_free(&to);
 	return code;
 }
+
+static int
+follow_exec(struct tpctl *opt, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CMD_LONGOPTS_COMMON,
+		{ "from-start", no_argument, NULL, 'a' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ NULL, 0, NULL, 0 }
+	};
+	struct taskopt to;
+	struct run r;
+	json_t *req, *ev;
+	long long *ids = NULL;
+	bool from_start = false;
+	int ch, code, res;
+
+	memset(&r, 0, sizeof r);
+	while ((ch = cmd_getopt(&cmd_follow, opt, argc, argv, "+:hav", longopts)) != -1) {
+		if (ch == 'v')
+			r.verbose = true;
+		else if (ch == 'a')
+			from_start = true;
+		else
+			return ch == 'h' ? 0 : EX_USAGE;
+	}
+	if (argc - optind != 1)
+		return cmd_usage_error(&cmd_follow, "one task id expected");
+	if ((code = cmd_parse_task_ids(&cmd_follow, 1, argv + optind, &ids)) != 0)
+		return code;
+	taskopt_init(&to);
+	r.to = &to;
+	r.follow = true;
+	r.task_id = ids[0];
+	free(ids);
+	req = json_pack("{s:s,s:I,s:b}", FIELD_OP, OP_WAIT, FIELD_TASK, (json_int_t)r.task_id,
+	    FIELD_STREAM, 1);
+	if (from_start)
+		json_object_set_new(req, FIELD_FROM, json_string(FROM_START));
+	if (interrupt_install() == -1) {
+		tpctl_warnx("cannot catch signals: %s", strerror(errno));
+		json_decref(req);
+		code = EX_OSERR;
+		goto out;
+	}
+	if ((code = session_open(&r.s, opt)) != 0) {
+		json_decref(req);
+		goto out;
+	}
+	if ((r.submit_id = session_send_wait(&r.s, req)) == -1) {
+		session_close(&r.s);
+		code = EX_UNAVAILABLE;
+		goto out;
+	}
+	for (code = -1; code == -1;) {
+		res = session_next(&r.s, &ev, -1);
+		if (res == LINK_INTERRUPTED) {
+			/* the task is not ours to cancel: stop following it */
+			tpctl_warnx("stopped following task %lld (it goes on: tpctl wait %lld)",
+			    (long long)r.task_id, (long long)r.task_id);
+			code = EXIT_SIGNALLED + interrupt_last_signal();
+			break;
+		}
+		if (res != LINK_EVENT) {
+			code = session_exit_code(res);
+			break;
+		}
+		code = run_event(&r, ev);
+		json_decref(ev);
+		if (code == -1 && r.s.stdout_gone)
+			code = EXIT_BROKEN_PIPE;
+	}
+	session_close(&r.s);
+out:
+	taskopt_free(&to);
+	return code;
+}
+
+const struct cmd cmd_follow = {
+	.name = "follow",
+	.args = "[--from-start] [-v] ID",
+	.summary = "stream a submitted task's output, exit with its exit status",
+	.help =
+	    "Follows task ID from this connection, whoever submitted it: copies its\n"
+	    "stdout and stderr as they arrive, from now on, and exits as run does\n"
+	    "(its exit status, 124 timed out, 128+N signal N, 1 failed). A finished\n"
+	    "task's kept output is printed at once. Ctrl-C stops following (130);\n"
+	    "the task goes on.\n"
+	    "\n"
+	    "  -a, --from-start         first the output the task has kept so far\n"
+	    "                           (up to its output limit), then what follows\n"
+	    "  -v, --verbose            at the end, say on stderr what the task used\n",
+	.exec = follow_exec,
+};
 
 const struct cmd cmd_run = {
 	.name = "run",

@@ -101,6 +101,8 @@ stats_print(const json_t *ev)
 {
 	const char *phase = event_str(ev, FIELD_PHASE, NULL);
 	const char *version = event_str(ev, FIELD_VERSION, NULL);
+	const char *containment = event_str(ev, FIELD_CONTAINMENT, NULL);
+	const char *tcp_auth = event_str(ev, FIELD_TCP_AUTH, NULL);
 	json_t *pools = json_object_get(ev, FIELD_POOLS);
 	char up[FORMAT_DURATION_LEN];
 
@@ -109,10 +111,16 @@ stats_print(const json_t *ev)
 		printf(" draining (no new tasks; the accepted ones run to their end),");
 	else if (phase != NULL)
 		printf(" %s,", phase);
-	printf(" up %s, %lld connection%s\n",
+	printf(" up %s, %lld connection%s",
 	    format_duration(event_num(ev, FIELD_UPTIME_MS, 0), up, sizeof up),
 	    (long long)event_int(ev, FIELD_CONNECTIONS, 0),
 	    event_int(ev, FIELD_CONNECTIONS, 0) == 1 ? "" : "s");
+	if (containment != NULL)
+		printf(", tasks contained by %s", containment);
+	printf("\n");
+	if (tcp_auth != NULL && strcmp(tcp_auth, TCP_AUTH_NONE) == 0)
+		fprintf(stderr, "tpctl: warning: the daemon lets TCP clients in without a token "
+		    "(tcp_auth = none)\n");
 	stats_table(pools, stats_now);
 	printf("\n");
 	stats_table(pools, stats_tasks);

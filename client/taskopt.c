@@ -217,6 +217,17 @@ taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 	case 'p':
 		to->pool = arg;
 		return 1;
+	case OPT_LABEL: {
+		json_t *s = json_string(arg);
+		json_decref(s);
+		if (s == NULL)
+			return cmd_usage_error(c, "--label: not UTF-8"), -1;
+		if (strlen(arg) > WIRE_MAX_LABEL)
+			return cmd_usage_error(c, "--label: %zu bytes, longer than %d",
+			    strlen(arg), WIRE_MAX_LABEL), -1;
+		to->label = arg;
+		return 1;
+	}
 	case 't':
 		if (cmd_duration_arg(c, "--timeout", arg, &to->timeout_ms) == -1)
 			return -1;
@@ -440,6 +451,8 @@ taskopt_submit(const struct taskopt *to, json_t *task)
 	json_object_set_new(req, FIELD_TASK, task);
 	if (to->pool != NULL)
 		json_object_set_new(req, FIELD_POOL, json_string(to->pool));
+	if (to->label != NULL)
+		json_object_set_new(req, FIELD_LABEL, json_string(to->label));
 	if (to->queue_timeout_set)
 		json_object_set_new(req, FIELD_QUEUE_TIMEOUT_MS,
 		    json_integer((json_int_t)to->queue_timeout_ms));

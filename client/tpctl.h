@@ -89,7 +89,8 @@ int cmd_parse_task_ids(const struct cmd *, int argc, char **argv, long long **id
 
 /* The commands. */
 extern const struct cmd cmd_run, cmd_submit, cmd_wait, cmd_status, cmd_cancel,
-    cmd_stats, cmd_resize, cmd_shutdown, cmd_ping, cmd_batch;
+    cmd_stats, cmd_resize, cmd_shutdown, cmd_ping, cmd_batch, cmd_top, cmd_list,
+    cmd_follow;
 
 /* link.c: one stream socket carrying newline-delimited JSON. */
 struct link;
@@ -223,6 +224,7 @@ int pipeline_run(struct session *, size_t n, bool waits,
 #define TASKOPT_NLIMITS 6               /* --memory ... --file-size */
 struct taskopt {
 	const char *pool;               /* --pool */
+	const char *label;              /* --label */
 	uint64_t timeout_ms;            /* --timeout */
 	bool timeout_set;               /* and not 0, which means none */
 	uint64_t queue_timeout_ms;      /* --queue-timeout */
@@ -239,6 +241,7 @@ struct taskopt {
 #define OPT_QUEUE_TIMEOUT 1001
 #define OPT_OUTPUT_LIMIT  1002
 #define OPT_TASK          1003
+#define OPT_LABEL         1004
 /* The limit options, in the order of limit_arg (taskopt.c's table). */
 #define OPT_LIMIT_FIRST   1100
 #define OPT_MEMORY        1100
@@ -251,6 +254,7 @@ struct taskopt {
 #define TASKOPT_SHORTOPTS "p:t:e:C:"
 #define TASKOPT_LONGOPTS \
 	{ "pool", required_argument, NULL, 'p' }, \
+	{ "label", required_argument, NULL, OPT_LABEL }, \
 	{ "timeout", required_argument, NULL, 't' }, \
 	{ "queue-timeout", required_argument, NULL, OPT_QUEUE_TIMEOUT }, \
 	{ "env", required_argument, NULL, 'e' }, \
@@ -264,6 +268,8 @@ struct taskopt {
 	{ "file-size", required_argument, NULL, OPT_FILE_SIZE }
 #define TASKOPT_HELP \
 	"  -p, --pool P             submit to pool P (default: the daemon's \"default\")\n" \
+	"      --label TEXT         name the task (up to 128 bytes): status and list\n" \
+	"                           show it, list --label finds it\n" \
 	"  -t, --timeout DUR        end the task after DUR (state timed_out; 0: never)\n" \
 	"      --queue-timeout DUR  give up if it waits in the queue longer (expired;\n" \
 	"                           0: never)\n" \

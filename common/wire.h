@@ -27,6 +27,7 @@
 #define OP_STATS    "stats"
 #define OP_RESIZE   "resize"
 #define OP_SHUTDOWN "shutdown"
+#define OP_LIST     "list"
 
 /* events */
 #define EV_HELLO    "hello"
@@ -40,6 +41,7 @@
 #define EV_OK       "ok"
 #define EV_STATUS   "status"
 #define EV_STATS    "stats"
+#define EV_LIST     "list"
 
 /* terminal states in done, and the states status reports before them */
 #define STATE_QUEUED    "queued"
@@ -107,6 +109,20 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_TASK             "task"
 #define FIELD_POOL             "pool"
 #define FIELD_OWNER            "owner"
+#define FIELD_LABEL            "label"
+#define FIELD_TASKS            "tasks"
+#define FIELD_MORE             "more"
+#define FIELD_BEFORE           "before"
+#define FIELD_FROM             "from"
+#define FROM_START             "start"
+#define FIELD_RATE_PER_S       "rate_per_s"
+#define FIELD_QUEUED_P50_MS    "queued_p50_ms"
+#define FIELD_QUEUED_P99_MS    "queued_p99_ms"
+#define FIELD_RUN_P50_MS       "run_p50_ms"
+#define FIELD_RUN_P99_MS       "run_p99_ms"
+#define WIRE_MAX_LABEL         128     /* submit's label, bytes */
+#define WIRE_LIST_DEFAULT      100     /* list's limit when absent */
+#define WIRE_LIST_MAX          1000    /* list's limit at most */
 #define FIELD_DETACH           "detach"
 #define FIELD_STREAM           "stream"
 #define FIELD_QUEUE_TIMEOUT_MS "queue_timeout_ms"
@@ -141,6 +157,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_RESULTS_FORGOTTEN "results_forgotten"
 #define FIELD_CONTAINMENT      "containment"
 #define FIELD_PHASE            "phase"
+#define FIELD_TCP_AUTH         "tcp_auth"
 #define FIELD_NAME             "name"
 #define FIELD_BUSY             "busy"
 #define FIELD_IDLE             "idle"
@@ -162,6 +179,10 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define PHASE_RUNNING  "running"
 #define PHASE_DRAINING "draining"
 #define PHASE_STOPPING "stopping"
+
+/* stats.tcp_auth: the [daemon] tcp_auth in force */
+#define TCP_AUTH_TOKEN "token"
+#define TCP_AUTH_NONE  "none"
 
 /* stats.containment (doc/exec.md) */
 #define CONTAINMENT_CGROUP  "cgroup"

@@ -131,8 +131,8 @@ capture_chunk(struct capture *c, json_t *obj, const void *data, size_t n,
 	memcpy(chunk, c->carry, c->ncarry);
 	if (n > 0)
 		memcpy(chunk + c->ncarry, data, n);
-	/* the chunk ends where the capture ends: its tail is the capture's */
-	hold = final ? capture_text_cut(c) : utf8_partial_tail(chunk, total);
+	/* at the end what is held back goes as it is: the stream is never cut */
+	hold = final ? 0 : utf8_partial_tail(chunk, total);
 	if (hold > total)
 		hold = total;
 	/* after the final chunk nothing is carried over: a cut piece is dropped */

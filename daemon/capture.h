@@ -55,10 +55,10 @@ int capture_result_set(const struct capture *c, json_t *result,
 
 /*
  * Streaming: forms the next "output" event's payload from data (bytes just
- * kept by capture_add). A multi-byte character split between two reads is
- * held back and sent whole with the next chunk; at the end (final true) what
- * is held back is sent as it is, unless the capture was truncated (then it is
- * the cut piece the result leaves out too). Sets obj["data"] or
+ * read, kept by capture_add or not: the stream is not cut by the limit). A
+ * multi-byte character split between two reads is held back and sent whole
+ * with the next chunk; at the end (final true) what is held back is sent as
+ * it is. Sets obj["data"] or
  * obj["data_base64"]; returns the payload's length in bytes (0: nothing to
  * send, obj untouched), or -1 when out of memory.
  */

@@ -76,6 +76,9 @@ conf_init(struct conf *c)
 	c->journal_sync = JOURNAL_SYNC_COMMIT;
 	c->journal_sync_interval_ms = 100;
 	c->journal_max_bytes = 1024 * 1024 * 1024;
+	c->metrics_max_connections = 16;
+	c->metrics_timeout_ms = 10 * 1000;
+	c->metrics_max_header_bytes = 8 * 1024;
 	for (size_t i = 0; i < sizeof default_exec_env / sizeof default_exec_env[0]; i++)
 		c->exec_env[c->nexec_env++] = strdup(default_exec_env[i]);
 	d = conf_pool_get(c, "default");
@@ -96,6 +99,7 @@ conf_free(struct conf *c)
 	free(c->containment);
 	free(c->cgroup_root);
 	free(c->state_dir);
+	free(c->metrics_listen);
 	for (size_t i = 0; i < c->nexec_env; i++)
 		free(c->exec_env[i]);
 	for (size_t i = 0; i < c->npools; i++) {
@@ -242,6 +246,7 @@ enum conf_kind {
 	KIND_LISTEN,    /* repeatable, space-separated HOST:PORT list */
 	KIND_ENV,       /* repeatable NAME=value */
 	KIND_CONTAINMENT, /* char *, auto, cgroup or process */
+	KIND_TCP_AUTH,  /* bool, true for "none" (the other value: "token") */
 	KIND_PATH,      /* char *, any path; empty = the default */
 	KIND_RUN_AS,    /* a pool's run_as: daemon, caller or an existing user */
 	KIND_LIMIT_SIZE,  /* uint64_t bytes, units.h's size */
@@ -250,6 +255,7 @@ enum conf_kind {
 	KIND_DIR,       /* char *, a directory's path; empty = the default */
 	KIND_ONOFF,     /* bool, on or off */
 	KIND_JSYNC,     /* int, enum journal_sync: commit, interval or none */
+	KIND_HOSTPORT,  /* char *, one HOST:PORT; empty = none */
 };
 
 /*
@@ -295,6 +301,7 @@ static const struct conf_key conf_keys[] = {
 	{ SECT_DAEMON, "admin_group", KIND_GROUP, D(admin_group), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "token_file", KIND_FILE, D(token_file), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "admin_token_file", KIND_FILE, D(admin_token_file), 0, 0, 0, NULL },
+	{ SECT_DAEMON, "tcp_auth", KIND_TCP_AUTH, D(tcp_auth_none), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "containment", KIND_CONTAINMENT, D(containment), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "cgroup_root", KIND_PATH, D(cgroup_root), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "state_dir", KIND_DIR, D(state_dir), 0, 0, 0, NULL },
@@ -304,6 +311,13 @@ static const struct conf_key conf_keys[] = {
 	    60 * SEC, 0, NULL },
 	{ SECT_DAEMON, "journal_max_bytes", KIND_SIZE, D(journal_max_bytes), 256 * KIB,
 	    1024 * 1024 * GIB, 0, NULL },
+	{ SECT_DAEMON, "metrics_listen", KIND_HOSTPORT, D(metrics_listen), 0, 0, 0, NULL },
+	{ SECT_DAEMON, "metrics_max_connections", KIND_COUNT, D(metrics_max_connections), 1, 1024,
+	    0, NULL },
+	{ SECT_DAEMON, "metrics_timeout", KIND_DURATION, D(metrics_timeout_ms), 100, 3600 * SEC,
+	    0, NULL },
+	{ SECT_DAEMON, "metrics_max_header_bytes", KIND_SIZE, D(metrics_max_header_bytes),
+	    1 * KIB, MIB, 0, NULL },
 	{ SECT_EXEC, "output_limit", KIND_SIZE, D(exec_output_limit), 0, GIB, 0, NULL },
 	{ SECT_EXEC, "output_limit_max", KIND_SIZE, D(exec_output_limit_max), 0, GIB, 0, NULL },
 	{ SECT_EXEC, "kill_grace", KIND_DURATION, D(exec_kill_grace_ms), 0, 3600 * SEC, 0, NULL },
@@ -564,9 +578,11 @@ conf_flags_usage(FILE *out)
 		[KIND_SOCKET] = "PATH", [KIND_MODE] = "MODE", [KIND_GROUP] = "GROUP",
 		[KIND_FILE] = "FILE", [KIND_LOGLEVEL] = "LEVEL", [KIND_LISTEN] = "HOST:PORT",
 		[KIND_ENV] = "NAME=VALUE", [KIND_CONTAINMENT] = "auto|cgroup|process",
+		[KIND_TCP_AUTH] = "token|none",
 		[KIND_PATH] = "CGROUP", [KIND_RUN_AS] = "USER", [KIND_LIMIT_SIZE] = "SIZE",
 		[KIND_LIMIT_COUNT] = "N", [KIND_LIMIT_CORES] = "CORES", [KIND_DIR] = "DIR",
 		[KIND_ONOFF] = "on|off", [KIND_JSYNC] = "commit|interval|none",
+		[KIND_HOSTPORT] = "HOST:PORT",
 	};
 	char text[CONF_NKEYS][CONF_FLAG_MAX + 24], name[CONF_FLAG_MAX], lo[32], hi[32];
 	const char *m;
@@ -955,6 +971,25 @@ set_listen(struct conf_load *l, const struct conf_key *k, const char *value)
 	free(copy);
 }
 
+/* One HOST:PORT, form only (resolved when tpd listens); empty: none. */
+static void
+set_hostport(struct conf_load *l, const struct conf_key *k, char **slot, const char *value)
+{
+	char host[256], port[8], *cause = NULL;
+
+	if (value[strcspn(value, " \t")] != '\0') {
+		key_error(l, k->name, "\"%s\": one HOST:PORT, not a list", value);
+		return;
+	}
+	if (*value != '\0' && conf_split_hostport(value, host, sizeof host, port, sizeof port,
+	    &cause) == -1) {
+		key_error(l, k->name, "%s", cause ? cause : "out of memory");
+		free(cause);
+		return;
+	}
+	set_string(slot, value);
+}
+
 static void
 set_env(struct conf_load *l, const struct conf_key *k, const char *value)
 {
@@ -1194,6 +1229,13 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 		}
 		set_string(slot, value);
 		return;
+	case KIND_TCP_AUTH:
+		if (strcmp(value, "token") != 0 && strcmp(value, "none") != 0) {
+			key_error(l, k->name, "\"%s\" is not token or none", value);
+			return;
+		}
+		*(bool *)slot = strcmp(value, "none") == 0;
+		return;
 	case KIND_PATH:
 	case KIND_DIR:
 		set_string(slot, value);
@@ -1215,6 +1257,9 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 		else
 			key_error(l, k->name, "\"%s\" is not commit, interval or none", value);
 		return;
+	case KIND_HOSTPORT:
+		set_hostport(l, k, slot, value);
+		return;
 	case KIND_RUN_AS:
 		set_run_as(l, k, (struct conf_pool *)(void *)base, value);
 		return;
@@ -1232,7 +1277,7 @@ key_assign(struct conf_load *l, const struct conf_key *k, char *base, const char
 {
 	if (*value == '\0' && k->kind != KIND_SOCKET && k->kind != KIND_GROUP &&
 	    k->kind != KIND_FILE && k->kind != KIND_LISTEN && k->kind != KIND_PATH &&
-	    k->kind != KIND_DIR) {
+	    k->kind != KIND_DIR && k->kind != KIND_HOSTPORT) {
 		key_error(l, k->name, "empty value");
 		return;
 	}

@@ -179,6 +179,10 @@ accepted_payload(struct task *t, const char *text, struct jbuf *b)
 		a.owner.p = t->owner;
 		a.owner.len = (uint32_t)strlen(t->owner);
 	}
+	if (t->label != NULL && *t->label != '\0') {
+		a.label.p = t->label;
+		a.label.len = (uint32_t)strlen(t->label);
+	}
 	a.kind.p = t->kind->name;
 	a.kind.len = (uint32_t)strlen(t->kind->name);
 	if (text != NULL) {
@@ -206,6 +210,10 @@ finished_payload(struct task *t, uint64_t finished_wall_us, struct jbuf *b)
 	if (t->owner != NULL) {
 		f.owner.p = t->owner;
 		f.owner.len = (uint32_t)strlen(t->owner);
+	}
+	if (t->label != NULL && *t->label != '\0') {
+		f.label.p = t->label;
+		f.label.len = (uint32_t)strlen(t->label);
 	}
 	if (t->kind != NULL) {
 		f.kind.p = t->kind->name;
@@ -446,6 +454,18 @@ text_dup(const struct jtext *s)
 	return p;
 }
 
+/* The kind a record names, or NULL. */
+static const struct task_kind *
+kind_of(const struct jtext *s)
+{
+	const struct task_kind *k;
+	char *name = text_dup(s);
+
+	k = name != NULL ? task_kind_find(name) : NULL;
+	free(name);
+	return k;
+}
+
 static struct blob *
 blob_of(const char *p, size_t len)
 {
@@ -476,17 +496,14 @@ replay_finished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	t->id = jt->id;
 	t->pool_name = text_dup(&f.pool);
 	t->owner = text_dup(&f.owner);
+	t->label = text_dup(&f.label);
 	if (t->pool_name == NULL)
 		t->pool_name = strdup("");
 	t->attempt = (uint32_t)f.attempt;
 	t->accepted_wall_us = f.accepted_us;
 	t->queued_us = f.queued_us;
 	t->run_us = f.run_us;
-	if (f.kind.p != NULL) {
-		char *kind = text_dup(&f.kind);
-		t->kind = task_kind_find(kind);
-		free(kind);
-	}
+	t->kind = kind_of(&f.kind);
 	jd->finished = journal_replay_ref(j, rd, &jt->finished);
 	jd->finished_wall_us = f.time_us;
 	t->jdata = jd;
@@ -549,7 +566,7 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	const unsigned char *rec;
 	json_t *spec = NULL;
 	json_error_t jerr;
-	char *pool, *owner, *msg = NULL;
+	char *pool, *owner, *label, *msg = NULL;
 	uint64_t now = wall_now_us();
 	bool ran = (jt->flags & JT_STARTED) != 0;
 	bool cancelled = (jt->flags & JT_CANCELLED) != 0;
@@ -566,6 +583,7 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	jbuf_add(&jd->payload, rec + JFMT_REC_HEADER, jt->accepted.size - JFMT_REC_HEADER);
 	pool = text_dup(&a.pool);
 	owner = text_dup(&a.owner);
+	label = text_dup(&a.label);
 	e = pool != NULL ? pools_find(pool) : NULL;
 
 	if (e != NULL && (!ran || (a.rerun && !cancelled)) && a.spec.p != NULL &&
@@ -592,6 +610,7 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 		o.stream = (a.flags & JFL_STREAM) != 0;
 		o.timeout_ms = ts.timeout_ms;
 		o.on_lost_rerun = a.rerun;
+		o.label = label;
 		o.id = jt->id;
 		o.attempt = jt->attempt + 1;
 		o.accepted_wall_us = a.time_us;
@@ -615,9 +634,11 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 		bare->id = jt->id;
 		bare->pool_name = pool;
 		bare->owner = owner;
+		bare->label = label;
+		bare->kind = kind_of(&a.kind);
 		bare->attempt = jt->attempt;
 		bare->accepted_wall_us = a.time_us;
-		pool = owner = NULL;
+		pool = owner = label = NULL;
 		end_lost(bare, jd, &a, "task %llu could not be queued again at the restart: "
 		    "the queue of pool %s is full", (unsigned long long)jt->id, bare->pool_name);
 		goto out;
@@ -627,9 +648,11 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	bare->id = jt->id;
 	bare->pool_name = pool != NULL ? pool : strdup("");
 	bare->owner = owner;
+	bare->label = label;
+	bare->kind = kind_of(&a.kind);
 	bare->attempt = jt->attempt;
 	bare->accepted_wall_us = a.time_us;
-	pool = owner = NULL;
+	pool = owner = label = NULL;
 	if (e == NULL)
 		end_lost(bare, jd, &a, "task %llu's pool %s no longer exists", (unsigned long long)
 		    jt->id, bare->pool_name);
@@ -648,6 +671,7 @@ out:
 	free(msg);
 	free(pool);
 	free(owner);
+	free(label);
 	json_decref(spec);
 }
 

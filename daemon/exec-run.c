@@ -191,6 +191,23 @@ exec_stream_emit(struct exec_run *r, struct exec_stream *s, const char *data,
 	task_emit(r->t, ev, (size_t)len);
 }
 
+void
+exec_run_kept(struct exec_run *r, json_t *events)
+{
+	struct exec_stream *streams[2] = { &r->out, &r->err };
+
+	for (int i = 0; i < 2; i++) {
+		const struct capture *c = &streams[i]->cap;
+		json_t *ev;
+		if (c->len == 0 || (ev = proto_event_output(streams[i]->name)) == NULL)
+			continue;
+		if (capture_json_set(ev, FIELD_DATA, FIELD_DATA_BASE64, c->buf, c->len) == -1 ||
+		    json_array_append_new(events, ev) == -1)
+			log_warnx("exec: task %llu: out of memory replaying its output",
+			    (unsigned long long)r->t->id);
+	}
+}
+
 /*
  * Reads once from s. Returns 1 after data, 0 at end of file (the fd is then
  * closed), -1 when nothing was there.
@@ -199,7 +216,7 @@ static int
 exec_stream_read(struct exec_run *r, struct exec_stream *s)
 {
 	ssize_t n;
-	size_t kept;
+	bool stream;
 
 	if (*s->fd == -1)
 		return 0;
@@ -215,9 +232,14 @@ exec_stream_read(struct exec_run *r, struct exec_stream *s)
 		spawn_close_fd(s->fd);
 		return 0;
 	}
-	kept = capture_add(&s->cap, r->buf, (size_t)n);
-	if (r->t->stream && kept > 0)
-		exec_stream_emit(r, s, r->buf, kept, false);
+	/* kept and streamed or not in one step: a follower from the start sees each byte once */
+	pthread_mutex_lock(&r->x->wake_lock);
+	capture_add(&s->cap, r->buf, (size_t)n);
+	stream = atomic_load(&r->t->stream);
+	pthread_mutex_unlock(&r->x->wake_lock);
+	/* the stream carries everything read: output_limit bounds only what the result keeps */
+	if (stream)
+		exec_stream_emit(r, s, r->buf, (size_t)n, false);
 	return 1;
 }
 
@@ -772,6 +794,9 @@ exec_run(struct task *t)
 	r.err.fd = &r.child.stderr_fd;
 	capture_init(&r.out.cap, x->output_limit);
 	capture_init(&r.err.cap, x->output_limit);
+	pthread_mutex_lock(&x->wake_lock);
+	x->run = &r;
+	pthread_mutex_unlock(&x->wake_lock);
 	if (t->stream)
 		exec_emit_started(&r);
 	if (x->stdin_data != NULL)
@@ -779,6 +804,9 @@ exec_run(struct task *t)
 
 	exec_wait(&r);
 	status = exec_finish(&r);
+	pthread_mutex_lock(&x->wake_lock);
+	x->run = NULL;              /* its output is all in the result from here on */
+	pthread_mutex_unlock(&x->wake_lock);
 	exec_wake_close(&r);
 	spawn_close(&r.child);
 	if (x->stdin_data != NULL)

@@ -80,9 +80,19 @@ struct exec_task {
 	 */
 	pthread_mutex_t wake_lock;
 	int wake_fd;
+	/*
+	 * The run while its output is read (exec-run.c), else NULL; under
+	 * wake_lock, which also covers reading its captures and deciding to
+	 * stream what was read (exec_run_kept, for a follower from the start).
+	 */
+	struct exec_run *run;
 };
 
 /* Worker thread: the kind's run (exec-run.c). */
 enum pool_state exec_run(struct task *t);
+
+/* Under x->wake_lock, any thread: appends the output run has kept so far to events. */
+struct exec_run;
+void exec_run_kept(struct exec_run *run, json_t *events);
 
 #endif

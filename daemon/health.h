@@ -17,7 +17,11 @@
  */
 int health_check(void *arg);
 
-/* One line for STATUS=: the phase, each pool's busy/workers and queue, connections. */
+/*
+ * One line for STATUS=: the phase, each pool's busy/workers and queue (and
+ * its tasks/s and p99 wait and run time while it has recent tasks), the
+ * connections.
+ */
 void health_status(void *arg, char *buf, size_t len);
 
 #endif

@@ -178,6 +178,25 @@ clear_stale_socket(const char *path, const struct sockaddr_un *sun, char **cause
 }
 
 int
+listen_unix_busy(const char *path, char **cause)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd, rv = 0;
+
+	if (strlen(path) >= sizeof sun.sun_path || lstat(path, &st) == -1 || !S_ISSOCK(st.st_mode))
+		return 0;       /* listen_unix says what is wrong with it */
+	strcpy(sun.sun_path, path);
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1)
+		return 0;
+	if (connect(fd, (const struct sockaddr *)&sun, sizeof sun) == 0)
+		rv = cause_set(cause, "%s is in use by a running daemon (is tpd already running?)",
+		    path);
+	close(fd);
+	return rv;
+}
+
+int
 listen_unix(const char *path, mode_t mode, const char *group, char **cause)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
@@ -223,9 +242,10 @@ listen_unix(const char *path, mode_t mode, const char *group, char **cause)
 }
 
 int
-listen_tcp(const char *hostport, char **cause)
+listen_tcp_socket(const char *hostport, const char *what, char *name, size_t namelen,
+    char **cause)
 {
-	char host[256], port[16], name[300], bound[INET6_ADDRSTRLEN] = "?";
+	char host[256], port[16], bound[INET6_ADDRSTRLEN] = "?";
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE |
 	    AI_NUMERICSERV }, *res;
 	struct sockaddr_storage ss;
@@ -237,19 +257,19 @@ listen_tcp(const char *hostport, char **cause)
 
 	/* The same rule as the configuration file's listen key. */
 	if (conf_split_hostport(hostport, host, sizeof host, port, sizeof port, &why) == -1) {
-		cause_set(cause, "listen address %s (write it as 127.0.0.1:7420 or [::1]:7420)",
-		    why ? why : hostport);
+		cause_set(cause, "%s %s (write it as 127.0.0.1:7420 or [::1]:7420)",
+		    what, why ? why : hostport);
 		free(why);
 		return -1;
 	}
 	if (strcmp(host, "*") == 0)
 		host[0] = '\0'; /* every address */
 	if ((rc = getaddrinfo(host[0] ? host : NULL, port, &hints, &res)) != 0)
-		return cause_set(cause, "listen address %s: %s", hostport, gai_strerror(rc));
+		return cause_set(cause, "%s %s: %s", what, hostport, gai_strerror(rc));
 	fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
 	if (fd == -1) {
 		freeaddrinfo(res);
-		return cause_set(cause, "listen address %s: socket: %s", hostport, strerror(errno));
+		return cause_set(cause, "%s %s: socket: %s", what, hostport, strerror(errno));
 	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
 	if (res->ai_family == AF_INET6)
@@ -272,8 +292,20 @@ listen_tcp(const char *hostport, char **cause)
 			bound_port = ntohs(sin6->sin6_port);
 		}
 	}
-	snprintf(name, sizeof name, ss.ss_family == AF_INET6 ? "tcp [%s]:%u" : "tcp %s:%u",
+	snprintf(name, namelen, ss.ss_family == AF_INET6 ? "tcp [%s]:%u" : "tcp %s:%u",
 	    bound, bound_port);
+	evutil_make_socket_nonblocking(fd);
+	return fd;
+}
+
+int
+listen_tcp(const char *hostport, char **cause)
+{
+	char name[300];
+	int fd;
+
+	if ((fd = listen_tcp_socket(hostport, "listen address", name, sizeof name, cause)) == -1)
+		return -1;
 	if (add_listener(fd, false, name, NULL, cause) == -1)
 		return -1;
 	log_info("listening on %s", name);

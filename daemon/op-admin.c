@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "cgroup.h"
 #include "conn.h"
 #include "daemon.h"
@@ -86,6 +87,7 @@ op_stats(struct conn *c, struct request *req)
 		pj.recoveries = js.recoveries;
 	}
 	st.journal = &pj;
+	st.tcp_auth = auth_tcp_mode();
 	proto_encode_stats(&pt, req->id, &st);
 	conn_send_text(c, &pt);
 }
@@ -110,10 +112,10 @@ op_resize(struct conn *c, struct request *req)
 		return;
 	}
 	pool_snapshot(e->pool, &s);
-	if (rs.size > s.limit) {
+	if (rs.size < 1 || rs.size > s.limit) {
 		conn_send_error(c, req->id, ERR_BAD_REQUEST,
-		    "field \"size\" is %llu, above the limit %u of pool %s",
-		    (unsigned long long)rs.size, s.limit, e->name);
+		    "field \"size\" is %lld, out of range 1..%u: pool %s's limit is %u "
+		    "(its limit setting)", (long long)rs.size, s.limit, e->name, s.limit);
 		return;
 	}
 	if (pool_resize(e->pool, (unsigned)rs.size, &msg) == -1) {
@@ -126,8 +128,9 @@ op_resize(struct conn *c, struct request *req)
 		return;
 	}
 	pool_snapshot(e->pool, &s);
-	log_info("pool %s resized to %u by connection %llu (%s); %u workers now", e->name,
-	    s.target, (unsigned long long)conn_id(c), conn_peer(c), s.workers);
+	log_info("pool %s resized to %u by connection %llu (%s); %u worker%s now", e->name,
+	    s.target, (unsigned long long)conn_id(c), conn_peer(c), s.workers,
+	    s.workers == 1 ? "" : "s");
 	proto_encode_resized(&pt, req->id, e->name, s.target, s.workers);
 	conn_send_text(c, &pt);
 }

@@ -1,4 +1,4 @@
-/* op-task.c: the ops about tasks: submit, wait, status, cancel. */
+/* op-task.c: the ops about tasks: submit, wait, status, cancel, list. */
 #include "config.h"
 
 #include <stdarg.h>
@@ -6,10 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "conf.h"
 #include "conn-sink.h"
 #include "daemon.h"
 #include "durable.h"
+#include "log.h"
 #include "ops.h"
 #include "pools.h"
 #include "proto.h"
@@ -103,6 +105,8 @@ op_submit(struct conn *c, struct request *req)
 	}
 	cp = conf_pool_find(&daemon_state->conf, e->name);
 	if (cp != NULL && cp->run_as == CONF_RUN_AS_CALLER && !conn_creds(c, NULL, NULL, NULL)) {
+		log_info("connection %llu (%s): submit to pool %s forbidden: run_as = caller",
+		    (unsigned long long)conn_id(c), conn_peer(c), e->name);
 		conn_send_error(c, req->id, ERR_FORBIDDEN, "pool %s runs tasks as their caller "
 		    "(run_as = caller): submit on the Unix socket", e->name);
 		return;
@@ -121,6 +125,7 @@ op_submit(struct conn *c, struct request *req)
 	o.pool = e;
 	o.owner = conn_owner(c, owner, sizeof owner);
 	o.stream = sub.stream;
+	o.label = sub.label;
 	o.queue_timeout_ms = sub.queue_timeout_ms;
 	o.on_lost_rerun = sub.on_lost_rerun;
 	o.attempt = durable_on() ? 1 : 0;
@@ -155,18 +160,19 @@ op_submit(struct conn *c, struct request *req)
 	conn_send_text(c, &pt);
 }
 
-/* The task a request names; NULL after answering no_such_task. */
+/*
+ * The task numbered id, for the op named op; NULL after answering
+ * no_such_task, or forbidden when it is not c's (auth.c). A task that does
+ * not exist is no_such_task for anyone: its id tells no more than the
+ * order of submissions does.
+ */
 static struct task *
-find_task(struct conn *c, struct request *req)
+find_task_id(struct conn *c, struct request *req, uint64_t id, const char *op)
 {
-	uint64_t id = 0;
 	struct task *t;
-	char *msg = NULL;
+	const char *code;
+	char why[256];
 
-	if (proto_read_task_ref(req, &id, &msg) == -1) {
-		ops_bad_request(c, req, msg);
-		return NULL;
-	}
 	if ((t = tasks_find(id)) == NULL) {
 		const struct conf *cf = &daemon_state->conf;
 		if (tasks_was_accepted(id))
@@ -178,22 +184,50 @@ find_task(struct conn *c, struct request *req)
 		else
 			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "no task %llu: never "
 			    "submitted", (unsigned long long)id);
+		return NULL;
+	}
+	if (!auth_task_allowed(c, t, op, &code, why, sizeof why)) {
+		conn_send_error(c, req->id, code, "%s", why);
+		return NULL;
 	}
 	return t;
 }
 
+/* The task a request names; NULL after answering bad_request, no_such_task or forbidden. */
+static struct task *
+find_task(struct conn *c, struct request *req, const char *op)
+{
+	uint64_t id = 0;
+	char *msg = NULL;
+
+	if (proto_read_task_ref(req, &id, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return NULL;
+	}
+	return find_task_id(c, req, id, op);
+}
+
 /*
  * A finished task's done is sent at once; an unfinished one's when it
- * comes, counted against max_subscriptions until then.
+ * comes, counted against max_subscriptions until then. With stream the
+ * wait follows the task: its output from now on (from "start": what it
+ * kept so far first), its started if it has not started yet, then its
+ * done.
  */
 void
 op_wait(struct conn *c, struct request *req)
 {
-	struct task *t = find_task(c, req);
 	unsigned max = daemon_state->conf.max_subscriptions;
 	struct task_sink *sink;
+	struct proto_wait w;
+	struct task *t;
+	char *msg = NULL;
 
-	if (t == NULL)
+	if (proto_read_wait(req, &w, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return;
+	}
+	if ((t = find_task_id(c, req, w.task, OP_WAIT)) == NULL)
 		return;
 	if (t->finished) {
 		conn_send_done(c, req->id, t->done_text);
@@ -205,9 +239,22 @@ op_wait(struct conn *c, struct request *req)
 		    "(or use another connection)", max);
 		return;
 	}
-	if ((sink = conn_sink_new(c, req->id, false, true)) == NULL) {
+	if ((sink = conn_sink_new(c, req->id, w.stream, true)) == NULL) {
 		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
 		return;
+	}
+	if (w.from != NULL && t->kind->follow != NULL) {
+		/* what it kept so far, before anything its run sends from now on */
+		json_t *kept = json_array(), *ev;
+		size_t i;
+		if (kept != NULL)
+			t->kind->follow(t, kept);
+		json_array_foreach(kept, i, ev) {
+			struct proto_text pt;
+			proto_encode_stream(&pt, ev, req->id, t->id);
+			conn_send_text(c, &pt);
+		}
+		json_decref(kept);
 	}
 	tasks_add_sink(t, sink);
 }
@@ -215,7 +262,7 @@ op_wait(struct conn *c, struct request *req)
 void
 op_status(struct conn *c, struct request *req)
 {
-	struct task *t = find_task(c, req);
+	struct task *t = find_task(c, req, OP_STATUS);
 	struct proto_task view;
 	struct proto_text pt;
 
@@ -229,7 +276,7 @@ op_status(struct conn *c, struct request *req)
 void
 op_cancel(struct conn *c, struct request *req)
 {
-	struct task *t = find_task(c, req);
+	struct task *t = find_task(c, req, OP_CANCEL);
 	struct proto_text pt;
 
 	if (t == NULL)
@@ -237,5 +284,41 @@ op_cancel(struct conn *c, struct request *req)
 	durable_cancel(t);
 	tasks_cancel(t);
 	proto_encode_cancelled(&pt, req->id, t->id, tasks_state(t));
+	conn_send_text(c, &pt);
+}
+
+/* Whether the connection arg may see t: its owner's or an admin's (auth.c). */
+static bool
+list_visible(const struct task *t, void *arg)
+{
+	return auth_may_see_task(arg, t);
+}
+
+/*
+ * Up to limit tasks matching the filters, newest first. A connection that
+ * is not an admin's sees its own tasks only (auth_may_see_task): the
+ * others are left out, not refused.
+ */
+void
+op_list(struct conn *c, struct request *req)
+{
+	struct proto_list l;
+	struct proto_task *views;
+	struct proto_text pt;
+	bool more = false;
+	size_t n;
+	char *msg = NULL;
+
+	if (proto_read_list(req, &l, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return;
+	}
+	if ((views = calloc(l.limit, sizeof *views)) == NULL) {
+		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
+		return;
+	}
+	n = tasks_list(&l, list_visible, c, views, l.limit, &more);
+	proto_encode_list(&pt, req->id, views, n, more);
+	free(views);
 	conn_send_text(c, &pt);
 }

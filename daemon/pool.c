@@ -62,6 +62,12 @@
  *  - A task names its client by connection id, not pointer: the client may
  *    be gone when the done arrives (conn-sink.c, conn_find).
  *
+ * Timings: every job leaving the queue (to run, or expired) adds its wait to
+ * the pool's histograms, and every job that ran adds its run time when it
+ * ends, in the locked sections that already book those moments; the
+ * histograms are fixed arrays inside struct pool (pool.h's struct
+ * pool_timing), so observing allocates nothing and costs one histogram add.
+ *
  * Besides the workers, each pool has one watcher thread that expires queued
  * jobs whose queue deadline passed, so an expiry is delivered on time even
  * when every worker is busy with a long job. It is not counted as a worker
@@ -129,6 +135,8 @@ struct pool {
 
 	uint64_t accepted, rejected_full, rejected_closed;
 	uint64_t succeeded, failed, timed_out, cancelled, expired;
+
+	struct pool_timing timing;      /* queue waits and run times */
 };
 
 /* The worker record of the current thread, to refuse a worker's own join. */
@@ -170,6 +178,266 @@ pool_state_name(enum pool_state s)
 	case POOL_EXPIRED: return "expired";
 	}
 	return "failed";
+}
+
+/* ---- timings (pure functions; the pool calls them under its lock) */
+
+/* Ten bounds a decade (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8) from 10 us to 80 s. */
+#define DECADE(u) 10 * (u), 12 * (u), 15 * (u), 20 * (u), 25 * (u), 30 * (u), \
+	40 * (u), 50 * (u), 60 * (u), 80 * (u)
+#define S 1000000ULL
+
+const uint64_t pool_hist_bounds_us[POOL_HIST_NBOUNDS] = {
+	1, 2, 3, 4, 5, 6, 8,
+	DECADE(1ULL), DECADE(10ULL), DECADE(100ULL), DECADE(1000ULL), DECADE(10000ULL),
+	DECADE(100000ULL), DECADE(1000000ULL),
+	100 * S, 120 * S, 150 * S, 200 * S, 250 * S, 300 * S, 400 * S, 500 * S, 600 * S,
+	800 * S, 1000 * S, 1200 * S, 1500 * S, 1800 * S, 2400 * S, 3000 * S, 3600 * S,
+};
+#undef DECADE
+#undef S
+
+/*
+ * The first bucket whose bound is at least 2^k, for us of k + 1 bits: from
+ * there, the bucket of us is at most three steps on (no octave holds more
+ * than three bounds). pool-test checks this table against the bounds.
+ */
+static const uint8_t octave_first[33] = {
+	0, 1, 3, 6, 10, 13, 16, 19, 22, 25, 28, 31, 34, 37, 40, 43, 46, 49, 52, 55,
+	58, 61, 64, 67, 70, 73, 76, 79, 82, 85, 88, 91, 94,
+};
+
+/* The bucket of us: the first whose bound is at least us, or the overflow bucket. */
+static size_t
+hist_bucket(uint64_t us)
+{
+	unsigned k;
+	size_t i;
+
+	if (us == 0)
+		return 0;
+	k = 63 - (unsigned)__builtin_clzll(us);
+	if (k >= sizeof octave_first - 1)
+		return POOL_HIST_NBOUNDS;       /* 2^32 us and more: past the last bound */
+	/* three steps, without a branch: octave_first[k] + 2 <= 93 is always a bound */
+	i = octave_first[k];
+	i += pool_hist_bounds_us[i] < us;
+	i += pool_hist_bounds_us[i] < us;
+	i += pool_hist_bounds_us[i] < us;
+	return i;
+}
+
+void
+pool_hist_add(struct pool_hist *h, uint64_t us)
+{
+	h->bucket[hist_bucket(us)]++;
+	if (h->count == 0 || us < h->min_us)
+		h->min_us = us;
+	if (us > h->max_us)
+		h->max_us = us;
+	h->count++;
+	h->sum_us += us;
+}
+
+void
+pool_hist_merge(struct pool_hist *into, const struct pool_hist *from)
+{
+	if (from->count == 0)
+		return;
+	for (size_t i = 0; i <= POOL_HIST_NBOUNDS; i++)
+		into->bucket[i] += from->bucket[i];
+	if (into->count == 0 || from->min_us < into->min_us)
+		into->min_us = from->min_us;
+	if (from->max_us > into->max_us)
+		into->max_us = from->max_us;
+	into->count += from->count;
+	into->sum_us += from->sum_us;
+}
+
+uint64_t
+pool_hist_count_le(const struct pool_hist *h, uint64_t bound_us)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < POOL_HIST_NBOUNDS && pool_hist_bounds_us[i] <= bound_us; i++)
+		n += h->bucket[i];
+	return n;
+}
+
+uint64_t
+pool_hist_quantile(const struct pool_hist *h, double q)
+{
+	double rank, below = 0, lo, hi, v;
+	size_t i;
+
+	if (h->count == 0)
+		return 0;
+	if (q > 1)
+		q = 1;
+	rank = q * (double)h->count;
+	for (i = 0; i <= POOL_HIST_NBOUNDS; i++) {
+		if (h->bucket[i] > 0 && below + (double)h->bucket[i] >= rank)
+			break;
+		below += (double)h->bucket[i];
+	}
+	if (i > POOL_HIST_NBOUNDS)
+		return h->max_us;
+	lo = i == 0 ? 0 : (double)pool_hist_bounds_us[i - 1];
+	hi = i == POOL_HIST_NBOUNDS ? (double)h->max_us : (double)pool_hist_bounds_us[i];
+	v = lo + (hi - lo) * (rank - below) / (double)h->bucket[i];
+	/* No estimate outside what was seen: one observation is its own every quantile. */
+	if (v < (double)h->min_us)
+		v = (double)h->min_us;
+	if (v > (double)h->max_us)
+		v = (double)h->max_us;
+	return (uint64_t)(v + 0.5);
+}
+
+void
+pool_timing_init(struct pool_timing *t, uint64_t now_us)
+{
+	memset(t, 0, sizeof *t);
+	t->since_us = now_us;
+	t->window = now_us / POOL_RECENT_WINDOW_US + 1;
+}
+
+/* Keeps the extremes of a window: v observed in it (first: nothing before). */
+static void
+extremes_add(uint64_t *min, uint64_t *max, uint64_t v, bool first)
+{
+	if (first || v < *min)
+		*min = v;
+	if (first || v > *max)
+		*max = v;
+}
+
+/*
+ * Moves the marks on when now_us is in a later window than the current
+ * one: the current window's mark becomes the one before's, unless that
+ * window is not the one just before (the histograms then are the mark of
+ * both). Extremes 0 and 0 stand for a window that saw nothing.
+ */
+static void
+timing_window(struct pool_timing *t, uint64_t now_us)
+{
+	uint64_t w = now_us / POOL_RECENT_WINDOW_US + 1;
+
+	if (w <= t->window)
+		return;         /* this window (or a thread's clock read before it took the lock) */
+	if (w == t->window + 1) {
+		t->queued_mark[1] = t->queued_mark[0];
+		t->run_mark[1] = t->run_mark[0];
+		t->queued_min[1] = t->queued_min[0];
+		t->queued_max[1] = t->queued_max[0];
+		t->run_min[1] = t->run_min[0];
+		t->run_max[1] = t->run_max[0];
+	} else {
+		t->queued_mark[1] = t->queued;
+		t->run_mark[1] = t->run;
+		t->queued_min[1] = t->queued_max[1] = t->run_min[1] = t->run_max[1] = 0;
+	}
+	t->queued_mark[0] = t->queued;
+	t->run_mark[0] = t->run;
+	t->queued_min[0] = t->queued_max[0] = t->run_min[0] = t->run_max[0] = 0;
+	t->window = w;
+}
+
+void
+pool_timing_started(struct pool_timing *t, uint64_t now_us, uint64_t queued_us)
+{
+	timing_window(t, now_us);
+	extremes_add(&t->queued_min[0], &t->queued_max[0], queued_us,
+	    t->queued.count == t->queued_mark[0].count);
+	pool_hist_add(&t->queued, queued_us);
+}
+
+void
+pool_timing_ended(struct pool_timing *t, uint64_t now_us, uint64_t run_us)
+{
+	uint64_t sec = now_us / 1000000 + 1;
+	size_t slot = (size_t)(sec % POOL_RECENT_SLOTS);
+
+	timing_window(t, now_us);
+	extremes_add(&t->run_min[0], &t->run_max[0], run_us, t->run.count == t->run_mark[0].count);
+	pool_hist_add(&t->run, run_us);
+	if (t->second[slot] > sec)
+		return;         /* a clock read long before the lock: too old for the ring */
+	if (t->second[slot] != sec) {
+		t->second[slot] = sec;
+		t->ended[slot] = 0;
+	}
+	t->ended[slot]++;
+}
+
+/*
+ * The observations of h since mark, with the extremes of the windows they
+ * fall in (n windows of min/max, the current one first).
+ */
+static void
+hist_since(struct pool_hist *out, const struct pool_hist *h, const struct pool_hist *mark,
+    const uint64_t *min, const uint64_t *max, size_t n)
+{
+	bool any = false;
+
+	memset(out, 0, sizeof *out);
+	out->count = h->count - mark->count;
+	if (out->count == 0)
+		return;
+	out->sum_us = h->sum_us - mark->sum_us;
+	for (size_t i = 0; i <= POOL_HIST_NBOUNDS; i++)
+		out->bucket[i] = h->bucket[i] - mark->bucket[i];
+	/* a window with nothing in it has min = max = 0: only the others count */
+	for (size_t i = 0; i < n; i++) {
+		if (min[i] == 0 && max[i] == 0)
+			continue;
+		extremes_add(&out->min_us, &out->max_us, min[i], !any);
+		extremes_add(&out->min_us, &out->max_us, max[i], false);
+		any = true;
+	}
+	if (!any)
+		out->max_us = h->max_us;
+}
+
+void
+pool_timing_recent(const struct pool_timing *t, uint64_t now_us, struct pool_recent *out)
+{
+	struct pool_hist queued, run;
+	uint64_t w = now_us / POOL_RECENT_WINDOW_US + 1, sec = now_us / 1000000 + 1;
+	uint64_t first = sec >= POOL_RECENT_RATE_S ? sec - (POOL_RECENT_RATE_S - 1) : 1;
+	uint64_t ended = 0, from_us;
+	double span;
+
+	memset(out, 0, sizeof *out);
+	if (w <= t->window) {
+		/* the current window and the one before: everything since the older mark */
+		hist_since(&queued, &t->queued, &t->queued_mark[1], t->queued_min, t->queued_max, 2);
+		hist_since(&run, &t->run, &t->run_mark[1], t->run_min, t->run_max, 2);
+	} else if (w == t->window + 1) {
+		/* nothing yet in this window: the one before is what the marks call current */
+		hist_since(&queued, &t->queued, &t->queued_mark[0], t->queued_min, t->queued_max, 1);
+		hist_since(&run, &t->run, &t->run_mark[0], t->run_min, t->run_max, 1);
+	} else {
+		memset(&queued, 0, sizeof queued);
+		memset(&run, 0, sizeof run);
+	}
+	out->started = queued.count;
+	out->ended = run.count;
+	out->queued_p50_us = pool_hist_quantile(&queued, 0.5);
+	out->queued_p99_us = pool_hist_quantile(&queued, 0.99);
+	out->run_p50_us = pool_hist_quantile(&run, 0.5);
+	out->run_p99_us = pool_hist_quantile(&run, 0.99);
+
+	/* The rate: the seconds first..sec (the current one partly), over the time they span. */
+	for (size_t i = 0; i < POOL_RECENT_SLOTS; i++)
+		if (t->second[i] >= first && t->second[i] <= sec)
+			ended += t->ended[i];
+	from_us = (first - 1) * 1000000;
+	if (from_us < t->since_us)
+		from_us = t->since_us;
+	span = now_us > from_us ? (double)(now_us - from_us) / 1e6 : 0;
+	if (span < 1)
+		span = 1;       /* a pool younger than a second: no rate from a sliver of time */
+	out->rate_per_s = (double)ended / span;
 }
 
 /* ---- job lists (lock held) */
@@ -214,24 +482,36 @@ dequeue(struct pool *p, struct pool_job *j)
 		pthread_cond_signal(&p->watch_cv);
 }
 
-/* Marks a queued job finished without running; done is called later, unlocked. */
+/* A job left the queue at now without running (lock held): its wait is observed. */
 static void
-finish_unrun(struct pool *p, struct pool_job *j, enum pool_state state, struct job_list *out)
+observe_expired(struct pool *p, struct pool_job *j, uint64_t now)
+{
+	p->expired++;
+	pool_timing_started(&p->timing, now, now - j->enqueued_us);
+}
+
+/*
+ * Marks a queued job finished without running, at now (the time its done
+ * will report); done is called later, unlocked. A cancelled job's wait is
+ * not observed: it neither started nor expired.
+ */
+static void
+finish_unrun(struct pool *p, struct pool_job *j, enum pool_state state, uint64_t now,
+    struct job_list *out)
 {
 	dequeue(p, j);
 	j->where = POOL_JOB_FINISHED;
 	if (state == POOL_EXPIRED)
-		p->expired++;
+		observe_expired(p, j, now);
 	else
 		p->cancelled++;
 	list_append(out, j);
 }
 
-/* Calls done for jobs that ended without running. Lock not held. */
+/* Calls done for jobs that ended without running at now. Lock not held. */
 static void
-deliver_unrun(struct job_list *jobs, enum pool_state state)
+deliver_unrun(struct job_list *jobs, enum pool_state state, uint64_t now)
 {
-	uint64_t now = clock_now_us();
 	struct pool_job *j, *next;
 
 	for (j = jobs->head; j != NULL; j = next) {
@@ -454,10 +734,10 @@ worker_main(void *arg)
 			/* Past its deadline before the watcher saw it: expire, never run. */
 			struct job_list one = { NULL, NULL };
 			j->where = POOL_JOB_FINISHED;
-			p->expired++;
+			observe_expired(p, j, now);
 			list_append(&one, j);
 			pthread_mutex_unlock(&p->lock);
-			deliver_unrun(&one, POOL_EXPIRED);
+			deliver_unrun(&one, POOL_EXPIRED, now);
 			pthread_mutex_lock(&p->lock);
 			continue;
 		}
@@ -465,6 +745,7 @@ worker_main(void *arg)
 		j->started_us = now;
 		list_append(&p->running, j);
 		p->busy++;
+		pool_timing_started(&p->timing, now, now - j->enqueued_us);
 		pthread_mutex_unlock(&p->lock);
 
 		/* The previous job's done, now that this one is taken: one lock per job. */
@@ -483,6 +764,7 @@ worker_main(void *arg)
 		j->where = POOL_JOB_FINISHED;
 		p->busy--;
 		count_end(p, state);
+		pool_timing_ended(&p->timing, j->started_us + run_us, run_us);
 		ran = j;
 	}
 	leave(w, true);
@@ -514,13 +796,13 @@ watcher_main(void *arg)
 			if (j->queue_deadline_us == 0)
 				continue;
 			if (j->queue_deadline_us <= now)
-				finish_unrun(p, j, POOL_EXPIRED, &expired);
+				finish_unrun(p, j, POOL_EXPIRED, now, &expired);
 			else if (earliest == 0 || j->queue_deadline_us < earliest)
 				earliest = j->queue_deadline_us;
 		}
 		if (expired.head != NULL) {
 			pthread_mutex_unlock(&p->lock);
-			deliver_unrun(&expired, POOL_EXPIRED);
+			deliver_unrun(&expired, POOL_EXPIRED, now);
 			pthread_mutex_lock(&p->lock);
 			continue;
 		}
@@ -582,6 +864,7 @@ pool_create(const struct pool_config *cfg, char **cause)
 	p->target = cfg->size;
 	p->thread_start = cfg->thread_start ? cfg->thread_start : pthread_create;
 	p->may_spin = sysconf(_SC_NPROCESSORS_ONLN) > 1;
+	pool_timing_init(&p->timing, clock_now_us());
 
 	pthread_mutex_lock(&p->lock);
 	while (p->registered < p->target && rc == 0)
@@ -724,16 +1007,18 @@ pool_cancel(struct pool *p, struct pool_job *j)
 {
 	struct job_list one = { NULL, NULL };
 	enum pool_job_where where;
+	uint64_t now;
 
 	pthread_mutex_lock(&p->lock);
+	now = clock_now_us();
 	where = j->where;
 	if (where == POOL_JOB_QUEUED)
-		finish_unrun(p, j, POOL_CANCELLED, &one);
+		finish_unrun(p, j, POOL_CANCELLED, now, &one);
 	else if (where == POOL_JOB_RUNNING && !atomic_exchange(&j->cancel_requested, true) &&
 	    j->on_cancel != NULL)
 		j->on_cancel(j);
 	pthread_mutex_unlock(&p->lock);
-	deliver_unrun(&one, POOL_CANCELLED);
+	deliver_unrun(&one, POOL_CANCELLED, now);
 	return where;
 }
 
@@ -748,12 +1033,14 @@ pool_close(struct pool *p, enum pool_close_mode mode)
 {
 	struct job_list cancelled = { NULL, NULL };
 	struct pool_job *j;
+	uint64_t now;
 
 	pthread_mutex_lock(&p->lock);
+	now = clock_now_us();
 	p->closed = true;
 	if (mode == POOL_NOW) {
 		while ((j = p->queue.head) != NULL)
-			finish_unrun(p, j, POOL_CANCELLED, &cancelled);
+			finish_unrun(p, j, POOL_CANCELLED, now, &cancelled);
 		for (j = p->running.head; j != NULL; j = j->next)
 			if (!atomic_exchange(&j->cancel_requested, true) && j->on_cancel != NULL)
 				j->on_cancel(j);
@@ -761,7 +1048,7 @@ pool_close(struct pool *p, enum pool_close_mode mode)
 	pthread_cond_broadcast(&p->work_cv);
 	pthread_cond_signal(&p->watch_cv); /* it leaves if the queue is already empty */
 	pthread_mutex_unlock(&p->lock);
-	deliver_unrun(&cancelled, POOL_CANCELLED);
+	deliver_unrun(&cancelled, POOL_CANCELLED, now);
 }
 
 int
@@ -807,9 +1094,29 @@ pool_free(struct pool *p)
 }
 
 void
+pool_job_times(struct pool *p, const struct pool_job *j, uint64_t *queued_us, uint64_t *run_us)
+{
+	uint64_t now;
+
+	pthread_mutex_lock(&p->lock);
+	now = clock_now_us();
+	*queued_us = *run_us = 0;
+	if (j->where == POOL_JOB_QUEUED)
+		*queued_us = now > j->enqueued_us ? now - j->enqueued_us : 0;
+	else if (j->where != POOL_JOB_NEW && j->started_us != 0) {
+		*queued_us = j->started_us - j->enqueued_us;
+		*run_us = now > j->started_us ? now - j->started_us : 0;
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+void
 pool_snapshot(struct pool *p, struct pool_snapshot *s)
 {
+	uint64_t now;
+
 	pthread_mutex_lock(&p->lock);
+	now = clock_now_us();
 	s->target = p->target;
 	s->workers = p->registered;
 	s->busy = p->busy;
@@ -827,6 +1134,18 @@ pool_snapshot(struct pool *p, struct pool_snapshot *s)
 	s->timed_out = p->timed_out;
 	s->cancelled = p->cancelled;
 	s->expired = p->expired;
-	s->oldest_queued_us = p->queue.head ? clock_now_us() - p->queue.head->enqueued_us : 0;
+	s->oldest_queued_us = p->queue.head ? now - p->queue.head->enqueued_us : 0;
+	pool_timing_recent(&p->timing, now, &s->recent);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void
+pool_timings(struct pool *p, struct pool_hist *queued, struct pool_hist *run)
+{
+	pthread_mutex_lock(&p->lock);
+	if (queued != NULL)
+		*queued = p->timing.queued;
+	if (run != NULL)
+		*run = p->timing.run;
 	pthread_mutex_unlock(&p->lock);
 }

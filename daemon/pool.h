@@ -15,6 +15,10 @@
  *  - Workers registered at the pool follow its target: growing starts real
  *    threads before pool_resize returns; a surplus worker leaves only at the
  *    point where it would take its next job. Running jobs are never interrupted.
+ *  - Each pool keeps its timings in fixed-size histograms (no allocation per
+ *    job): how long jobs waited in the queue (observed when a job starts, or
+ *    expires) and how long they ran (observed when it ends), since the pool
+ *    was made and over the last seconds, with the rate of jobs ending.
  */
 #ifndef TPD_POOL_H
 #define TPD_POOL_H
@@ -97,6 +101,84 @@ struct pool_job {
 	struct pool_job *prev;
 };
 
+/*
+ * A histogram of durations in microseconds, on fixed bucket bounds
+ * (pool_hist_bounds_us: 1 us to 1 h, ten buckets a decade from 10 us; the
+ * last bucket counts everything longer). Counts are per bucket, not
+ * cumulative.
+ */
+#define POOL_HIST_NBOUNDS 94
+struct pool_hist {
+	uint64_t count;
+	uint64_t sum_us;
+	uint64_t min_us, max_us;    /* of what was observed; 0 when count is 0 */
+	uint64_t bucket[POOL_HIST_NBOUNDS + 1]; /* bucket[i]: bounds[i-1] < us <= bounds[i] */
+};
+
+/* The upper bounds of the buckets, increasing; every Prometheus bound of metrics.c is one. */
+extern const uint64_t pool_hist_bounds_us[POOL_HIST_NBOUNDS];
+
+/* Counts one observation. */
+void pool_hist_add(struct pool_hist *, uint64_t us);
+
+/* Adds from's observations to into. */
+void pool_hist_merge(struct pool_hist *into, const struct pool_hist *from);
+
+/* Observations at or below bound_us, which must be one of the bounds (cumulative count). */
+uint64_t pool_hist_count_le(const struct pool_hist *, uint64_t bound_us);
+
+/*
+ * The q-quantile (0 < q <= 1) estimated from the buckets: interpolated
+ * linearly inside the bucket that holds it, as Prometheus's
+ * histogram_quantile does, and kept within the smallest and largest value
+ * observed. 0 when nothing was observed.
+ */
+uint64_t pool_hist_quantile(const struct pool_hist *, double q);
+
+/*
+ * A pool's timings, in fixed memory: the histograms of queue waits and run
+ * times since the pool was made, and what the last seconds are made of
+ * without a histogram of their own: marks (copies of the histograms) taken
+ * when each window of POOL_RECENT_WINDOW_US begins, so that the current
+ * window and the one before are the histograms minus the older mark; and
+ * the jobs that ended after running, per second, in a ring of seconds. One
+ * observation is one histogram add. The functions take the time
+ * (clock_now_us) so that tests can drive them; the pool calls them under
+ * its lock.
+ */
+#define POOL_RECENT_WINDOW_US 5000000ULL
+#define POOL_RECENT_RATE_S 5        /* the rate is over this many seconds */
+#define POOL_RECENT_SLOTS 8
+struct pool_timing {
+	struct pool_hist queued;    /* since creation */
+	struct pool_hist run;
+	uint64_t window;            /* the current window's number + 1 */
+	/* [0]: at the start of the current window; [1]: of the one before */
+	struct pool_hist queued_mark[2], run_mark[2];
+	/* the extremes of each of those two windows, [0] the current one */
+	uint64_t queued_min[2], queued_max[2], run_min[2], run_max[2];
+	uint64_t second[POOL_RECENT_SLOTS]; /* second number + 1 each slot counts; 0 = empty */
+	uint64_t ended[POOL_RECENT_SLOTS];
+	uint64_t since_us;          /* when counting began (the pool's creation) */
+};
+
+/* What pool_timing_recent makes of the last seconds. */
+struct pool_recent {
+	double rate_per_s;          /* jobs that ended after running, per second, last 5 s */
+	uint64_t started;           /* jobs whose queue wait was observed in the last 5 to 10 s */
+	uint64_t ended;             /* jobs whose run time was */
+	uint64_t queued_p50_us, queued_p99_us; /* 0 when started is 0 */
+	uint64_t run_p50_us, run_p99_us;       /* 0 when ended is 0 */
+};
+
+void pool_timing_init(struct pool_timing *, uint64_t now_us);
+/* A job left the queue at now_us (started or expired) after waiting queued_us. */
+void pool_timing_started(struct pool_timing *, uint64_t now_us, uint64_t queued_us);
+/* A job that ran ended at now_us after running run_us. */
+void pool_timing_ended(struct pool_timing *, uint64_t now_us, uint64_t run_us);
+/* The last seconds as of now_us. */
+void pool_timing_recent(const struct pool_timing *, uint64_t now_us, struct pool_recent *out);
+
 /* A consistent copy of a pool's figures, taken under its lock. */
 struct pool_snapshot {
 	unsigned target;
@@ -117,6 +199,7 @@ struct pool_snapshot {
 	uint64_t cancelled;
 	uint64_t expired;
 	uint64_t oldest_queued_us; /* age of the head of the queue; 0 when empty */
+	struct pool_recent recent;  /* the last seconds */
 };
 
 /* The thread starter: pthread_create, or a test's fault injector. */
@@ -188,6 +271,21 @@ int pool_shutdown(struct pool *, enum pool_close_mode mode, char **cause);
 void pool_free(struct pool *);
 
 void pool_snapshot(struct pool *, struct pool_snapshot *out);
+
+/*
+ * An accepted job's times so far, under the lock: how long it waited in
+ * the queue (until now while it is queued) and how long it has run (0
+ * until it starts).
+ */
+void pool_job_times(struct pool *, const struct pool_job *job, uint64_t *queued_us,
+    uint64_t *run_us);
+
+/*
+ * Copies the pool's histograms since its creation: queue waits (a job is
+ * observed when it starts or expires; one cancelled while queued is not)
+ * and run times (observed when a job that ran ends). Either may be NULL.
+ */
+void pool_timings(struct pool *, struct pool_hist *queued, struct pool_hist *run);
 
 /* Terminal state names as on the wire: "succeeded", "failed", ... */
 const char *pool_state_name(enum pool_state);

@@ -38,8 +38,8 @@ pools_add(const struct conf_pool *cp, char **cause)
 		return -1;
 	}
 	entries[nentries++] = e;
-	log_info("pool %s: %u workers (limit %u), queue capacity %u",
-	    cp->name, cp->size, cp->limit, cp->capacity);
+	log_info("pool %s: %u worker%s (limit %u), queue capacity %u",
+	    cp->name, cp->size, cp->size == 1 ? "" : "s", cp->limit, cp->capacity);
 	return 0;
 }
 

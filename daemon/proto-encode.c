@@ -422,12 +422,51 @@ proto_encode_status(struct proto_text *pt, json_t *id, const struct proto_task *
 		pt_key(pt, FIELD_OWNER);
 		pt_cstring(pt, v->owner);
 	}
+	if (v->label != NULL) {
+		pt_key(pt, FIELD_LABEL);
+		pt_cstring(pt, v->label);
+	}
 	if (v->finished) {
 		pt_key(pt, FIELD_QUEUED_MS);
 		pt_ms(pt, v->queued_us);
 		pt_key(pt, FIELD_RUN_MS);
 		pt_ms(pt, v->run_us);
 	}
+	pt_end(pt);
+}
+
+void
+proto_encode_list(struct proto_text *pt, json_t *id, const struct proto_task *tasks,
+    size_t ntasks, bool more)
+{
+	pt_event(pt, EV_LIST, id, false);
+	pt_key(pt, FIELD_TASKS);
+	pt_open(pt, '[');
+	for (size_t i = 0; i < ntasks; i++) {
+		const struct proto_task *v = &tasks[i];
+		pt_next(pt);
+		pt_open(pt, '{');
+		pt_key(pt, FIELD_TASK);
+		pt_u64(pt, v->id);
+		pt_key(pt, FIELD_POOL);
+		pt_cstring(pt, v->pool);
+		pt_key(pt, FIELD_OWNER);
+		pt_cstring(pt, v->owner != NULL ? v->owner : "");
+		pt_key(pt, FIELD_LABEL);
+		pt_cstring(pt, v->label != NULL ? v->label : "");
+		pt_key(pt, FIELD_KIND);
+		pt_cstring(pt, v->kind);
+		pt_key(pt, FIELD_STATE);
+		pt_cstring(pt, v->state);
+		pt_key(pt, FIELD_QUEUED_MS);
+		pt_ms(pt, v->queued_us);
+		pt_key(pt, FIELD_RUN_MS);
+		pt_ms(pt, v->run_us);
+		pt_close(pt, '}');
+	}
+	pt_close(pt, ']');
+	pt_key(pt, FIELD_MORE);
+	pt_bool(pt, more);
 	pt_end(pt);
 }
 
@@ -472,6 +511,17 @@ pt_pool_stats(struct proto_text *pt, const struct proto_pool_stats *p)
 	pt_u64(pt, s->expired);
 	pt_key(pt, FIELD_OLDEST_QUEUED_MS);
 	pt_ms(pt, s->oldest_queued_us);
+	/* the last seconds (pool.h's struct pool_recent) */
+	pt_key(pt, FIELD_RATE_PER_S);
+	pt_real(pt, s->recent.rate_per_s);
+	pt_key(pt, FIELD_QUEUED_P50_MS);
+	pt_ms(pt, s->recent.queued_p50_us);
+	pt_key(pt, FIELD_QUEUED_P99_MS);
+	pt_ms(pt, s->recent.queued_p99_us);
+	pt_key(pt, FIELD_RUN_P50_MS);
+	pt_ms(pt, s->recent.run_p50_us);
+	pt_key(pt, FIELD_RUN_P99_MS);
+	pt_ms(pt, s->recent.run_p99_us);
 	pt_key(pt, FIELD_CLOSED);
 	pt_bool(pt, s->closed);
 	pt_key(pt, FIELD_REMOVED);
@@ -556,6 +606,8 @@ proto_encode_stats(struct proto_text *pt, json_t *id, const struct proto_stats *
 	pt_cstring(pt, st->phase);
 	if (st->journal != NULL)
 		pt_journal_stats(pt, st->journal);
+	pt_key(pt, FIELD_TCP_AUTH);
+	pt_cstring(pt, st->tcp_auth);
 	pt_end(pt);
 }
 

@@ -319,8 +319,12 @@ static const char *const hello_fields[] = { FIELD_OP, FIELD_ID, FIELD_TOKEN, FIE
 static const char *const plain_fields[] = { FIELD_OP, FIELD_ID, NULL };
 /* in the order of submit's bits below */
 static const char *const submit_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, FIELD_POOL,
-    FIELD_DETACH, FIELD_STREAM, FIELD_QUEUE_TIMEOUT_MS, FIELD_ON_LOST, NULL };
+    FIELD_DETACH, FIELD_STREAM, FIELD_QUEUE_TIMEOUT_MS, FIELD_LABEL, FIELD_ON_LOST, NULL };
+static const char *const list_fields[] = { FIELD_OP, FIELD_ID, FIELD_STATE, FIELD_POOL,
+    FIELD_OWNER, FIELD_LABEL, FIELD_LIMIT, FIELD_BEFORE, NULL };
 static const char *const task_ref_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, NULL };
+static const char *const wait_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, FIELD_STREAM,
+    FIELD_FROM, NULL };
 static const char *const resize_fields[] = { FIELD_OP, FIELD_ID, FIELD_SIZE, FIELD_POOL,
     NULL };
 static const char *const shutdown_fields[] = { FIELD_OP, FIELD_ID, FIELD_MODE, NULL };
@@ -333,12 +337,13 @@ static const struct {
 	{ OP_HELLO, hello_fields, "a hello request" },
 	{ OP_PING, plain_fields, "a ping request" },
 	{ OP_SUBMIT, submit_fields, "a submit request" },
-	{ OP_WAIT, task_ref_fields, "a wait request" },
+	{ OP_WAIT, wait_fields, "a wait request" },
 	{ OP_STATUS, task_ref_fields, "a status request" },
 	{ OP_CANCEL, task_ref_fields, "a cancel request" },
 	{ OP_STATS, plain_fields, "a stats request" },
 	{ OP_RESIZE, resize_fields, "a resize request" },
 	{ OP_SHUTDOWN, shutdown_fields, "a shutdown request" },
+	{ OP_LIST, list_fields, "a list request" },
 };
 
 const char *const *
@@ -382,13 +387,15 @@ int
 proto_read_submit(const struct request *req, struct proto_submit *out, char **msg)
 {
 	/* Only the fields a request has are looked up: bit F_x of present says x is there. */
-	enum { F_OP, F_ID, F_TASK, F_POOL, F_DETACH, F_STREAM, F_QUEUE_TIMEOUT, F_ON_LOST };
+	enum { F_OP, F_ID, F_TASK, F_POOL, F_DETACH, F_STREAM, F_QUEUE_TIMEOUT, F_LABEL,
+	    F_ON_LOST };
 	uint32_t present = 0;
 	json_t *root = req->root;
 	const char *on_lost = ON_LOST_LOST;
 
 	memset(out, 0, sizeof *out);
 	out->pool = WIRE_DEFAULT_POOL;
+	out->label = "";
 	if (check_request(req, &present, msg) == -1 ||
 	    ((present & 1u << F_POOL) &&
 	    proto_get_string(root, FIELD_POOL, false, &out->pool, msg) == -1) ||
@@ -398,9 +405,14 @@ proto_read_submit(const struct request *req, struct proto_submit *out, char **ms
 	    msg) == -1) ||
 	    ((present & 1u << F_QUEUE_TIMEOUT) && proto_get_uint(root, FIELD_QUEUE_TIMEOUT_MS,
 	    false, 1, PROTO_MAX_TIMEOUT_MS, &out->queue_timeout_ms, msg) == -1) ||
+	    ((present & 1u << F_LABEL) &&
+	    proto_get_string(root, FIELD_LABEL, false, &out->label, msg) == -1) ||
 	    ((present & 1u << F_ON_LOST) &&
 	    proto_get_string(root, FIELD_ON_LOST, false, &on_lost, msg) == -1))
 		return -1;
+	if (strlen(out->label) > WIRE_MAX_LABEL)
+		return cause_set(msg, "field \"%s\" is %zu bytes long, longer than %d",
+		    FIELD_LABEL, strlen(out->label), WIRE_MAX_LABEL);
 	if (strcmp(on_lost, ON_LOST_LOST) != 0 && strcmp(on_lost, ON_LOST_RERUN) != 0)
 		return cause_set(msg, "field \"%s\" must be \"%s\" or \"%s\"", FIELD_ON_LOST,
 		    ON_LOST_LOST, ON_LOST_RERUN);
@@ -413,6 +425,75 @@ proto_read_submit(const struct request *req, struct proto_submit *out, char **ms
 	return 0;
 }
 
+/* A state's wire name as list's filter takes it, or NULL. */
+static const char *
+list_state(const char *name)
+{
+	static const char *const states[] = { STATE_QUEUED, STATE_RUNNING, STATE_SUCCEEDED,
+	    STATE_FAILED, STATE_TIMED_OUT, STATE_CANCELLED, STATE_EXPIRED, STATE_LOST };
+
+	for (size_t i = 0; i < sizeof states / sizeof states[0]; i++)
+		if (strcmp(states[i], name) == 0)
+			return states[i];
+	return NULL;
+}
+
+/* list's "state": one state's name or an array of them. */
+static int
+read_list_states(json_t *v, struct proto_list *out, char **msg)
+{
+	static const char names[] = STATE_QUEUED ", " STATE_RUNNING ", " STATE_SUCCEEDED ", "
+	    STATE_FAILED ", " STATE_TIMED_OUT ", " STATE_CANCELLED ", " STATE_EXPIRED ", "
+	    STATE_LOST;
+	char q[UTF8_QUOTE_SIZE];
+	json_t *one;
+	size_t i;
+
+	if (json_is_string(v)) {
+		if ((out->states[0] = list_state(json_string_value(v))) == NULL)
+			return cause_set(msg, "field \"%s\": no state \"%s\" (states: %s)",
+			    FIELD_STATE, utf8_quote(q, json_string_value(v)), names);
+		out->nstates = 1;
+		return 0;
+	}
+	if (!json_is_array(v) || json_array_size(v) == 0)
+		return cause_set(msg, "field \"%s\" must be a state's name or a non-empty array "
+		    "of them, not %s", FIELD_STATE, json_is_array(v) ? "an empty array" :
+		    type_name(v));
+	json_array_foreach(v, i, one) {
+		const char *s;
+		if (!json_is_string(one))
+			return cause_set(msg, "field \"%s\": element %zu must be a state's name, "
+			    "not %s", FIELD_STATE, i, type_name(one));
+		if ((s = list_state(json_string_value(one))) == NULL)
+			return cause_set(msg, "field \"%s\": no state \"%s\" (states: %s)",
+			    FIELD_STATE, utf8_quote(q, json_string_value(one)), names);
+		if (out->nstates < PROTO_LIST_MAX_STATES)
+			out->states[out->nstates++] = s;    /* eight states: a repeat past them */
+	}
+	return 0;
+}
+
+int
+proto_read_list(const struct request *req, struct proto_list *out, char **msg)
+{
+	json_t *root = req->root, *v;
+
+	memset(out, 0, sizeof *out);
+	out->limit = WIRE_LIST_DEFAULT;
+	if (check_request(req, NULL, msg) == -1 ||
+	    ((v = json_object_get(root, FIELD_STATE)) != NULL &&
+	    read_list_states(v, out, msg) == -1) ||
+	    proto_get_string(root, FIELD_POOL, false, &out->pool, msg) == -1 ||
+	    proto_get_string(root, FIELD_OWNER, false, &out->owner, msg) == -1 ||
+	    proto_get_string(root, FIELD_LABEL, false, &out->label, msg) == -1 ||
+	    proto_get_uint(root, FIELD_LIMIT, false, 1, WIRE_LIST_MAX, &out->limit, msg) == -1 ||
+	    (json_object_get(root, FIELD_BEFORE) != NULL &&
+	    proto_get_task_id(root, FIELD_BEFORE, &out->before, msg) == -1))
+		return -1;
+	return 0;
+}
+
 int
 proto_read_task(json_t *spec, struct proto_task_spec *out, char **msg)
 {
@@ -421,6 +502,28 @@ proto_read_task(json_t *spec, struct proto_task_spec *out, char **msg)
 	    proto_get_uint(spec, FIELD_TIMEOUT_MS, false, 1, PROTO_MAX_TIMEOUT_MS,
 	    &out->timeout_ms, msg) == -1)
 		return -1;
+	return 0;
+}
+
+int
+proto_read_wait(const struct request *req, struct proto_wait *out, char **msg)
+{
+	json_t *root = req->root;
+
+	memset(out, 0, sizeof *out);
+	if (check_request(req, NULL, msg) == -1 ||
+	    proto_get_task_id(root, FIELD_TASK, &out->task, msg) == -1 ||
+	    proto_get_bool(root, FIELD_STREAM, &out->stream, msg) == -1 ||
+	    proto_get_string(root, FIELD_FROM, false, &out->from, msg) == -1)
+		return -1;
+	if (out->from != NULL && strcmp(out->from, FROM_START) != 0) {
+		char q[UTF8_QUOTE_SIZE];
+		return cause_set(msg, "field \"%s\" must be \"%s\" (the output kept so far "
+		    "first), not \"%s\"", FIELD_FROM, FROM_START, utf8_quote(q, out->from));
+	}
+	if (out->from != NULL && !out->stream)
+		return cause_set(msg, "field \"%s\" needs \"%s\": true", FIELD_FROM,
+		    FIELD_STREAM);
 	return 0;
 }
 
@@ -437,13 +540,20 @@ proto_read_task_ref(const struct request *req, uint64_t *task, char **msg)
 int
 proto_read_resize(const struct request *req, struct proto_resize *out, char **msg)
 {
+	json_t *v;
+
 	memset(out, 0, sizeof *out);
 	out->pool = WIRE_DEFAULT_POOL;
 	if (check_request(req, NULL, msg) == -1 ||
-	    proto_get_uint(req->root, FIELD_SIZE, true, 1, PROTO_MAX_POOL_SIZE, &out->size,
-	    msg) == -1 ||
 	    proto_get_string(req->root, FIELD_POOL, false, &out->pool, msg) == -1)
 		return -1;
+	/* its range is the pool's (1..its limit), which op_resize knows and names */
+	if ((v = json_object_get(req->root, FIELD_SIZE)) == NULL)
+		return cause_set(msg, "missing field \"%s\"", FIELD_SIZE);
+	if (!json_is_integer(v))
+		return cause_set(msg, "field \"%s\" must be an integer, not %s", FIELD_SIZE,
+		    type_name(v));
+	out->size = json_integer_value(v);
 	return 0;
 }
 

@@ -33,7 +33,6 @@ struct blob;
 /* ------------------------------------------------------------ requests (proto.c) */
 
 #define PROTO_MAX_TIMEOUT_MS (30ull * 24 * 3600 * 1000) /* timeout_ms, queue_timeout_ms: a month */
-#define PROTO_MAX_POOL_SIZE (1u << 20)                  /* resize's size */
 
 struct request {
 	json_t *root;       /* the whole request object (owned) */
@@ -77,6 +76,7 @@ struct proto_submit {
 	bool stream;
 	uint64_t queue_timeout_ms;  /* 0: none */
 	bool on_lost_rerun;         /* on_lost: "rerun" */
+	const char *label;          /* "" when absent; at most WIRE_MAX_LABEL bytes */
 	json_t *task;               /* the task object (borrowed) */
 };
 int proto_read_submit(const struct request *, struct proto_submit *, char **msg);
@@ -88,11 +88,32 @@ struct proto_task_spec {
 };
 int proto_read_task(json_t *spec, struct proto_task_spec *, char **msg);
 
-/* wait, status and cancel: the task they name. */
+/* wait: the task, and whether to follow its stream (from the output kept so far). */
+struct proto_wait {
+	uint64_t task;
+	bool stream;
+	const char *from;           /* NULL, or FROM_START */
+};
+int proto_read_wait(const struct request *, struct proto_wait *, char **msg);
+
+/* status and cancel: the task they name. */
 int proto_read_task_ref(const struct request *, uint64_t *task, char **msg);
 
+/* list: its filters (NULL: any) and its page. */
+#define PROTO_LIST_MAX_STATES 8
+struct proto_list {
+	const char *states[PROTO_LIST_MAX_STATES]; /* STATE_* names; nstates 0: any */
+	size_t nstates;
+	const char *pool;
+	const char *owner;
+	const char *label;
+	uint64_t limit;             /* 1..WIRE_LIST_MAX, WIRE_LIST_DEFAULT when absent */
+	uint64_t before;            /* 0: from the newest; else tasks older than this id */
+};
+int proto_read_list(const struct request *, struct proto_list *, char **msg);
+
 struct proto_resize {
-	uint64_t size;              /* 1..PROTO_MAX_POOL_SIZE */
+	int64_t size;               /* any integer: the op checks it against the pool's limit */
 	const char *pool;           /* WIRE_DEFAULT_POOL when absent */
 };
 int proto_read_resize(const struct request *, struct proto_resize *, char **msg);
@@ -173,6 +194,8 @@ struct proto_task {
 	uint64_t id;
 	const char *pool;           /* its pool's name */
 	const char *owner;          /* who it belongs to (status); NULL: not known */
+	const char *label;          /* submit's label (status, list); NULL: none */
+	const char *kind;           /* its kind's name (list) */
 	const char *state;          /* STATE_*: queued, running or its terminal state */
 	unsigned queued_ahead;      /* accepted: tasks ahead of it in the queue */
 	bool finished;              /* queued_us and run_us are known */
@@ -215,6 +238,7 @@ struct proto_stats {
 	const char *version;
 	const char *containment;    /* CONTAINMENT_* */
 	const char *phase;          /* PHASE_* */
+	const char *tcp_auth;       /* TCP_AUTH_* */
 };
 
 /*
@@ -235,6 +259,13 @@ void proto_encode_cancelled(struct proto_text *, json_t *id, uint64_t task, cons
 /* ok to resize: the pool, its new target and its workers now. */
 void proto_encode_resized(struct proto_text *, json_t *id, const char *pool, unsigned target,
     unsigned workers);
+/*
+ * list: the tasks of one page (each as status has it, with its kind, and
+ * times so far for an unfinished one: queued_us and run_us set, finished
+ * false), newest first, and whether older ones match too.
+ */
+void proto_encode_list(struct proto_text *, json_t *id, const struct proto_task *tasks,
+    size_t ntasks, bool more);
 /* ok to shutdown: the mode. */
 void proto_encode_shutting_down(struct proto_text *, json_t *id, const char *mode);
 

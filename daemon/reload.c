@@ -11,10 +11,12 @@
  *  - log_level, limits read at use (max_connections, max_request_bytes,
  *    max_output_buffer, output_stall_timeout, result_ttl, result_retain,
  *    result_retain_bytes, max_subscriptions, shutdown_timeout), [exec]
- *    (exec_configure), stream_budget, tokens and admin_group take effect for
- *    what comes next;
- *  - the listeners stay as they are: socket, socket_mode, socket_group and
- *    listen need a restart, and a change to them is logged.
+ *    (exec_configure), stream_budget, tokens, tcp_auth and admin_group take
+ *    effect for what comes next (a TCP listener left without a token
+ *    refuses the reload);
+ *  - the listeners stay as they are: socket, socket_mode, socket_group,
+ *    listen and metrics_listen need a restart, and a change to them is
+ *    logged (the other metrics_* limits apply to the scrapes that come next).
  *
  * daemon_state->conf is replaced here, on the loop thread: worker threads
  * must never read it (exec tasks hold a reference to the settings they
@@ -32,7 +34,9 @@
 #include "conf.h"
 #include "daemon.h"
 #include "exec.h"
+#include "listen.h"
 #include "log.h"
+#include "metrics.h"
 #include "pools.h"
 #include "sd.h"
 #include "task.h"
@@ -162,6 +166,11 @@ daemon_reload(void)
 	if (conf_read(&nc, path, d->flags, &errors) == -1 ||
 	    auth_load(&nc, &auth, &errors) == -1)
 		goto refused;
+	/* the TCP listeners stay: a reload may not leave one without a token */
+	for (size_t i = 0; i < listen_count(); i++)
+		if (strncmp(listen_name(i), "tcp ", 4) == 0 &&
+		    auth_check_tcp(auth, listen_name(i), false, &errors) == -1)
+			goto refused;
 
 	reload_keep_listeners(&nc, &d->conf);
 	if (str_differs(nc.containment, d->conf.containment) ||
@@ -182,6 +191,7 @@ daemon_reload(void)
 		nc.journal_sync_interval_ms = d->conf.journal_sync_interval_ms;
 		nc.journal_max_bytes = d->conf.journal_max_bytes;
 	}
+	metrics_reload(&nc);
 	reload_pools(&nc);
 	log_set_level(nc.log_level);
 	task_set_stream_budget(nc.stream_budget);
@@ -191,9 +201,11 @@ daemon_reload(void)
 	memset(&nc, 0, sizeof nc);  /* its memory belongs to d->conf now */
 	conf_free(&old);
 	exec_configure(&d->conf);   /* tasks already running keep the settings they took */
-	log_notice("configuration reloaded: %zu pools", d->conf.npools);
+	log_notice("configuration reloaded: %zu pool%s", d->conf.npools,
+	    d->conf.npools == 1 ? "" : "s");
 	goto out;
 refused:
+	auth_free(auth);
 	reload_log_errors(errors ? errors : "reload: out of memory");
 	log_warnx("reload refused: the running configuration stays");
 out:

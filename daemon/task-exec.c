@@ -500,6 +500,19 @@ exec_cancel(struct task *t)
 	pthread_mutex_unlock(&x->wake_lock);
 }
 
+/* A follower from the start: the stream on, and what the run kept so far. */
+static void
+exec_follow(struct task *t, json_t *events)
+{
+	struct exec_task *x = t->kind_data;
+
+	pthread_mutex_lock(&x->wake_lock);
+	atomic_store(&t->stream, true);
+	if (x->run != NULL)
+		exec_run_kept(x->run, events);
+	pthread_mutex_unlock(&x->wake_lock);
+}
+
 static void
 exec_free(struct task *t)
 {
@@ -523,6 +536,7 @@ const struct task_kind task_kind_exec = {
 	.parse = exec_parse,
 	.run = exec_run,
 	.cancel = exec_cancel,
+	.follow = exec_follow,
 	.free = exec_free,
 	.announces_start = true,        /* "started" once the process runs (exec-run.c) */
 	.effects = true,                /* a program: its start is recorded before it runs */

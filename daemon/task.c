@@ -123,6 +123,30 @@ task_state_name(enum pool_state state)
 	return STATE_FAILED;
 }
 
+/* A duration for a message: 850 ms, 1.2 s, 90 s (microseconds in, no trailing .0). */
+static void
+task_human_us(char *buf, size_t len, uint64_t us)
+{
+	if (us < 1000000)
+		snprintf(buf, len, "%.*f ms", us < 10000 && us % 1000 != 0 ? 1 : 0, us / 1000.0);
+	else if (us < 10000000 && us % 1000000 >= 50000)
+		snprintf(buf, len, "%.1f s", us / 1e6);
+	else
+		snprintf(buf, len, "%.0f s", us / 1e6);
+}
+
+/* "waited 1.2 s in the queue, longer than its queue_timeout_ms of 1 s" */
+static void
+task_expired_message(const struct task *t, char *buf, size_t len)
+{
+	char waited[32], limit[32];
+
+	task_human_us(waited, sizeof waited, t->queued_us);
+	task_human_us(limit, sizeof limit, t->queue_timeout_ms * 1000);
+	snprintf(buf, len, "task waited %s in the queue, longer than its queue_timeout_ms "
+	    "of %s, and never started", waited, limit);
+}
+
 void
 task_describe(const struct task *t, struct proto_task *v)
 {
@@ -131,6 +155,8 @@ task_describe(const struct task *t, struct proto_task *v)
 	v->pool = t->pool_name;
 	v->owner = t->owner;
 	v->attempt = t->attempt;
+	v->label = t->label;
+	v->kind = t->kind != NULL ? t->kind->name : ""; /* "": a task the journal knew only by its end */
 }
 
 /* Loop thread: a stream event (or the start) reaches the registry. */
@@ -262,8 +288,7 @@ done_error(const struct task *t, const char **code, const char **message, char *
 		break;
 	case POOL_EXPIRED:
 		*code = ERR_EXPIRED;
-		snprintf(buf, len, "task waited %.3f ms in the queue, past its "
-		    "queue_timeout_ms, and never started", t->queued_us / 1000.0);
+		task_expired_message(t, buf, len);
 		break;
 	case POOL_TIMED_OUT:
 		*code = ERR_TIMED_OUT;
@@ -374,5 +399,6 @@ task_free(struct task *t)
 	blob_release(t->done_text);
 	free(t->pool_name);
 	free(t->owner);
+	free(t->label);
 	free(t);
 }

@@ -53,6 +53,14 @@ struct task_kind {
 	 * (pool.c names them). May be NULL when run polls task_cancelled.
 	 */
 	void (*cancel)(struct task *t);
+	/*
+	 * Loop thread, for a wait that follows t from the start: turns t's
+	 * stream on and, in the same step, appends to events (an array) the
+	 * output its run has kept so far as output events, so that each byte
+	 * is either in them or in an event sent later. May be NULL (nothing
+	 * kept: the stream is turned on without it).
+	 */
+	void (*follow)(struct task *t, json_t *events);
 	/* Loop thread: frees kind_data. May be NULL. */
 	void (*free)(struct task *t);
 	/* run emits "started" itself (exec: when the process starts). */
@@ -83,7 +91,13 @@ struct task {
 	const struct task_kind *kind;
 	void *kind_data;
 	uint64_t timeout_us;        /* 0 = none (the submit's timeout_ms) */
-	bool stream;                /* started/output events go to its sink */
+	uint64_t queue_timeout_ms;  /* 0 = none (the submit's), for the expired message */
+	/*
+	 * Its run sends started/output events (task_emit): from submit with
+	 * stream, or from when a wait with stream follows it (set by the loop,
+	 * read by the worker as it reads output).
+	 */
+	atomic_bool stream;
 	struct pool_job job;        /* the pool's handle; job.arg == this task */
 
 	/* for the kind's parse (loop thread), from its context */
@@ -117,8 +131,11 @@ struct task {
 	uint64_t queued_before_us;  /* queued before a restart: added to its queued_ms */
 	uint64_t accepted_wall_us;  /* wall clock, for the journal */
 	void *jdata;                /* the journal's (durable.c) */
+	char *label;                /* submit's label, "" when none */
+	struct task *list_older, *list_newer; /* every registered task, by id (list) */
 	struct task_sink *sinks;    /* where its events go: the submitter's first, then waits */
 	struct task_sink **sinks_end; /* the last one's next (NULL: no sink yet) */
+	unsigned nstreaming;        /* sinks on the list that want the stream events */
 	bool start_seen;            /* the started hooks ran */
 	bool finished;              /* done processed on the loop thread */
 	uint64_t finished_us;

@@ -35,6 +35,7 @@ static struct idmap *tasks;
 static uint64_t next_task_id = 1;
 static uint64_t outstanding;
 static struct task *oldest_retained, *newest_retained;
+static struct task *newest_task;    /* every registered task, newest first (list) */
 static size_t nretained;
 static size_t retained_bytes;       /* what the retained cost (retained_cost) */
 static uint64_t results_forgotten;  /* forgotten before result_ttl for result_retain_bytes */
@@ -146,6 +147,7 @@ release_sinks(struct task *t)
 	}
 	t->sinks = NULL;
 	t->sinks_end = NULL;
+	t->nstreaming = 0;
 }
 
 void
@@ -157,17 +159,38 @@ tasks_add_sink(struct task *t, struct task_sink *sink)
 	sink->next = NULL;
 	*t->sinks_end = sink;
 	t->sinks_end = &sink->next;
+	if (sink->stream) {
+		t->nstreaming++;
+		atomic_store(&t->stream, true);
+	}
 }
 
 /* Frees a task the registry had, with everything it still holds. */
 static void
 discard(struct task *t)
 {
+	if (t->list_newer != NULL)
+		t->list_newer->list_older = t->list_older;
+	else if (newest_task == t)
+		newest_task = t->list_older;
+	if (t->list_older != NULL)
+		t->list_older->list_newer = t->list_newer;
 	release_sinks(t);
 	task_free(t);
 }
 
 /* ------------------------------------------------------------ submit */
+
+/* ids grow (the journal's replay too, in id order): the newest task is the head of the list */
+static void
+list_add(struct task *t)
+{
+	t->list_older = newest_task;
+	t->list_newer = NULL;
+	if (newest_task != NULL)
+		newest_task->list_newer = t;
+	newest_task = t;
+}
 
 enum pool_verdict
 tasks_submit(struct task *t, const struct task_options *o)
@@ -175,9 +198,12 @@ tasks_submit(struct task *t, const struct task_options *o)
 	enum pool_verdict v;
 
 	if ((t->pool_name = strdup(o->pool->name)) == NULL ||
-	    (o->owner != NULL && (t->owner = strdup(o->owner)) == NULL)) {
+	    (o->owner != NULL && (t->owner = strdup(o->owner)) == NULL) ||
+	    (t->label = strdup(o->label != NULL ? o->label : "")) == NULL) {
 		free(t->pool_name);
-		t->pool_name = NULL;
+		free(t->owner);
+		free(t->label);
+		t->pool_name = t->owner = t->label = NULL;
 		return POOL_REJECTED_FULL;
 	}
 	t->id = o->id != 0 ? o->id : next_task_id;
@@ -188,6 +214,7 @@ tasks_submit(struct task *t, const struct task_options *o)
 	t->pool_entry = o->pool;
 	t->stream = o->stream;
 	t->timeout_us = o->timeout_ms * 1000;
+	t->queue_timeout_ms = o->queue_timeout_ms;
 	t->job.queue_deadline_us = o->queue_timeout_ms != 0 ?
 	    clock_now_us() + o->queue_timeout_ms * 1000 : 0;
 	t->notify_start = hooks_want_start;
@@ -196,18 +223,23 @@ tasks_submit(struct task *t, const struct task_options *o)
 	/* Registered before submitting: the done may be posted at once. */
 	if (idmap_put(tasks, t->id, t) == -1) {
 		free(t->pool_name);
-		t->pool_name = NULL;
+		free(t->owner);
+		free(t->label);
+		t->pool_name = t->owner = t->label = NULL;
 		return POOL_REJECTED_FULL;
 	}
 	v = pool_submit(o->pool->pool, &t->job);
 	if (v != POOL_ACCEPTED) {
 		idmap_remove(tasks, t->id);
 		free(t->pool_name);
-		t->pool_name = NULL;
+		free(t->owner);
+		free(t->label);
+		t->pool_name = t->owner = t->label = NULL;
 		return v;
 	}
 	if (t->id >= next_task_id)
 		next_task_id = t->id + 1;
+	list_add(t);
 	if (o->sink != NULL)
 		tasks_add_sink(t, o->sink);
 	outstanding++;
@@ -246,6 +278,53 @@ tasks_view(const struct task *t, struct proto_task *v)
 	}
 }
 
+/* Whether t passes every filter of l. */
+static bool
+list_match(const struct task *t, const struct proto_list *l)
+{
+	const char *state = tasks_state(t);
+	bool in = l->nstates == 0;
+
+	for (size_t i = 0; !in && i < l->nstates; i++)
+		in = strcmp(l->states[i], state) == 0;
+	return in && (l->pool == NULL || strcmp(l->pool, t->pool_name) == 0) &&
+	    (l->owner == NULL || (t->owner != NULL && strcmp(l->owner, t->owner) == 0)) &&
+	    (l->label == NULL || strcmp(l->label, t->label != NULL ? t->label : "") == 0);
+}
+
+size_t
+tasks_list(const struct proto_list *l, bool (*visible)(const struct task *, void *), void *arg,
+    struct proto_task *out, size_t max, bool *more)
+{
+	struct task *t = newest_task;
+	size_t n = 0;
+
+	tasks_prune();
+	if (l->before != 0) {
+		struct task *b = idmap_get(tasks, l->before);
+		if (b != NULL)
+			t = b->list_older;
+		else
+			while (t != NULL && t->id >= l->before)
+				t = t->list_older;
+	}
+	*more = false;
+	for (; t != NULL; t = t->list_older) {
+		if (!list_match(t, l) || !visible(t, arg))
+			continue;
+		if (n == max) {
+			*more = true;
+			break;
+		}
+		tasks_view(t, &out[n]);
+		if (!t->finished && t->pool_entry != NULL)
+			pool_job_times(t->pool_entry->pool, &t->job, &out[n].queued_us,
+			    &out[n].run_us);
+		n++;
+	}
+	return n;
+}
+
 void
 tasks_cancel(struct task *t)
 {
@@ -265,15 +344,19 @@ tasks_outstanding(void)
 
 /*
  * A stream event, or the start of the run (event NULL): the started hooks
- * run once, then the event goes to the sink that asked for the stream, the
- * submitter's, first on the list. Its weight stays on the task's budget
- * until that sink lets go of it; with no such sink it is given back at
- * once.
+ * run once, then the event goes to each sink that asked for the stream
+ * (the submitter's, first on the list, and the followers'; the walk stops
+ * at the last of them, so the waits behind cost nothing). Its weight stays
+ * on the task's budget until the first of those sinks lets go of it, so
+ * that receiver paces the run; the others' copies weigh nothing (their
+ * connections' flow control bounds them). With no such sink it is given
+ * back at once.
  */
 static void
 task_event(struct task *t, json_t *event, size_t weight)
 {
-	struct task_sink *s = t->sinks;
+	struct task_sink *s;
+	unsigned left = t->nstreaming;
 
 	hooks_started(t);
 	if (event == NULL)
@@ -281,10 +364,16 @@ task_event(struct task *t, json_t *event, size_t weight)
 	if (t->attempt > 0 && json_is_object(event) &&
 	    strcmp(json_string_value(json_object_get(event, FIELD_EVENT)), EV_STARTED) == 0)
 		json_object_set_new(event, FIELD_ATTEMPT, json_integer(t->attempt));
-	if (s != NULL && s->stream)
-		s->ops->event(s, t, event, weight);
-	else
+	if (left == 0) {
 		task_stream_taken(t, weight);
+		return;
+	}
+	for (s = t->sinks; s != NULL && left > 0; s = s->next)
+		if (s->stream) {
+			s->ops->event(s, t, event, weight);
+			weight = 0;
+			left--;
+		}
 }
 
 void
@@ -417,6 +506,12 @@ tasks_restore_finished(struct task *t, struct blob *done_text, const char *state
 	t->finished_us = clock_now_us() > age ? clock_now_us() - age : 0;
 	if (t->id >= next_task_id)
 		next_task_id = t->id + 1;
+	if (t->label == NULL && (t->label = strdup("")) == NULL) {
+		idmap_remove(tasks, t->id);
+		task_free(t);
+		return -1;
+	}
+	list_add(t);
 	retain(t);
 	tasks_prune();
 	return 0;
@@ -483,7 +578,7 @@ tasks_free_all(void)
 	idmap_each(tasks, free_one, NULL);
 	idmap_free(tasks);
 	tasks = NULL;
-	oldest_retained = newest_retained = NULL;
+	oldest_retained = newest_retained = newest_task = NULL;
 	nretained = 0;
 	retained_bytes = 0;
 	nhooks = 0;

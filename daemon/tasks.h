@@ -53,7 +53,7 @@ struct task_sink_ops {
 
 struct task_sink {
 	const struct task_sink_ops *ops;
-	bool stream;                /* wants the stream events: only a submitter's (o->sink) */
+	bool stream;                /* wants the stream events: a submitter's, or a follower's */
 	struct task_sink *next;     /* the registry's: the task's list */
 };
 
@@ -74,6 +74,8 @@ struct task_options {
 	uint64_t queued_before_us;  /* how long it was queued before the restart */
 	uint64_t accepted_wall_us;  /* when it was first accepted, wall clock */
 	/* what comes next goes here (label), onto the task */
+	const char *label;          /* the client's name for it, NULL or "": none (copied) */
+	/* what comes next goes here (attempt, on_lost), onto the task */
 };
 
 /*
@@ -145,7 +147,11 @@ const char *tasks_state(const struct task *t);
 /* What the events about t say of it now (proto.h). */
 void tasks_view(const struct task *t, struct proto_task *v);
 
-/* Sends t's done to sink too, when it finishes (t is not finished yet). */
+/*
+ * Sends t's done to sink too, when it finishes (t is not finished yet);
+ * with sink->stream, its stream events from now on as well (a follower:
+ * t's run starts sending them if it did not).
+ */
 void tasks_add_sink(struct task *t, struct task_sink *sink);
 
 /*
@@ -154,6 +160,17 @@ void tasks_add_sink(struct task *t, struct task_sink *sink);
  * finished (its budget went with it).
  */
 void tasks_stream_taken(uint64_t id, size_t weight);
+
+/*
+ * list: up to max tasks matching l (every filter of it) that visible says
+ * the asker may see, newest first, older than l->before when it is set,
+ * viewed into out (times so far for unfinished ones; the views borrow from
+ * the tasks until the registry next changes). Returns how many; *more
+ * says whether older ones match too.
+ */
+struct proto_list;
+size_t tasks_list(const struct proto_list *l, bool (*visible)(const struct task *, void *),
+    void *arg, struct proto_task *out, size_t max, bool *more);
 
 /* Asks t to stop (queued: cancelled at once; running: cancel flag). */
 void tasks_cancel(struct task *t);

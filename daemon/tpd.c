@@ -27,6 +27,7 @@
 #include "listen.h"
 #include "log.h"
 #include "mailbox.h"
+#include "metrics.h"
 #include "pgroup.h"
 #include "pools.h"
 #include "sd.h"
@@ -225,8 +226,8 @@ daemon_begin_shutdown(bool now)
 	if (d->phase == DAEMON_RUNNING) {
 		sdn_stopping();
 		d->phase = now ? DAEMON_STOPPING_NOW : DAEMON_DRAINING;
-		log_notice("shutting down (%s): %llu tasks outstanding", now ? "now" : "drain",
-		    (unsigned long long)tasks_outstanding());
+		log_notice("shutting down (%s): %llu task%s outstanding", now ? "now" : "drain",
+		    (unsigned long long)tasks_outstanding(), tasks_outstanding() == 1 ? "" : "s");
 		pools_close_all(now ? POOL_NOW : POOL_DRAIN);
 		if (!now && d->conf.shutdown_timeout_ms > 0) {
 			struct timeval tv = {
@@ -237,8 +238,8 @@ daemon_begin_shutdown(bool now)
 		}
 	} else if (now && d->phase == DAEMON_DRAINING) {
 		d->phase = DAEMON_STOPPING_NOW;
-		log_notice("shutdown turned into now: cancelling %llu outstanding tasks",
-		    (unsigned long long)tasks_outstanding());
+		log_notice("shutdown turned into now: cancelling %llu outstanding task%s",
+		    (unsigned long long)tasks_outstanding(), tasks_outstanding() == 1 ? "" : "s");
 		pools_close_all(POOL_NOW);
 	}
 	task_wake_streams();    /* a run blocked on its stream budget sees the cancel */
@@ -261,7 +262,8 @@ daemon_may_leave(struct daemon *d)
 		return false;
 	if (d->phase != DAEMON_EXITING) {
 		d->phase = DAEMON_EXITING;
-		log_info("every accepted task is done; flushing %zu connections", conn_count());
+		log_info("every accepted task is done; flushing %zu connection%s", conn_count(),
+		    conn_count() == 1 ? "" : "s");
 		evtimer_add(d->exit_timer, &tv);
 	}
 	return conn_all_flushed();
@@ -275,7 +277,7 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	switch (sig) {
 	case SIGTERM:
 	case SIGINT:
-		log_notice("%s received", strsignal((int)sig));
+		log_notice("SIG%s received", sigabbrev_np((int)sig));
 		daemon_begin_shutdown(d->phase != DAEMON_RUNNING);
 		break;
 	case SIGHUP:
@@ -319,6 +321,16 @@ enforce_hook(const struct conf *c, struct conf_enforce *out)
 	exec_enforce(&probe, out);
 }
 
+/* A TCP listener's check (auth_check_tcp), the listener named as tpd names it. */
+static int
+check_tcp_listener(const struct auth *a, const char *hostport, bool warn, char **cause)
+{
+	char name[200];
+
+	snprintf(name, sizeof name, "tcp %s", hostport);
+	return auth_check_tcp(a, name, warn, cause);
+}
+
 /*
  * tpd -n: the configuration is read already; the token files and the
  * containment are checked too. Prints the verdict and exits.
@@ -334,6 +346,11 @@ check_only(struct daemon *d)
 		fprintf(stderr, "%s\n", cause ? cause : "out of memory");
 		exit(1);
 	}
+	for (size_t i = 0; i < d->conf.nlisten; i++)
+		if (check_tcp_listener(a, d->conf.listen[i], false, &cause) == -1) {
+			fprintf(stderr, "%s\n", cause ? cause : "out of memory");
+			exit(1);
+		}
 	auth_free(a);
 	if (cgroup_probe(d->conf.containment, d->conf.cgroup_root, &probe, &cause) == -1) {
 		if (d->conf.path != NULL)
@@ -364,7 +381,11 @@ stop_log(struct daemon *d)
 	log_notice("tpd stopped");
 }
 
-/* The token files and the admin group; exits naming FILE:LINE and what is wrong. */
+/*
+ * The token files and the admin group; exits naming FILE:LINE and what is
+ * wrong, or the listen address that would let anyone in without a token
+ * (socket-activated TCP sockets are checked when they are adopted).
+ */
 static void
 start_auth(struct daemon *d)
 {
@@ -374,12 +395,38 @@ start_auth(struct daemon *d)
 	if (auth_load(&d->conf, &a, &cause) == -1)
 		fatalx("%s", cause ? cause : "out of memory reading the token files");
 	auth_install(a);
+	if (getenv("LISTEN_FDS") != NULL)
+		return;                 /* socket-activated: start_listeners checks */
+	for (size_t i = 0; i < d->conf.nlisten; i++)
+		if (check_tcp_listener(NULL, d->conf.listen[i], true, &cause) == -1)
+			fatalx("%s", cause);
 }
 
 static void
 stop_auth(struct daemon *d)
 {
 	auth_free_all();
+}
+
+/*
+ * A daemon already answering on the Unix socket: said in one line, before
+ * anything else is set up or logged. Under socket activation systemd owns
+ * the socket, and start_listeners takes what it passed.
+ */
+static void
+start_busy_check(struct daemon *d)
+{
+	char path[512];
+	const char *socket_path = d->conf.socket;
+	char *cause = NULL;
+
+	if (getenv("LISTEN_FDS") != NULL)
+		return;
+	if (socket_path == NULL && (socket_path = wire_default_socket_path(path,
+	    sizeof path)) == NULL)
+		return;
+	if (listen_unix_busy(socket_path, &cause) == -1)
+		fatalx("%s", cause);
 }
 
 /* Before any thread: tpd moves itself into its cgroup root's daemon/. */
@@ -539,6 +586,22 @@ stop_conns(struct daemon *d)
 	conn_close_all();
 }
 
+/* GET /metrics on [daemon] metrics_listen, if set (metrics.c). */
+static void
+start_metrics(struct daemon *d)
+{
+	char *cause = NULL;
+
+	if (metrics_start(d->base, &d->conf, &cause) == -1)
+		fatalx("%s", cause ? cause : "out of memory");
+}
+
+static void
+stop_metrics(struct daemon *d)
+{
+	metrics_stop();
+}
+
 /*
  * The listeners: those systemd passed, else the settings' Unix socket and
  * TCP addresses. Readiness (and each bound port) is told by READY=1 once
@@ -560,12 +623,25 @@ start_listeners(struct daemon *d)
 	for (int i = 0; i < nact; i++) {
 		bool is_unix = act[i].kind == SDN_UNIX;
 		snprintf(name, sizeof name, "%s %s", is_unix ? "unix" : "tcp", act[i].addr);
+		if (!is_unix && auth_check_tcp(NULL, name, true, &cause) == -1)
+			fatalx("%s", cause);
 		if (listen_adopt(act[i].fd, is_unix, name, &cause) == -1)
 			fatalx("%s", cause);
 		have_unix = have_unix || is_unix;
 		have_tcp = have_tcp || !is_unix;
 	}
 	free(act);
+	/* what systemd passed wins: say so when the settings named another */
+	if (have_unix && d->conf.socket != NULL)
+		log_notice("socket activation: systemd passed a Unix socket; the socket %s "
+		    "(-s or socket =) is not used", d->conf.socket);
+	if (have_tcp && d->conf.nlisten > 0)
+		log_notice("socket activation: systemd passed a TCP socket; the %zu address%s "
+		    "of -l or listen = %s not used", d->conf.nlisten,
+		    d->conf.nlisten == 1 ? "" : "es", d->conf.nlisten == 1 ? "is" : "are");
+	for (size_t i = 0; nact > 0 && !have_tcp && i < d->conf.nlisten; i++)
+		if (check_tcp_listener(NULL, d->conf.listen[i], true, &cause) == -1)
+			fatalx("%s", cause);
 	if (have_unix)
 		socket_path = NULL;
 	else if (socket_path == NULL && (socket_path = wire_default_socket_path(path, sizeof path)) == NULL)
@@ -653,6 +729,7 @@ static const struct step {
 } steps[] = {
 	{ start_log, stop_log },                /* the configuration's log level */
 	{ start_auth, stop_auth },              /* a bad token file stops tpd before anything else */
+	{ start_busy_check, NULL },             /* a live daemon on the socket: one line */
 	{ open_journal, NULL },                 /* state_dir's lock, the journal read */
 	{ start_containment, NULL },            /* before any thread */
 	{ start_loop, stop_loop },
@@ -663,6 +740,7 @@ static const struct step {
 	{ start_pools, stop_pools },            /* the workers start here */
 	{ start_journal, stop_journal },        /* state_dir: the replay */
 	{ NULL, stop_conns },                   /* connections come with the listeners */
+	{ start_metrics, stop_metrics },        /* before the listeners: /metrics answers once they do */
 	{ start_listeners, stop_listeners },
 	{ start_timers, stop_timers },          /* shutdown_timeout, the exit flush, pruning */
 	{ start_systemd, stop_systemd },        /* READY=1 */

@@ -1584,6 +1584,228 @@ test_pools_are_independent(void)
 	ctx_destroy(&c);
 }
 
+/* ---- timings: histograms, the recent windows, and what a pool observes */
+
+static void
+test_histogram(void)
+{
+	/* the bounds metrics.c gives Prometheus, from 1 ms to 1 h */
+	static const uint64_t prom[] = { 1000, 2500, 5000, 10000, 25000, 50000, 100000,
+	    250000, 500000, 1000000, 2500000, 5000000, 10000000, 30000000, 60000000,
+	    120000000, 300000000, 600000000, 1800000000, 3600000000 };
+	struct pool_hist h, m;
+	uint64_t v;
+
+	for (size_t i = 1; i < POOL_HIST_NBOUNDS; i++)
+		CHECK(pool_hist_bounds_us[i - 1] < pool_hist_bounds_us[i], "bounds %zu, %zu "
+		    "not increasing", i - 1, i);
+	CHECK_EQ(pool_hist_bounds_us[0], 1, "the first bound");
+	CHECK_EQ(pool_hist_bounds_us[POOL_HIST_NBOUNDS - 1], 3600000000ULL, "the last bound");
+	for (size_t i = 0; i < sizeof prom / sizeof prom[0]; i++) {
+		bool found = false;
+		for (size_t j = 0; j < POOL_HIST_NBOUNDS; j++)
+			found = found || pool_hist_bounds_us[j] == prom[i];
+		CHECK(found, "%llu us is not a bound", (unsigned long long)prom[i]);
+	}
+	/* no bucket is wider than a third of its bound, past the first few microseconds */
+	for (size_t i = 8; i < POOL_HIST_NBOUNDS; i++)
+		CHECK(pool_hist_bounds_us[i] * 3 <= pool_hist_bounds_us[i - 1] * 4,
+		    "bucket %zu: %llu..%llu", i, (unsigned long long)pool_hist_bounds_us[i - 1],
+		    (unsigned long long)pool_hist_bounds_us[i]);
+
+	/* every value falls in the bucket the bounds say (bound-1, bound, bound+1 of each) */
+	for (size_t i = 0; i < POOL_HIST_NBOUNDS; i++)
+		for (uint64_t d = 0; d < 3; d++) {
+			uint64_t us = pool_hist_bounds_us[i] + d - 1;
+			size_t want = 0;
+			while (want < POOL_HIST_NBOUNDS && pool_hist_bounds_us[want] < us)
+				want++;
+			memset(&h, 0, sizeof h);
+			pool_hist_add(&h, us);
+			CHECK_EQ(h.bucket[want], 1, "the bucket of a value next to a bound");
+		}
+	for (uint64_t us = 1ULL << 31; us != 0; us <<= 1) {
+		memset(&h, 0, sizeof h);
+		pool_hist_add(&h, us);
+		CHECK_EQ(h.bucket[POOL_HIST_NBOUNDS], us > 3600000000ULL, "a long value's bucket");
+	}
+
+	memset(&h, 0, sizeof h);
+	CHECK_EQ(pool_hist_quantile(&h, 0.5), 0, "the median of nothing");
+	/* a value on a bound counts at that bound (Prometheus's le), one above it does not */
+	pool_hist_add(&h, 0);
+	pool_hist_add(&h, 1000);
+	pool_hist_add(&h, 1001);
+	pool_hist_add(&h, 3600000000ULL);
+	pool_hist_add(&h, 3600000001ULL);
+	CHECK_EQ(h.count, 5, "count");
+	CHECK_EQ(h.sum_us, 7200002002ULL, "sum");
+	CHECK_EQ(h.min_us, 0, "min");
+	CHECK_EQ(h.max_us, 3600000001ULL, "max");
+	CHECK_EQ(pool_hist_count_le(&h, 1), 1, "at or below 1 us");
+	CHECK_EQ(pool_hist_count_le(&h, 1000), 2, "at or below 1 ms");
+	CHECK_EQ(pool_hist_count_le(&h, 1200), 3, "at or below 1.2 ms");
+	CHECK_EQ(pool_hist_count_le(&h, 3600000000ULL), 4, "at or below 1 h");
+	CHECK_EQ(h.bucket[POOL_HIST_NBOUNDS], 1, "past the last bound");
+
+	/* one value is its own every quantile */
+	memset(&h, 0, sizeof h);
+	pool_hist_add(&h, 27);
+	CHECK_EQ(pool_hist_quantile(&h, 0.5), 27, "the median of one value");
+	CHECK_EQ(pool_hist_quantile(&h, 0.99), 27, "p99 of one value");
+
+	/* 1..100 ms, once each: the estimates are within their bucket's width */
+	memset(&h, 0, sizeof h);
+	for (uint64_t ms = 1; ms <= 100; ms++)
+		pool_hist_add(&h, ms * 1000);
+	v = pool_hist_quantile(&h, 0.5);
+	CHECK(v >= 40000 && v <= 50000, "p50 of 1..100 ms is %llu us", (unsigned long long)v);
+	v = pool_hist_quantile(&h, 0.99);
+	CHECK(v >= 80000 && v <= 100000, "p99 of 1..100 ms is %llu us", (unsigned long long)v);
+	CHECK_EQ(pool_hist_quantile(&h, 1), 100000, "the largest");
+
+	/* merging adds up */
+	memset(&m, 0, sizeof m);
+	pool_hist_add(&m, 5);
+	pool_hist_merge(&m, &h);
+	CHECK(m.count == 101 && m.min_us == 5 && m.max_us == 100000 &&
+	    m.sum_us == h.sum_us + 5, "merged: count %llu min %llu max %llu",
+	    (unsigned long long)m.count, (unsigned long long)m.min_us,
+	    (unsigned long long)m.max_us);
+	CHECK_EQ(pool_hist_count_le(&m, 1000), 2, "merged, at or below 1 ms");
+}
+
+static void
+test_recent_windows_and_rate(void)
+{
+	const uint64_t s = 1000000, t0 = 1000 * s; /* a window and a second start at t0 */
+	struct pool_timing r;
+	struct pool_recent f;
+
+	pool_timing_init(&r, t0);
+	pool_timing_recent(&r, t0, &f);
+	CHECK(f.rate_per_s == 0 && f.started == 0 && f.ended == 0 && f.queued_p50_us == 0 &&
+	    f.run_p99_us == 0, "a fresh pool's figures are not zero");
+
+	/* A young pool: three ends in its first half second are three a second, not six. */
+	pool_timing_ended(&r, t0 + s / 2, 10);
+	pool_timing_ended(&r, t0 + s / 2, 10);
+	pool_timing_ended(&r, t0 + s / 2, 10);
+	pool_timing_recent(&r, t0 + s / 2, &f);
+	CHECK(f.rate_per_s == 3 && f.ended == 3 && f.run_p50_us == 10,
+	    "young pool: rate %g ended %llu p50 %llu", f.rate_per_s,
+	    (unsigned long long)f.ended, (unsigned long long)f.run_p50_us);
+
+	/* Ten ends a second for 20 s: the rate is over the last 5 s, whole seconds. */
+	pool_timing_init(&r, t0);
+	for (uint64_t sec = 0; sec < 20; sec++)
+		for (uint64_t k = 0; k < 10; k++)
+			pool_timing_ended(&r, t0 + sec * s + k * (s / 10), 1000 + sec);
+	pool_timing_recent(&r, t0 + 20 * s, &f);
+	/* seconds 16..19 hold 40 ends, second 20 none yet: 40 over 4 s */
+	CHECK(f.rate_per_s == 10, "steady rate %g", f.rate_per_s);
+	pool_timing_recent(&r, t0 + 20 * s + s / 2, &f);
+	CHECK(f.rate_per_s > 8.8 && f.rate_per_s < 8.9, "rate half a second into a quiet "
+	    "second: %g (40 over 4.5 s)", f.rate_per_s);
+	/* the quantiles are of the current window (20..25 s) and the one before (15..20 s) */
+	CHECK_EQ(f.ended, 50, "ends in the windows");
+	CHECK(f.run_p50_us >= 1015 && f.run_p50_us <= 1019 && f.run_p99_us == 1019,
+	    "run p50 %llu p99 %llu", (unsigned long long)f.run_p50_us,
+	    (unsigned long long)f.run_p99_us);
+	/* 10 s on, nothing recent is left */
+	pool_timing_recent(&r, t0 + 30 * s, &f);
+	CHECK(f.rate_per_s == 0 && f.ended == 0 && f.run_p99_us == 0,
+	    "after 10 quiet seconds: rate %g ended %llu", f.rate_per_s,
+	    (unsigned long long)f.ended);
+
+	/* Queue waits go by the same windows; a time older than the current window (a
+	 * clock read long before the lock was taken) counts in the current one. */
+	pool_timing_init(&r, t0);
+	pool_timing_started(&r, t0 + 1 * s, 700);
+	pool_timing_started(&r, t0 + 11 * s, 500);    /* the window of 10..15 s */
+	pool_timing_started(&r, t0 + 1 * s, 600);
+	pool_timing_ended(&r, t0 + 1 * s, 99999);
+	pool_timing_recent(&r, t0 + 11 * s, &f);
+	CHECK(f.started == 2 && f.queued_p50_us == 500 && f.queued_p99_us >= 590 &&
+	    f.queued_p99_us <= 600 && f.ended == 1,
+	    "started %llu p50 %llu p99 %llu ended %llu", (unsigned long long)f.started,
+	    (unsigned long long)f.queued_p50_us, (unsigned long long)f.queued_p99_us,
+	    (unsigned long long)f.ended);
+	/* the window after: still there; two windows on: gone */
+	pool_timing_recent(&r, t0 + 16 * s, &f);
+	CHECK_EQ(f.started, 2, "waits one window on");
+	pool_timing_recent(&r, t0 + 21 * s, &f);
+	CHECK_EQ(f.started, 0, "waits two windows on");
+}
+
+static void
+test_pool_observes_timings(void)
+{
+	struct ctx c;
+	struct gate g;
+	struct tjob a, b, expiring, cancelled;
+	struct pool_hist queued, run;
+	struct pool_snapshot s;
+	struct pool *p;
+
+	ctx_init(&c);
+	gate_init(&g);
+	p = pool_make("time", 1, 1, 4);
+	job_init(&a, &c, 0, &g);
+	job_init(&b, &c, 1, &g);
+	job_init(&expiring, &c, 2, NULL);
+	job_init(&cancelled, &c, 3, NULL);
+	pool_timings(p, &queued, &run);
+	CHECK(queued.count == 0 && run.count == 0, "a fresh pool observed something");
+
+	submit_ok(p, &a);
+	latch_wait(&c.started, 1, "a running");
+	submit_ok(p, &b);
+	submit_ok(p, &cancelled);
+	expiring.pj.queue_deadline_us = 1;      /* long past: the watcher expires it */
+	submit_ok(p, &expiring);
+	latch_wait(&c.done, 1, "the expired job's done");
+	CHECK(expiring.state == POOL_EXPIRED, "ended %s", pool_state_name(expiring.state));
+	CHECK(pool_cancel(p, &cancelled.pj) == POOL_JOB_QUEUED, "cancel of a queued job");
+	/* a started and expiring expired: two waits; nothing ended after running */
+	pool_timings(p, &queued, &run);
+	CHECK(queued.count == 2 && run.count == 0, "queued %llu run %llu",
+	    (unsigned long long)queued.count, (unsigned long long)run.count);
+	CHECK_EQ(queued.sum_us, expiring.queued_us + a.pj.started_us - a.pj.enqueued_us,
+	    "the waits observed, against the expired job's done and a's start");
+
+	gate_open(&g);
+	latch_wait(&c.done, 4, "every job");
+	pool_timings(p, &queued, &run);
+	/* the histograms hold exactly what the dones said */
+	CHECK_EQ(queued.count, 3, "waits observed (a, b, the expired one; not the cancelled)");
+	CHECK_EQ(queued.sum_us, a.queued_us + b.queued_us + expiring.queued_us, "waits' sum");
+	CHECK_EQ(run.count, 2, "run times observed");
+	CHECK_EQ(run.sum_us, a.run_us + b.run_us, "run times' sum");
+	s = snap(p);
+	/* The recent figures hold the last 5 to 10 s: this check needs a run that quick. */
+	if (clock_now_us() - a.pj.enqueued_us > 4000000) {
+		fprintf(stderr, "pool_observes_timings: the jobs ran more than 4 s ago; "
+		    "the recent figures are not checked\n");
+		goto out;
+	}
+	CHECK(s.recent.started == 3 && s.recent.ended == 2, "recent: started %llu ended %llu",
+	    (unsigned long long)s.recent.started, (unsigned long long)s.recent.ended);
+	/* two ends, within the last 5 s, over at least a second */
+	CHECK(s.recent.rate_per_s > 0 && s.recent.rate_per_s <= 2, "rate %g",
+	    s.recent.rate_per_s);
+	CHECK(s.recent.run_p99_us >= s.recent.run_p50_us &&
+	    s.recent.run_p99_us <= (a.run_us > b.run_us ? a.run_us : b.run_us) &&
+	    s.recent.run_p50_us >= (a.run_us < b.run_us ? a.run_us : b.run_us),
+	    "run p50 %llu p99 %llu for runs of %llu and %llu us",
+	    (unsigned long long)s.recent.run_p50_us, (unsigned long long)s.recent.run_p99_us,
+	    (unsigned long long)a.run_us, (unsigned long long)b.run_us);
+out:
+	pool_finish(p, POOL_DRAIN);
+	gate_destroy(&g);
+	ctx_destroy(&c);
+}
+
 static const struct test_case cases[] = {
 	{ "grow_starts_real_thread", test_grow_starts_real_thread },
 	{ "shrink_surplus_leaves", test_shrink_surplus_leaves },
@@ -1603,6 +1825,9 @@ static const struct test_case cases[] = {
 	{ "cancel", test_cancel },
 	{ "bad_arguments", test_bad_arguments },
 	{ "pools_are_independent", test_pools_are_independent },
+	{ "histogram", test_histogram },
+	{ "recent_windows_and_rate", test_recent_windows_and_rate },
+	{ "pool_observes_timings", test_pool_observes_timings },
 };
 
 int

@@ -80,7 +80,7 @@ def write(path, text):
 
 
 def test_tcp_token_required_when_configured():
-    with Daemon(tcp=True, start=False) as d:
+    with Daemon(tcp=True, tcp_auth="token", start=False) as d:
         tok = write(os.path.join(d.dir, "token"), "s3cret\n")
         adm = write(os.path.join(d.dir, "admin"), "r00t-token\n")
         d.args += ["--token-file", tok, "--admin-token-file", adm]
@@ -116,7 +116,7 @@ def test_tcp_without_token_file_allows_submit_but_never_admin():
 
 def token_daemon(token_text=None, admin_text=None, conf=False):
     """A TCP daemon with the given token files (and, with conf, a file naming them)."""
-    d = Daemon(tcp=True, start=False)
+    d = Daemon(tcp=True, tcp_auth="token", start=False)
     d.tok = os.path.join(d.dir, "tokens")
     d.adm = os.path.join(d.dir, "admin-tokens")
     if token_text is not None:

@@ -70,7 +70,7 @@ def test_tcp_port_zero_and_ipv6():
         probe.close()
     except OSError as e:
         raise Skip("cannot bind [::1]: %s" % e)
-    with Daemon("-l", "[::1]:0") as d:
+    with Daemon("-l", "[::1]:0", "--tcp-auth", "none") as d:
         m = re.match(r"tcp \[::1\]:(\d+)$", d.listeners[-1])
         check(m, "IPv6 listener named by READY=1: %r", d.listeners)
         s = socket.create_connection(("::1", int(m.group(1))), timeout=10)

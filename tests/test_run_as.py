@@ -10,6 +10,7 @@ import grp
 import json
 import os
 import pwd
+import re
 import socket
 import subprocess
 import sys
@@ -179,6 +180,8 @@ def test_tcp_submit_to_caller_pool_is_forbidden():
         ev = c.request({"op": "submit", "pool": "mine", "task": {"kind": "echo", "value": 1}})
         check(ev["error"]["code"] == "forbidden", "every kind: %r", ev)
         check(not os.path.exists(os.path.join(d.dir, "ran")), "the task ran")
+        check(re.search(r"\(127\.0\.0\.1:\d+\): submit to pool mine forbidden: run_as = caller",
+                        d.read_log()), "the refusal is not logged: %s", d.read_log()[-2000:])
         # over the Unix socket it runs
         u = d.client()
         rid, ev = u.submit({"kind": "echo", "value": 1}, pool="mine")

@@ -120,6 +120,8 @@ def values_for(k):
         # names are not resolved by -n (only when tpd listens): nosuchhost.invalid passes both
         return ["127.0.0.1:7420", "[::1]:0", "*:0", "127.0.0.1:99999", "nohost", "::1:80",
                 "nosuchhost.invalid:7420", "", "127.0.0.1:1 127.0.0.1:2", "127.0.0.1:1 127.0.0.1:1"]
+    if meta == "token|none":
+        return ["token", "none", "tokens", "None", ""]
     if meta == "auto|cgroup|process":
         # "cgroup" is left out: whether it can be used depends on the machine
         return ["auto", "process", "cgroups", ""]
@@ -207,10 +209,15 @@ def test_every_flag_and_its_key_give_the_same_verdict():
             flag_prefix = "tpd: %s %s: " % (k["flag"], v if v != "" else '""')
             file_prefix = "[%s] %s: " % (sect, k["key"])
             text = "[%s]\n%s = %s\n" % (sect, k["key"], v)
-            rc = same(what, flag_verdict([k["flag"], v], flag_prefix), file_verdict(text, file_prefix))
+            # a TCP listener needs a token file or tcp_auth = none (tested in test_auth.py)
+            extra = ["--tcp-auth", "none"] if k["key"] == "listen" else []
+            if extra:
+                text += "tcp_auth = none\n"
+            rc = same(what, flag_verdict([k["flag"], v] + extra, flag_prefix),
+                      file_verdict(text, file_prefix))
             if k["letter"]:
                 same(what + " (-%s)" % k["letter"],
-                     flag_verdict(["-" + k["letter"], v], "tpd: -%s %s: " % (k["letter"], v or '""')),
+                     flag_verdict(["-" + k["letter"], v] + extra, "tpd: -%s %s: " % (k["letter"], v or '""')),
                      file_verdict(text, file_prefix))
             if sect == "pool default" and k["key"] in ("size", "capacity", "limit"):
                 # the same key of another pool, through --pool NAME:SIZE[:CAPACITY[:LIMIT]]
@@ -284,7 +291,8 @@ def test_good_values_pass_both_ways():
             (["--max-output-buffer", "64KiB"], "[daemon]\nmax_output_buffer = 64KiB\n"),
             (["--limit", "1"], "[pool default]\nlimit = 1\n"),       # size follows
             (["--pool", "io:1"], "[pool io]\nsize = 1\n"),
-            (["-l", "nosuchhost.invalid:7420"], "[daemon]\nlisten = nosuchhost.invalid:7420\n"),
+            (["-l", "nosuchhost.invalid:7420", "--tcp-auth", "none"],
+             "[daemon]\nlisten = nosuchhost.invalid:7420\ntcp_auth = none\n"),
             (["--env", "A=1", "--env", "B=2"], "[exec]\nenv = A=1\nenv = B=2\n")]:
         check(tpd("-n", *args) == (0, "configuration OK\n", ""), "tpd -n %s", args)
         check(file_verdict(text, "") == (0, "configuration OK\n", []), "the file %r", text)

@@ -162,7 +162,7 @@ def test_socket_activation_serves_unix_and_tcp():
             port = free_port()
             # -s and -l name listeners tpd must not create: the passed fds replace them
             sp.start([activate, "-l", path, "-l", "127.0.0.1:%d" % port, "--fdname=unix:tcp",
-                      TPD, "-f", "-w", "1", "-s", own, "-l", "127.0.0.1:0",
+                      TPD, "-f", "-w", "1", "-s", own, "-l", "127.0.0.1:0", "--tcp-auth", "none",
                       "--log-level", "debug"])
             eventually(lambda: "as 4." in sp.read_log() or sp.proc.poll() is not None,
                        "systemd-socket-activate listens")
@@ -180,12 +180,40 @@ def test_socket_activation_serves_unix_and_tcp():
         check("listening on unix %s (socket activation)" % path in log, log)
         check("listening on tcp 127.0.0.1:%d (socket activation)" % port in log, log)
         check(not os.path.exists(own), "no socket of its own when one was passed")
+        # ... and it says so, naming what it does not use
+        check("systemd passed a Unix socket; the socket %s (-s or socket =) is not used"
+              % own in log, "the ignored -s is logged: %s", log)
+        check("systemd passed a TCP socket; the 1 address of -l or listen = is not used"
+              in log, "the ignored -l is logged: %s", log)
         check(len(re.findall(r"listening on tcp", log)) == 1, "no -l listener besides: %s", log)
         u.close()
         t.close()
         sp.proc.send_signal(signal.SIGTERM)
         check(sp.proc.wait(timeout=TIMEOUT) == 0, "clean exit")
         check(os.path.exists(path), "systemd's socket file is not tpd's to remove")
+
+
+def test_socket_activated_tcp_without_a_token_stops_the_start():
+    """A TCP socket systemd passes is a TCP listener too: no token file, no start."""
+    activate = need("systemd-socket-activate")
+    with Spawned(None) as sp:
+        own = os.path.join(sp.dir, "own.sock")
+        for attempt in range(5):
+            port = free_port()
+            sp.start([activate, "-l", "127.0.0.1:%d" % port, "--fdname=tcp",
+                      TPD, "-f", "-w", "1", "-s", own])
+            eventually(lambda: "as 3." in sp.read_log() or sp.proc.poll() is not None,
+                       "systemd-socket-activate listens")
+            if sp.proc.poll() is None:
+                break
+            check("in use" in sp.read_log(), "activate failed: %s", sp.read_log())
+        c = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)   # starts tpd
+        check(sp.proc.wait(timeout=TIMEOUT) != 0, "tpd served a TCP socket without a token")
+        c.close()
+        log = sp.read_log()
+        check(re.search(r"error: tcp 127\.0\.0\.1:%d: a TCP listener needs a token: set "
+                        r"\[daemon\] token_file" % port, log), "%s", log)
+        check(not os.path.exists(own), "it made its own socket")
 
 
 def recv_notify(sock, timeout):
@@ -250,7 +278,7 @@ def test_notify_ready_status_watchdog_reload_stopping_in_order():
         check(c.request({"op": "ping"})["event"] == "pong", "serving")
 
         # the figures change (one connection): a new STATUS=, not sooner than a second after
-        until(lambda: any(t.endswith("; 1 connections") for t in texts()), "the new figures")
+        until(lambda: any(t.endswith("; 1 connection") for t in texts()), "the new figures")
         times = [m[0] for m in msgs if m[2].startswith("STATUS=")]
         check(all(b - a >= 0.9 for a, b in zip(times, times[1:])), "once a second: %r", times)
 
@@ -272,6 +300,48 @@ def test_notify_ready_status_watchdog_reload_stopping_in_order():
             sorted(set(t.split("=")[0] for t in texts())))))
 
 
+def test_status_shows_recent_rate_and_p99():
+    """While a pool runs tasks, STATUS= adds its tasks/s and the p99 of waits and runs."""
+    with Spawned(None) as sp:
+        ns = os.path.join(sp.dir, "notify")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(ns)
+        env = dict(os.environ, NOTIFY_SOCKET=ns)
+        sp.start([TPD, "-f", "-s", os.path.join(sp.dir, "tpd.sock"), "-w", "2"], env=env)
+        got = []
+        deadline = time.monotonic() + TIMEOUT
+        while not any(t.split("\n")[0] == "READY=1" for t in got):
+            check(time.monotonic() < deadline, "no READY=1: %r", got)
+            m = recv_notify(sock, TIMEOUT)
+            if m is not None:
+                got.append(m[1])
+        c = Client(os.path.join(sp.dir, "tpd.sock"))
+        pat = re.compile(r"STATUS=default (\d+)/2 busy, (\d+) queued, ([0-9.]+) tasks/s, "
+                         r"wait p99 ([0-9.]+)(us|ms|s), run p99 ([0-9.]+)(us|ms|s); "
+                         r"1 connection$")
+        found = None
+        # Batches of tasks until a STATUS= shows them: the figures are of the last seconds.
+        while found is None:
+            check(time.monotonic() < deadline, "no STATUS= with the rate: %r", got[-5:])
+            rids = [c.send({"op": "submit", "task": {"kind": "sleep", "ms": 5}})
+                    for _ in range(10)]
+            for rid in rids:
+                check(c.done(rid)["state"] == "succeeded", "sleep task")
+            until = time.monotonic() + 1.5
+            while found is None and time.monotonic() < until:
+                m = recv_notify(sock, until - time.monotonic())
+                if m is not None:
+                    got.append(m[1])
+                    found = pat.match(m[1])
+        scale = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+        check(float(found.group(3)) > 0, "rate: %r", found.group(0))
+        run_p99_ms = float(found.group(6)) * scale[found.group(7)]
+        check(run_p99_ms >= 5, "a 5 ms task's run p99 is at least 5 ms: %r", found.group(0))
+        c.close()
+        sock.close()
+        print(found.group(0))
+
+
 def test_no_watchdog_for_another_pid():
     with Spawned(None) as sp:
         ns = os.path.join(sp.dir, "notify")
@@ -290,7 +360,7 @@ def test_no_watchdog_for_another_pid():
         # may only follow the first one a second later: a window of a second, no sleep.
         c = Client(os.path.join(sp.dir, "tpd.sock"))
         c.request({"op": "ping"})
-        while not any(t.endswith("; 1 connections") for t in got):
+        while not any(t.endswith("; 1 connection") for t in got):
             m = recv_notify(sock, TIMEOUT)
             check(m is not None, "no STATUS= with the connection: %r", got)
             got.append(m[1])

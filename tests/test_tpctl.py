@@ -410,7 +410,8 @@ def test_tcp_tokens_exit_77():
         with open(path, "w") as f:
             f.write(text)
     try:
-        with Daemon("--token-file", submit_tok, "--admin-token-file", admin_tok, tcp=True) as d:
+        with Daemon("--token-file", submit_tok, "--admin-token-file", admin_tok, tcp=True,
+                    tcp_auth="token") as d:
             host = "127.0.0.1:%d" % d.port
 
             def over_tcp(*args):

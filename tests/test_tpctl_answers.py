@@ -125,7 +125,7 @@ def test_hello_gives_up():
     with open(tok, "w") as f:
         f.write("s3cret\n")
     try:
-        with Daemon("--token-file", tok, tcp=True) as d, stopped(d):
+        with Daemon("--token-file", tok, tcp=True, tcp_auth="token") as d, stopped(d):
             gives_up(["-H", "127.0.0.1:%d" % d.port, "--token-file", tok,
                       "--timeout-answer", "1s"], "stats", what="hello")
     finally:

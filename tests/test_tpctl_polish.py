@@ -570,7 +570,7 @@ def test_token_messages_say_what_to_do_in_one_line():
         with open(path, "w") as f:
             f.write(text)
     try:
-        with Daemon("--token-file", good, tcp=True) as d:
+        with Daemon("--token-file", good, tcp=True, tcp_auth="token") as d:
             host = "127.0.0.1:%d" % d.port
             env = clean_env()
             jobs = write_file(d, "jobs", '{"kind":"echo","value":1}\n' * 5)

@@ -96,8 +96,8 @@ class Notify:
 
 
 class Daemon:
-    def __init__(self, *args, workers=2, queue=16, tcp=False, env=None, sock_name="tpd.sock",
-                 start=True):
+    def __init__(self, *args, workers=2, queue=16, tcp=False, tcp_auth="none", env=None,
+                 sock_name="tpd.sock", start=True):
         self.dir = tempfile.mkdtemp(prefix="tpdtest-")
         self.sock = os.path.join(self.dir, sock_name)
         self.log_path = os.path.join(self.dir, "tpd.log")
@@ -108,7 +108,11 @@ class Daemon:
                      ] + list(args)
         self.tcp = tcp
         if tcp:
+            # a TCP listener needs a token file, or tcp_auth = none: a test with
+            # token files passes tcp_auth="token" (tcp_auth=None: no flag)
             self.args += ["-l", "127.0.0.1:0"]
+            if tcp_auth is not None:
+                self.args += ["--tcp-auth", tcp_auth]
         self.env = dict(os.environ if env is None else env)
         self.notify = Notify(os.path.join(self.dir, "notify"))
         self.env["NOTIFY_SOCKET"] = self.notify.path

@@ -251,8 +251,10 @@ check_op(const struct request *req)
 	} else if (strcmp(op, OP_RESIZE) == 0) {
 		struct proto_resize rs;
 		if (read_outcome(req, op, proto_read_resize(req, &rs, &msg), msg) == 0) {
-			if (rs.size < 1 || rs.size > PROTO_MAX_POOL_SIZE)
-				broken("resize size %llu passed", (unsigned long long)rs.size);
+			/* the range is the pool's (op_resize): the reader passes the integer on */
+			json_t *size = json_object_get(root, FIELD_SIZE);
+			if (!json_is_integer(size) || json_integer_value(size) != rs.size)
+				broken("resize size %lld read", (long long)rs.size);
 			check_read_string(root, FIELD_POOL, rs.pool, WIRE_DEFAULT_POOL);
 		}
 	} else if (strcmp(op, OP_SHUTDOWN) == 0) {
