@@ -110,9 +110,12 @@ def test_a_cancelled_rerun_task_is_not_run_again():
         with st.daemon(workers=1) as d:
             c = d.client()
             # it ignores SIGTERM: the cancel waits for kill_grace, and tpd dies meanwhile
-            rid, acc = c.submit({"kind": "exec", "argv": ["sh", "-c", "trap '' TERM; sleep 60"]},
+            ready = os.path.join(st.root, "ready")
+            rid, acc = c.submit({"kind": "exec", "argv": ["sh", "-c", "trap '' TERM; touch %s; "
+                                                          "sleep 60" % ready]},
                                 on_lost="rerun", stream=True)
             c.recv_id(rid, "started")
+            eventually(lambda: os.path.exists(ready), "the program ignores SIGTERM")
             c.request({"op": "cancel", "task": acc["task"]}, "ok")
             kill9(d)
         with st.daemon(workers=1) as d:
