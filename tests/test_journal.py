@@ -145,6 +145,31 @@ def test_a_reload_keeps_the_journal_as_it_started():
             check(j["state"] == "ok" and j["sync"] == "commit", "%r", j)
 
 
+def test_list_and_labels_after_a_restart():
+    with State() as st:
+        with st.daemon(workers=1, queue=16) as d:
+            c = d.client()
+            _, done = c.submit({"kind": "echo", "value": 1}, label="finished one")
+            c.done(1)
+            _, run = c.submit({"kind": "sleep", "ms": 60000}, label="running one")
+            eventually(lambda: c.request({"op": "status", "task": run["task"]})["state"]
+                       == "running", "it runs")
+            _, queued = c.submit({"kind": "echo", "value": 2}, label="queued one")
+            kill9(d)
+        with st.daemon(workers=1, queue=16) as d:
+            c = d.client()
+            wait_done(c, queued["task"])
+            tasks = {t["task"]: t for t in c.request({"op": "list"})["tasks"]}
+            check([t for t in sorted(tasks, reverse=True)] == [t["task"] for t in
+                  c.request({"op": "list"})["tasks"]], "newest first: %r", tasks)
+            for ev, label, state in ((done, "finished one", "succeeded"),
+                                     (run, "running one", "lost"),
+                                     (queued, "queued one", "succeeded")):
+                t = tasks.get(ev["task"])
+                check(t is not None and t["label"] == label and t["state"] == state,
+                      "task %d after the restart: %r", ev["task"], t)
+
+
 def test_on_lost_is_checked():
     with State() as st, st.daemon() as d:
         c = d.client()
