@@ -22,6 +22,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -88,9 +89,11 @@ class Bench:
 
     def tpd(self, name, workers, extra=()):
         sock = os.path.join(self.tmp, name + ".sock")
+        # each tpd its own state_dir (the journal: on, journal_sync commit, by default)
         argv = [self.prog("tpd"), "-f", "-s", sock, "-w", str(workers),
                 "-q", "4096", "--limit", "64", "--max-connections", "20000",
-                "--log-level", "warning"] + list(extra)
+                "--log-level", "warning",
+                "--state-dir", os.path.join(self.tmp, name + ".state")] + list(extra)
         p = self.start(name, argv, sock)
         self.tpbench(sock, ["--op", "ping", "-n", "1", "--connect-timeout", "10000"])
         return p, sock
@@ -215,6 +218,36 @@ class Bench:
             if best is None or r["rate"] > best["rate"]:
                 best = r
         return best
+
+    @staticmethod
+    def journal_stats(sock):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(sock)
+        s.sendall(b'{"op":"stats"}\n')
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        s.close()
+        return json.loads(buf)["journal"]
+
+    def round_journal(self):
+        """Echo through tpd -w 2 with journal off, none, interval and commit, side by side."""
+        for mode, (p, sock) in self.jtpds.items():
+            for conns, window in ((1, 64), (50, 1)):
+                before = self.journal_stats(sock)
+                t0 = time.monotonic()
+                fig = self.load(sock, ["--echo", "64"], conns, window, p)
+                el = time.monotonic() - t0
+                after = self.journal_stats(sock)
+                if after.get("state") != "off":
+                    syncs = after["syncs"] - before["syncs"]
+                    recs = after["records_written"] - before["records_written"]
+                    fig["records_per_sync"] = recs / syncs if syncs else None
+                    fig["syncs_per_s"] = syncs / el
+                self.record("journal %s echo %dx%d" % (mode, conns, window), fig)
 
     def round_exec(self):
         self.record("tpd exec true -w 2", self.load(self.tpd2s, ["--exec", "true"], 1, 8,
@@ -448,7 +481,12 @@ class Bench:
             self.notes.append("exec tasks do not run in this tpd (a probe got %d errors, "
                               "%d failed): the exec rows are missing" %
                               (probe["errors"], probe["failed"]))
-        parts = [("throughput", self.round_throughput), ("exec", self.round_exec),
+        self.jtpds = {}
+        for mode in ("off", "none", "interval", "commit"):
+            extra = ["--journal", "off"] if mode == "off" else ["--journal-sync", mode]
+            self.jtpds[mode] = self.tpd("tpd-journal-" + mode, 2, extra)
+        parts = [("throughput", self.round_throughput), ("journal", self.round_journal),
+                 ("exec", self.round_exec),
                  ("idle", self.round_idle), ("resize", self.round_resize),
                  ("validate", self.round_validate), ("redis", self.round_redis)]
         only = set(a.only.split(",")) if a.only else None
@@ -526,6 +564,14 @@ class Bench:
              "redis exec true, 1 tpd", "local exec true 1x8, tpd-r1", 0.8)
         more("redis stream, exec true, 3 tpds vs 1", "redis exec true, 3 tpds",
              "redis exec true, 1 tpd", 1.0)
+        for shape in ("1x64", "50x1"):
+            more("echo %s: journal_sync none vs journal off" % shape,
+                 "journal none echo " + shape, "journal off echo " + shape, 0.85)
+            more("echo %s: journal_sync interval vs journal off" % shape,
+                 "journal interval echo " + shape, "journal off echo " + shape, 0.85)
+            more("echo %s: journal_sync commit vs journal off" % shape,
+                 "journal commit echo " + shape, "journal off echo " + shape,
+                 0.5 if shape == "1x64" else 0.0)
         return rows
 
     @staticmethod
@@ -584,6 +630,12 @@ class Bench:
                      for f in figs])
                 print("CPU per request, %s: server %.2f us, tpbench %.2f us" % (key, per, gen))
         self.print_redis()
+        for key, figs in self.results.items():
+            if key.startswith("journal ") and figs and figs[0].get("syncs_per_s") is not None:
+                rps = [f["records_per_sync"] for f in figs if f.get("records_per_sync")]
+                print("%s: %s fdatasyncs/s, %s records per fdatasync" % (
+                    key, "%.0f" % statistics.median([f["syncs_per_s"] for f in figs]),
+                    "%.1f" % statistics.median(rps) if rps else "-"))
         rs = self.results.get("tpd resize", [])
         if rs:
             every = sorted(t for r in rs for t in r["all_ms"])
@@ -623,8 +675,8 @@ def main():
     ap.add_argument("--duration", type=float, default=2.0, help="seconds measured per run")
     ap.add_argument("--warmup", type=float, default=0.5, help="seconds before measuring")
     ap.add_argument("--idle", type=int, default=10000, help="idle connections to hold")
-    ap.add_argument("--only", help="comma-separated parts: "
-                    "throughput,exec,idle,resize,validate,redis")
+    ap.add_argument("--only", help="comma-separated parts: throughput,journal,exec,idle,"
+                    "resize,validate,redis")
     ap.add_argument("--json", help="also write every figure to this file")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     args = ap.parse_args()

@@ -126,6 +126,11 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_DETACH           "detach"
 #define FIELD_STREAM           "stream"
 #define FIELD_QUEUE_TIMEOUT_MS "queue_timeout_ms"
+#define FIELD_ON_LOST          "on_lost"        /* submit: "lost" (default) or "rerun" */
+#define FIELD_ATTEMPT          "attempt"        /* started, done (journal on): 1 for the first run */
+#define FIELD_JOURNAL          "journal"        /* stats */
+#define ON_LOST_LOST           "lost"
+#define ON_LOST_RERUN          "rerun"
 #define FIELD_QUEUED           "queued"
 #define FIELD_STATE            "state"
 #define FIELD_QUEUED_MS        "queued_ms"

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "conf.h"
+#include "journal.h"
 #include "log.h"
 #include "units.h"
 #include "wire.h"
@@ -71,6 +72,10 @@ conf_init(struct conf *c)
 	c->exec_output_limit_max = 16 * 1024 * 1024;
 	c->exec_kill_grace_ms = 5000;
 	c->stream_budget = 256 * 1024;
+	c->journal = true;
+	c->journal_sync = JOURNAL_SYNC_COMMIT;
+	c->journal_sync_interval_ms = 100;
+	c->journal_max_bytes = 1024 * 1024 * 1024;
 	c->metrics_max_connections = 16;
 	c->metrics_timeout_ms = 10 * 1000;
 	c->metrics_max_header_bytes = 8 * 1024;
@@ -93,6 +98,7 @@ conf_free(struct conf *c)
 	free(c->admin_token_file);
 	free(c->containment);
 	free(c->cgroup_root);
+	free(c->state_dir);
 	free(c->metrics_listen);
 	for (size_t i = 0; i < c->nexec_env; i++)
 		free(c->exec_env[i]);
@@ -307,6 +313,9 @@ enum conf_kind {
 	KIND_LIMIT_SIZE,  /* uint64_t bytes, units.h's size */
 	KIND_LIMIT_COUNT, /* uint64_t, decimal digits */
 	KIND_LIMIT_CORES, /* uint64_t thousandths of a core, from "0.5", "2" */
+	KIND_DIR,       /* char *, a directory's path; empty = the default */
+	KIND_ONOFF,     /* bool, on or off */
+	KIND_JSYNC,     /* int, enum journal_sync: commit, interval or none */
 	KIND_HOSTPORT,  /* char *, one HOST:PORT; empty = none */
 	KIND_SOURCE_TYPE, /* char *, a source's type: redis-stream */
 	KIND_REDIS,     /* char *, unix:PATH or HOST:PORT */
@@ -362,6 +371,13 @@ static const struct conf_key conf_keys[] = {
 	{ SECT_DAEMON, "tcp_auth", KIND_TCP_AUTH, D(tcp_auth_none), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "containment", KIND_CONTAINMENT, D(containment), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "cgroup_root", KIND_PATH, D(cgroup_root), 0, 0, 0, NULL },
+	{ SECT_DAEMON, "state_dir", KIND_DIR, D(state_dir), 0, 0, 0, NULL },
+	{ SECT_DAEMON, "journal", KIND_ONOFF, D(journal), 0, 0, 0, NULL },
+	{ SECT_DAEMON, "journal_sync", KIND_JSYNC, D(journal_sync), 0, 0, 0, NULL },
+	{ SECT_DAEMON, "journal_sync_interval", KIND_DURATION, D(journal_sync_interval_ms), 1,
+	    60 * SEC, 0, NULL },
+	{ SECT_DAEMON, "journal_max_bytes", KIND_SIZE, D(journal_max_bytes), 256 * KIB,
+	    1024 * 1024 * GIB, 0, NULL },
 	{ SECT_DAEMON, "metrics_listen", KIND_HOSTPORT, D(metrics_listen), 0, 0, 0, NULL },
 	{ SECT_DAEMON, "metrics_max_connections", KIND_COUNT, D(metrics_max_connections), 1, 1024,
 	    0, NULL },
@@ -647,7 +663,8 @@ conf_flags_usage(FILE *out)
 		[KIND_ENV] = "NAME=VALUE", [KIND_CONTAINMENT] = "auto|cgroup|process",
 		[KIND_TCP_AUTH] = "token|none",
 		[KIND_PATH] = "CGROUP", [KIND_RUN_AS] = "USER", [KIND_LIMIT_SIZE] = "SIZE",
-		[KIND_LIMIT_COUNT] = "N", [KIND_LIMIT_CORES] = "CORES",
+		[KIND_LIMIT_COUNT] = "N", [KIND_LIMIT_CORES] = "CORES", [KIND_DIR] = "DIR",
+		[KIND_ONOFF] = "on|off", [KIND_JSYNC] = "commit|interval|none",
 		[KIND_HOSTPORT] = "HOST:PORT",
 	};
 	char text[CONF_NKEYS][CONF_FLAG_MAX + 24], name[CONF_FLAG_MAX], lo[32], hi[32];
@@ -1339,7 +1356,25 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 		*(bool *)slot = strcmp(value, "none") == 0;
 		return;
 	case KIND_PATH:
+	case KIND_DIR:
 		set_string(slot, value);
+		return;
+	case KIND_ONOFF:
+		if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0) {
+			key_error(l, k->name, "\"%s\" is not on or off", value);
+			return;
+		}
+		*(bool *)slot = strcmp(value, "on") == 0;
+		return;
+	case KIND_JSYNC:
+		if (strcmp(value, "commit") == 0)
+			*(int *)slot = JOURNAL_SYNC_COMMIT;
+		else if (strcmp(value, "interval") == 0)
+			*(int *)slot = JOURNAL_SYNC_INTERVAL;
+		else if (strcmp(value, "none") == 0)
+			*(int *)slot = JOURNAL_SYNC_NONE;
+		else
+			key_error(l, k->name, "\"%s\" is not commit, interval or none", value);
 		return;
 	case KIND_HOSTPORT:
 		set_hostport(l, k, slot, value);
@@ -1393,7 +1428,7 @@ key_assign(struct conf_load *l, const struct conf_key *k, char *base, const char
 {
 	if (*value == '\0' && k->kind != KIND_SOCKET && k->kind != KIND_GROUP &&
 	    k->kind != KIND_FILE && k->kind != KIND_LISTEN && k->kind != KIND_PATH &&
-	    k->kind != KIND_HOSTPORT) {
+	    k->kind != KIND_DIR && k->kind != KIND_HOSTPORT) {
 		key_error(l, k->name, "empty value");
 		return;
 	}

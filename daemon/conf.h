@@ -98,6 +98,11 @@ struct conf {
 	bool tcp_auth_none;             /* tcp_auth = none: TCP without a token (default: token) */
 	char *containment;              /* "auto" (default), "cgroup" or "process" */
 	char *cgroup_root;              /* NULL: the cgroup tpd was started in */
+	char *state_dir;                /* the journal's directory; NULL: the default rule */
+	bool journal;                   /* default on */
+	int journal_sync;               /* enum journal_sync; default commit */
+	uint64_t journal_sync_interval_ms; /* interval mode; default 100 ms */
+	size_t journal_max_bytes;       /* the journal's size on disk; default 1 GiB */
 	char *metrics_listen;           /* HOST:PORT of GET /metrics; NULL = off */
 	unsigned metrics_max_connections; /* open scrape connections at once; default 16 */
 	uint64_t metrics_timeout_ms;    /* a scrape connection idle this long is closed; 10 s */

@@ -91,6 +91,7 @@
 #include "blob.h"
 #include "conn.h"
 #include "daemon.h"
+#include "durable.h"
 #include "framing.h"
 #include "idmap.h"
 #include "log.h"
@@ -102,6 +103,7 @@
 #include "wire.h"
 
 #define CONN_SCRATCH (64 * 1024)  /* bytes taken from a socket per read */
+#define CONN_MARKS 4              /* journal batches a connection's output waits for */
 #define CONN_OUT_MIN 2048         /* first allocation of an output buffer */
 #define CONN_LINES_PER_WRITE 32   /* a long run of lines is answered in parts this long */
 #define CONN_ERROR_MAX 512        /* bytes of an error message, cut at a character boundary */
@@ -137,6 +139,16 @@ struct conn {
 	struct conn *next_stuck;  /* the list of connections whose socket is full... */
 	struct conn **prev_stuck; /* ...which c is on when this is not NULL */
 	struct conn *next_dead;   /* the graveyard (dead connections to free) */
+	struct conn *next_held;   /* the list of connections whose output waits for the journal... */
+	struct conn **prev_held;  /* ...which c is on when this is not NULL */
+	/*
+	 * The journal's hold (durable.c): bytes ever put in the output buffer,
+	 * sent, and marked with the batch they wait for; bytes up to safe may
+	 * go. marks: [end of bytes, batch], oldest first.
+	 */
+	uint64_t out_total, sent_total, tagged_total, safe_total;
+	struct { uint64_t end, batch; } marks[CONN_MARKS];
+	unsigned nmarks;
 	char *token_name;         /* TCP: the token hello presented, by name; NULL: none */
 	alignas(max_align_t) unsigned char evspace[]; /* its struct event */
 };
@@ -163,6 +175,8 @@ struct conn_out {
 };
 
 static struct idmap *conns;
+static struct conn *held_head;      /* output held until the journal's batch may be seen */
+static bool held_released;          /* the journal moved on: the held are written again */
 static uint64_t next_conn_id = 1;
 static size_t nunflushed;           /* live connections with output waiting */
 static struct conn *dirty_head;     /* to write at the end of the iteration */
@@ -177,6 +191,7 @@ static char scratch[CONN_SCRATCH];
 static unsigned lines_this_read;    /* lines handled from the current read */
 
 static void conn_io_cb(evutil_socket_t, short, void *);
+static void held_remove(struct conn *);
 static void conn_flush_cb(evutil_socket_t, short, void *);
 static void conn_reap_cb(evutil_socket_t, short, void *);
 static void conn_stall_cb(evutil_socket_t, short, void *);
@@ -510,6 +525,7 @@ conn_close(struct conn *c, const char *why)
 	conn_set_events(c, 0);
 	conn_drop_output(c);
 	dirty_remove(c);
+	held_remove(c);
 	if (why != NULL)
 		log_info("connection %llu (%s) closed: %s", (unsigned long long)c->id, conn_peer(c),
 		    why);
@@ -645,6 +661,79 @@ out_put(struct conn *c, const char *p, size_t n)
 {
 	memcpy(c->out->data + c->out->len, p, n);
 	c->out->len += n;
+	c->out_total += n;
+}
+
+static void
+held_add(struct conn *c)
+{
+	if (c->prev_held != NULL)
+		return;
+	c->next_held = held_head;
+	if (held_head != NULL)
+		held_head->prev_held = &c->next_held;
+	c->prev_held = &held_head;
+	held_head = c;
+}
+
+static void
+held_remove(struct conn *c)
+{
+	if (c->prev_held == NULL)
+		return;
+	*c->prev_held = c->next_held;
+	if (c->next_held != NULL)
+		c->next_held->prev_held = c->prev_held;
+	c->next_held = NULL;
+	c->prev_held = NULL;
+}
+
+void
+conn_journal_seen(void)
+{
+	if (held_head == NULL)
+		return;
+	held_released = true;
+	conn_schedule_flush();
+}
+
+/*
+ * How many of the n bytes c could send now may go: the output of a loop
+ * pass waits until the journal's records of that pass may be seen
+ * (durable.c). The bytes put since the last call are marked with the
+ * batch they wait for.
+ */
+static size_t
+journal_allows(struct conn *c, size_t n)
+{
+	uint64_t batch, seen;
+
+	if (!durable_on())
+		return n;
+	batch = durable_prepare();
+	seen = durable_seen();
+	if (c->tagged_total < c->out_total) {
+		if (c->nmarks == 0 && batch <= seen)
+			c->safe_total = c->out_total;
+		else if (c->nmarks > 0 && c->marks[c->nmarks - 1].batch == batch)
+			c->marks[c->nmarks - 1].end = c->out_total;
+		else if (c->nmarks == CONN_MARKS) {
+			/* folded into the newest: it waits a little longer, never less */
+			c->marks[c->nmarks - 1].end = c->out_total;
+			c->marks[c->nmarks - 1].batch = batch;
+		} else {
+			c->marks[c->nmarks].end = c->out_total;
+			c->marks[c->nmarks].batch = batch;
+			c->nmarks++;
+		}
+		c->tagged_total = c->out_total;
+	}
+	while (c->nmarks > 0 && c->marks[0].batch <= seen) {
+		c->safe_total = c->marks[0].end;
+		memmove(&c->marks[0], &c->marks[1], (c->nmarks - 1) * sizeof c->marks[0]);
+		c->nmarks--;
+	}
+	return c->safe_total - c->sent_total < n ? (size_t)(c->safe_total - c->sent_total) : n;
 }
 
 /* Copies a done into the output buffer: its head for c (the id), then body. -1 when out of memory. */
@@ -918,15 +1007,26 @@ static void
 conn_write(struct conn *c)
 {
 	struct conn_out *o = c->out;
-	ssize_t n;
+	size_t avail = o->len - o->off, may = journal_allows(c, avail);
+	ssize_t n = 0;
 
-	n = send(c->fd, o->data + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+	/* what the output stands for is in the journal first: the rest waits for it */
+	if (may > 0)
+		n = send(c->fd, o->data + o->off, may, MSG_NOSIGNAL | MSG_DONTWAIT);
 	if (n == -1) {
 		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
 			conn_output_failed(c, errno);
 			return;
 		}
 		n = 0;
+	}
+	c->sent_total += (uint64_t)n;
+	if (may < avail && (size_t)n == may) {
+		/* the socket took all it may: the rest goes when the journal moves on */
+		o->off += (size_t)n;
+		held_add(c);
+		conn_set_events(c, (short)(c->events & ~EV_WRITE));
+		return;
 	}
 	o->off += (size_t)n;
 	if (o->off == o->len)
@@ -1096,6 +1196,13 @@ conn_flush_cb(evutil_socket_t fd, short what, void *arg)
 
 	mailbox_poll(); /* dones already back join this write (no new flush is scheduled) */
 	flush_scheduled = false;
+	if (held_released) {
+		held_released = false;
+		while ((c = held_head) != NULL) {
+			held_remove(c);
+			dirty_add(c);
+		}
+	}
 	while ((c = dirty_head) != NULL) {
 		dirty_remove(c);
 		if (conn_can_write(c))

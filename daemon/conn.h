@@ -140,4 +140,10 @@ void conn_close_all(void);
  */
 void conn_refuse(int fd, const char *code, const char *message);
 
+/*
+ * The journal moved on (durable.c): the connections whose output waited for
+ * it are written again at the end of this loop pass.
+ */
+void conn_journal_seen(void);
+
 #endif

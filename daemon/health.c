@@ -12,6 +12,7 @@
 
 #include "conn.h"
 #include "daemon.h"
+#include "durable.h"
 #include "health.h"
 #include "log.h"
 #include "pools.h"
@@ -67,6 +68,7 @@ void
 health_status(void *arg, char *buf, size_t len)
 {
 	struct daemon *d = daemon_state;
+	const char *jstatus;
 	char d1[32];
 	size_t off = 0;
 	int n;
@@ -79,6 +81,8 @@ health_status(void *arg, char *buf, size_t len)
 } while (0)
 
 	buf[0] = '\0';
+	if ((jstatus = durable_status()) != NULL)
+		APPEND("%s; ", jstatus);
 	if (d->phase != DAEMON_RUNNING)
 		APPEND("%s, %llu task%s left; ", d->phase == DAEMON_DRAINING ? "draining" :
 		    "stopping", (unsigned long long)tasks_outstanding(),

@@ -8,6 +8,7 @@
 #include "cgroup.h"
 #include "conn.h"
 #include "daemon.h"
+#include "durable.h"
 #include "log.h"
 #include "ops.h"
 #include "pools.h"
@@ -37,6 +38,8 @@ op_stats(struct conn *c, struct request *req)
 	struct daemon *d = daemon_state;
 	struct proto_pool_stats pools[CONF_MAX_POOLS * 2];
 	struct proto_stats st;
+	struct proto_journal_stats pj;
+	struct journal_stats js;
 	struct proto_text pt;
 	char *msg = NULL;
 
@@ -62,6 +65,29 @@ op_stats(struct conn *c, struct request *req)
 	st.version = PACKAGE_VERSION;
 	st.containment = cgroup_containment();
 	st.phase = phase_name(d->phase);
+	memset(&pj, 0, sizeof pj);
+	pj.state = "off";
+	if (durable_stats(&js)) {
+		pj.state = js.state;
+		pj.path = js.path;
+		pj.error = js.error;
+		pj.sync = js.sync_mode;
+		pj.at_limit = js.at_limit;
+		pj.bytes = js.bytes;
+		pj.max_bytes = js.max_bytes;
+		pj.segment_bytes = journal_segment_bytes(js.max_bytes);
+		pj.segments = js.segments;
+		pj.records = js.records;
+		pj.appended = js.appended;
+		pj.batches = js.batches;
+		pj.syncs = js.syncs;
+		pj.last_sync_us = js.last_sync_us;
+		pj.max_sync_us = js.max_sync_us;
+		pj.compactions = js.compactions;
+		pj.last_compaction_us = js.last_compaction_us;
+		pj.recoveries = js.recoveries;
+	}
+	st.journal = &pj;
 	st.tcp_auth = auth_tcp_mode();
 	st.sources = sources_stats();
 	proto_encode_stats(&pt, req->id, &st);

@@ -10,6 +10,7 @@
 #include "conf.h"
 #include "conn-sink.h"
 #include "daemon.h"
+#include "durable.h"
 #include "log.h"
 #include "ops.h"
 #include "pools.h"
@@ -77,16 +78,23 @@ op_submit(struct conn *c, struct request *req)
 {
 	struct proto_submit sub;
 	struct task_options o;
+	enum pool_verdict v;
 	char owner[CONN_OWNER_MAX];
 	struct proto_task view;
 	struct proto_text pt;
 	const struct conf_pool *cp;
 	struct pools_entry *e;
 	struct task *t;
-	char *msg = NULL;
+	const char *why;
+	char *msg = NULL, *spec_text = NULL;
 
 	if (proto_read_submit(req, &sub, &msg) == -1) {
 		ops_bad_request(c, req, msg);
+		return;
+	}
+	if (!durable_writable(&why)) {
+		/* nothing is accepted that the journal cannot keep; accepted work goes on */
+		send_rejected(c, req, ERR_STORAGE, "%s", why);
 		return;
 	}
 	if ((e = pools_find(sub.pool)) == NULL) {
@@ -104,19 +112,32 @@ op_submit(struct conn *c, struct request *req)
 		return;
 	}
 	memset(&o, 0, sizeof o);
-	if ((t = parse_task(c, req, sub.task, e, &o.timeout_ms)) == NULL)
+	/* the journal keeps the task as sent: a kind's parse may take fields out of it */
+	if (durable_on() && (spec_text = json_dumps(sub.task, JSON_COMPACT)) == NULL) {
+		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
 		return;
+	}
+	o.spec_text = spec_text;
+	if ((t = parse_task(c, req, sub.task, e, &o.timeout_ms)) == NULL) {
+		free(spec_text);
+		return;
+	}
 	o.pool = e;
 	o.owner = conn_owner(c, owner, sizeof owner);
 	o.stream = sub.stream;
 	o.label = sub.label;
 	o.queue_timeout_ms = sub.queue_timeout_ms;
+	o.on_lost_rerun = sub.on_lost_rerun;
+	o.attempt = durable_on() ? 1 : 0;
 	if (!sub.detach && (o.sink = conn_sink_new(c, req->id, sub.stream, false)) == NULL) {
 		task_free(t);
+		free(spec_text);
 		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
 		return;
 	}
-	switch (tasks_submit(t, &o)) {
+	v = tasks_submit(t, &o);
+	free(spec_text);
+	switch (v) {
 	case POOL_ACCEPTED:
 		break;
 	case POOL_REJECTED_CLOSED:
@@ -260,6 +281,7 @@ op_cancel(struct conn *c, struct request *req)
 
 	if (t == NULL)
 		return;
+	durable_cancel(t);
 	tasks_cancel(t);
 	proto_encode_cancelled(&pt, req->id, t->id, tasks_state(t));
 	conn_send_text(c, &pt);

@@ -319,7 +319,7 @@ static const char *const hello_fields[] = { FIELD_OP, FIELD_ID, FIELD_TOKEN, FIE
 static const char *const plain_fields[] = { FIELD_OP, FIELD_ID, NULL };
 /* in the order of submit's bits below */
 static const char *const submit_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, FIELD_POOL,
-    FIELD_DETACH, FIELD_STREAM, FIELD_QUEUE_TIMEOUT_MS, FIELD_LABEL, NULL };
+    FIELD_DETACH, FIELD_STREAM, FIELD_QUEUE_TIMEOUT_MS, FIELD_LABEL, FIELD_ON_LOST, NULL };
 static const char *const list_fields[] = { FIELD_OP, FIELD_ID, FIELD_STATE, FIELD_POOL,
     FIELD_OWNER, FIELD_LABEL, FIELD_LIMIT, FIELD_BEFORE, NULL };
 static const char *const task_ref_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, NULL };
@@ -387,9 +387,11 @@ int
 proto_read_submit(const struct request *req, struct proto_submit *out, char **msg)
 {
 	/* Only the fields a request has are looked up: bit F_x of present says x is there. */
-	enum { F_OP, F_ID, F_TASK, F_POOL, F_DETACH, F_STREAM, F_QUEUE_TIMEOUT, F_LABEL };
+	enum { F_OP, F_ID, F_TASK, F_POOL, F_DETACH, F_STREAM, F_QUEUE_TIMEOUT, F_LABEL,
+	    F_ON_LOST };
 	uint32_t present = 0;
 	json_t *root = req->root;
+	const char *on_lost = ON_LOST_LOST;
 
 	memset(out, 0, sizeof *out);
 	out->pool = WIRE_DEFAULT_POOL;
@@ -404,11 +406,17 @@ proto_read_submit(const struct request *req, struct proto_submit *out, char **ms
 	    ((present & 1u << F_QUEUE_TIMEOUT) && proto_get_uint(root, FIELD_QUEUE_TIMEOUT_MS,
 	    false, 1, PROTO_MAX_TIMEOUT_MS, &out->queue_timeout_ms, msg) == -1) ||
 	    ((present & 1u << F_LABEL) &&
-	    proto_get_string(root, FIELD_LABEL, false, &out->label, msg) == -1))
+	    proto_get_string(root, FIELD_LABEL, false, &out->label, msg) == -1) ||
+	    ((present & 1u << F_ON_LOST) &&
+	    proto_get_string(root, FIELD_ON_LOST, false, &on_lost, msg) == -1))
 		return -1;
 	if (strlen(out->label) > WIRE_MAX_LABEL)
 		return cause_set(msg, "field \"%s\" is %zu bytes long, longer than %d",
 		    FIELD_LABEL, strlen(out->label), WIRE_MAX_LABEL);
+	if (strcmp(on_lost, ON_LOST_LOST) != 0 && strcmp(on_lost, ON_LOST_RERUN) != 0)
+		return cause_set(msg, "field \"%s\" must be \"%s\" or \"%s\"", FIELD_ON_LOST,
+		    ON_LOST_LOST, ON_LOST_RERUN);
+	out->on_lost_rerun = strcmp(on_lost, ON_LOST_RERUN) == 0;
 	out->task = (present & 1u << F_TASK) ? json_object_get(root, FIELD_TASK) : NULL;
 	if (out->task == NULL)
 		return cause_set(msg, "missing field \"%s\"", FIELD_TASK);

@@ -75,6 +75,7 @@ struct proto_submit {
 	bool detach;
 	bool stream;
 	uint64_t queue_timeout_ms;  /* 0: none */
+	bool on_lost_rerun;         /* on_lost: "rerun" */
 	const char *label;          /* "" when absent; at most WIRE_MAX_LABEL bytes */
 	json_t *task;               /* the task object (borrowed) */
 };
@@ -200,6 +201,7 @@ struct proto_task {
 	bool finished;              /* queued_us and run_us are known */
 	uint64_t queued_us;
 	uint64_t run_us;
+	uint32_t attempt;           /* done: its run's number (journal on), 0 = not said */
 	json_t *result;             /* done: the result, NULL = none */
 	const char *error_code;     /* done: ERR_*, NULL = no error */
 	const char *error_message;
@@ -212,7 +214,19 @@ struct proto_pool_stats {
 	bool removed;
 };
 
+/* stats' "journal" object (journal.h's figures); state "off" alone when it is off. */
+struct proto_journal_stats {
+	const char *state;          /* "ok", "failed", "off" */
+	const char *path;
+	const char *error;          /* failed: why; else NULL */
+	const char *sync;           /* journal_sync */
+	bool at_limit;
+	uint64_t bytes, max_bytes, segment_bytes, segments, records, appended, batches, syncs;
+	uint64_t last_sync_us, max_sync_us, compactions, last_compaction_us, recoveries;
+};
+
 struct proto_stats {
+	const struct proto_journal_stats *journal;
 	const struct proto_pool_stats *pools;
 	size_t npools;
 	uint64_t connections;

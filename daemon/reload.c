@@ -181,6 +181,20 @@ daemon_reload(void)
 	    str_differs(nc.cgroup_root, d->conf.cgroup_root))
 		log_warnx("reload: containment and cgroup_root take effect at the next start; "
 		    "containment stays %s", cgroup_containment());
+	if (str_differs(nc.state_dir, d->conf.state_dir) || nc.journal != d->conf.journal ||
+	    nc.journal_sync != d->conf.journal_sync ||
+	    nc.journal_sync_interval_ms != d->conf.journal_sync_interval_ms ||
+	    nc.journal_max_bytes != d->conf.journal_max_bytes) {
+		log_warnx("reload: state_dir and the journal's keys take effect at the next start; "
+		    "the journal stays as it is");
+		/* what stats and the journal say stays true until then */
+		free(nc.state_dir);
+		nc.state_dir = d->conf.state_dir != NULL ? strdup(d->conf.state_dir) : NULL;
+		nc.journal = d->conf.journal;
+		nc.journal_sync = d->conf.journal_sync;
+		nc.journal_sync_interval_ms = d->conf.journal_sync_interval_ms;
+		nc.journal_max_bytes = d->conf.journal_max_bytes;
+	}
 	metrics_reload(&nc);
 	reload_pools(&nc);
 	log_set_level(nc.log_level);

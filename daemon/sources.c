@@ -179,6 +179,7 @@ host_submit(void *ctx, const struct source_task *st, uint64_t *task_id, char **c
 	o.timeout_ms = ts.timeout_ms;
 	o.queue_timeout_ms = st->queue_timeout_ms;
 	o.owner = me->owner;
+	o.kept_elsewhere = true;    /* Redis delivers it again: the journal leaves it out */
 	o.label = st->label;
 	switch (tasks_submit(t, &o)) {
 	case POOL_ACCEPTED:
@@ -261,7 +262,7 @@ src_retire(struct src *s)
 int
 sources_start(struct event_base *base, const struct conf *c, char **cause)
 {
-	struct tasks_hooks h = { NULL, NULL, finished_hook, NULL };
+	struct tasks_hooks h = { .finished = finished_hook };
 
 	src_base = base;
 	if (!hooks_added) {

@@ -539,4 +539,5 @@ const struct task_kind task_kind_exec = {
 	.follow = exec_follow,
 	.free = exec_free,
 	.announces_start = true,        /* "started" once the process runs (exec-run.c) */
+	.effects = true,                /* a program: its start is recorded before it runs */
 };

@@ -48,6 +48,21 @@ static struct {
 } budget = { .lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT,
     .bytes = 256 * 1024 };
 
+/* The wait of a start_barrier task for its STARTED record (a leaf lock). */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+} recorded = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER };
+
+void
+task_start_recorded(struct task *t)
+{
+	pthread_mutex_lock(&recorded.lock);
+	t->start_recorded = true;
+	pthread_cond_broadcast(&recorded.cv);
+	pthread_mutex_unlock(&recorded.lock);
+}
+
 static void
 budget_init(void)
 {
@@ -139,8 +154,9 @@ task_describe(const struct task *t, struct proto_task *v)
 	v->id = t->id;
 	v->pool = t->pool_name;
 	v->owner = t->owner;
+	v->attempt = t->attempt;
 	v->label = t->label;
-	v->kind = t->kind->name;
+	v->kind = t->kind != NULL ? t->kind->name : ""; /* "": a task the journal knew only by its end */
 }
 
 /* Loop thread: a stream event (or the start) reaches the registry. */
@@ -238,6 +254,13 @@ task_work(struct pool_job *j)
 		task_emit(t, proto_event_started(0), 0);
 	else if (t->notify_start)
 		post_event(t, NULL, 0, 0);      /* no event: weighs nothing, never waits */
+	if (t->start_barrier) {
+		/* the loop records the start (durable.c) before the program may run */
+		pthread_mutex_lock(&recorded.lock);
+		while (!t->start_recorded)
+			pthread_cond_wait(&recorded.cv, &recorded.lock);
+		pthread_mutex_unlock(&recorded.lock);
+	}
 	return t->kind->run(t);
 }
 
@@ -302,6 +325,7 @@ task_pool_done(struct pool_job *j, enum pool_state state, uint64_t queued_us, ui
 	char buf[160];
 
 	t->state = state;
+	queued_us += t->queued_before_us;
 	t->queued_us = queued_us;
 	t->run_us = run_us;
 	t->final_state = task_state_name(state);
@@ -356,7 +380,7 @@ task_parse(const struct task_kind *kind, json_t *spec, const struct task_context
 void
 task_lighten(struct task *t)
 {
-	if (t->kind->free != NULL && t->kind_data != NULL)
+	if (t->kind != NULL && t->kind->free != NULL && t->kind_data != NULL)
 		t->kind->free(t);
 	t->kind_data = NULL;
 	json_decref(t->result);

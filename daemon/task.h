@@ -65,6 +65,11 @@ struct task_kind {
 	void (*free)(struct task *t);
 	/* run emits "started" itself (exec: when the process starts). */
 	bool announces_start;
+	/*
+	 * run has effects outside tpd (exec: a program): with the journal on,
+	 * its worker waits until the start is recorded before running it.
+	 */
+	bool effects;
 };
 
 /* Who submitted a task, as its kind's parse may need it (exec's run_as = caller). */
@@ -113,11 +118,20 @@ struct task {
 
 	atomic_bool started;        /* set by the worker when run begins */
 	bool notify_start;          /* the registry hears when the run begins (its hooks) */
+	bool start_barrier;         /* the worker waits for start_recorded before the run */
+	bool start_recorded;        /* under task.c's record lock */
+	const char *spec_text;      /* the submit's task object as JSON: borrowed, in tasks_submit */
 
 	/* the registry's (tasks.c), loop thread only */
 	struct pools_entry *pool_entry; /* its pool; alive until this task's done */
 	char *pool_name;
 	char *owner;                /* "uid:N", "token:NAME", "tcp:anonymous", ...: set at submit */
+	bool kept_elsewhere;        /* task_options.kept_elsewhere: not in the journal */
+	uint32_t attempt;           /* its run's number, from 1 (journal on); 0: not counted */
+	bool on_lost_rerun;         /* runs again after a crash rather than ending lost */
+	uint64_t queued_before_us;  /* queued before a restart: added to its queued_ms */
+	uint64_t accepted_wall_us;  /* wall clock, for the journal */
+	void *jdata;                /* the journal's (durable.c) */
 	char *label;                /* submit's label, "" when none */
 	struct task *list_older, *list_newer; /* every registered task, by id (list) */
 	struct task_sink *sinks;    /* where its events go: the submitter's first, then waits */
@@ -200,6 +214,12 @@ int task_emit(struct task *t, json_t *event, size_t weight);
 
 /* Loop thread: weight bytes of t's stream events were taken; a blocked task_emit may go on. */
 void task_stream_taken(struct task *t, size_t weight);
+
+/*
+ * Loop thread: t's start is recorded (durable.c, once its batch may be
+ * seen); a worker waiting for it before the run (start_barrier) goes on.
+ */
+void task_start_recorded(struct task *t);
 
 /* Any thread: wakes every task_emit blocked on its budget (after a cancel, at shutdown). */
 void task_wake_streams(void);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "blob.h"
 #include "daemon.h"
@@ -42,8 +43,19 @@ static uint64_t results_forgotten;  /* forgotten before result_ttl for result_re
 static struct tasks_hooks hooks[TASKS_MAX_HOOKS];
 static size_t nhooks;
 static bool hooks_want_start;       /* some hook has a started */
+static bool start_barrier;          /* tasks_set_start_barrier */
 
 static void task_event(struct task *, json_t *, size_t);
+
+/* Wall clock, microseconds since the epoch: what the journal's records keep. */
+static uint64_t
+wall_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
 static void task_finish(struct task *);
 
 /* ------------------------------------------------------------ hooks */
@@ -86,6 +98,14 @@ hooks_finished(struct task *t)
 			hooks[i].finished(t, hooks[i].arg);
 }
 
+static void
+hooks_forgotten(struct task *t)
+{
+	for (size_t i = 0; i < nhooks; i++)
+		if (hooks[i].forgotten != NULL)
+			hooks[i].forgotten(t, hooks[i].arg);
+}
+
 /* The first hooks: the debug log of each task's acceptance and end. */
 static void
 log_accepted(struct task *t, void *arg)
@@ -105,7 +125,7 @@ int
 tasks_init(char **cause)
 {
 	static const struct task_handlers h = { task_event, task_finish };
-	static const struct tasks_hooks log_hooks = { log_accepted, NULL, log_finished, NULL };
+	static const struct tasks_hooks log_hooks = { log_accepted, NULL, log_finished, NULL, NULL };
 
 	if (tasks == NULL && (tasks = idmap_new()) == NULL)
 		return cause_set(cause, "out of memory for the task registry");
@@ -161,11 +181,23 @@ discard(struct task *t)
 
 /* ------------------------------------------------------------ submit */
 
+/* ids grow (the journal's replay too, in id order): the newest task is the head of the list */
+static void
+list_add(struct task *t)
+{
+	t->list_older = newest_task;
+	t->list_newer = NULL;
+	if (newest_task != NULL)
+		newest_task->list_newer = t;
+	newest_task = t;
+}
+
 enum pool_verdict
 tasks_submit(struct task *t, const struct task_options *o)
 {
 	enum pool_verdict v;
 
+	t->kept_elsewhere = o->kept_elsewhere;
 	if ((t->pool_name = strdup(o->pool->name)) == NULL ||
 	    (o->owner != NULL && (t->owner = strdup(o->owner)) == NULL) ||
 	    (t->label = strdup(o->label != NULL ? o->label : "")) == NULL) {
@@ -175,7 +207,11 @@ tasks_submit(struct task *t, const struct task_options *o)
 		t->pool_name = t->owner = t->label = NULL;
 		return POOL_REJECTED_FULL;
 	}
-	t->id = next_task_id;
+	t->id = o->id != 0 ? o->id : next_task_id;
+	t->attempt = o->attempt;
+	t->on_lost_rerun = o->on_lost_rerun;
+	t->queued_before_us = o->queued_before_us;
+	t->accepted_wall_us = o->accepted_wall_us != 0 ? o->accepted_wall_us : wall_now_us();
 	t->pool_entry = o->pool;
 	t->stream = o->stream;
 	t->timeout_us = o->timeout_ms * 1000;
@@ -183,6 +219,8 @@ tasks_submit(struct task *t, const struct task_options *o)
 	t->job.queue_deadline_us = o->queue_timeout_ms != 0 ?
 	    clock_now_us() + o->queue_timeout_ms * 1000 : 0;
 	t->notify_start = hooks_want_start;
+	t->start_barrier = start_barrier && !t->kept_elsewhere && t->kind != NULL && t->kind->effects;
+	t->spec_text = o->spec_text;
 	/* Registered before submitting: the done may be posted at once. */
 	if (idmap_put(tasks, t->id, t) == -1) {
 		free(t->pool_name);
@@ -200,18 +238,15 @@ tasks_submit(struct task *t, const struct task_options *o)
 		t->pool_name = t->owner = t->label = NULL;
 		return v;
 	}
-	next_task_id++;
-	/* ids grow: the newest task is the head of the list */
-	t->list_older = newest_task;
-	t->list_newer = NULL;
-	if (newest_task != NULL)
-		newest_task->list_newer = t;
-	newest_task = t;
+	if (t->id >= next_task_id)
+		next_task_id = t->id + 1;
+	list_add(t);
 	if (o->sink != NULL)
 		tasks_add_sink(t, o->sink);
 	outstanding++;
 	pools_task_accepted(o->pool);
 	hooks_accepted(t);
+	t->spec_text = NULL;
 	return v;
 }
 
@@ -327,6 +362,9 @@ task_event(struct task *t, json_t *event, size_t weight)
 	hooks_started(t);
 	if (event == NULL)
 		return;
+	if (t->attempt > 0 && json_is_object(event) &&
+	    strcmp(json_string_value(json_object_get(event, FIELD_EVENT)), EV_STARTED) == 0)
+		json_object_set_new(event, FIELD_ATTEMPT, json_integer(t->attempt));
 	if (left == 0) {
 		task_stream_taken(t, weight);
 		return;
@@ -427,6 +465,7 @@ tasks_prune(void)
 		nretained--;
 		retained_bytes -= retained_cost(t);
 		idmap_remove(tasks, t->id);
+		hooks_forgotten(t);
 		discard(t);
 	}
 }
@@ -447,6 +486,77 @@ uint64_t
 tasks_results_forgotten(void)
 {
 	return results_forgotten;
+}
+
+int
+tasks_restore_finished(struct task *t, struct blob *done_text, const char *state,
+    uint64_t finished_wall_us)
+{
+	uint64_t now = wall_now_us(), age;
+
+	if (idmap_put(tasks, t->id, t) == -1) {
+		blob_release(done_text);
+		task_free(t);
+		return -1;
+	}
+	t->done_text = done_text;
+	t->final_state = state;
+	t->finished = true;
+	/* result_ttl counts from the end, by wall time: the monotonic clock began again */
+	age = now > finished_wall_us ? now - finished_wall_us : 0;
+	t->finished_us = clock_now_us() > age ? clock_now_us() - age : 0;
+	if (t->id >= next_task_id)
+		next_task_id = t->id + 1;
+	if (t->label == NULL && (t->label = strdup("")) == NULL) {
+		idmap_remove(tasks, t->id);
+		task_free(t);
+		return -1;
+	}
+	list_add(t);
+	retain(t);
+	tasks_prune();
+	return 0;
+}
+
+void
+tasks_set_start_barrier(bool on)
+{
+	start_barrier = on;
+}
+
+struct each {
+	void (*fn)(struct task *, void *);
+	void *arg;
+};
+
+static void
+each_one(void *value, void *arg)
+{
+	struct each *e = arg;
+
+	e->fn(value, e->arg);
+}
+
+void
+tasks_each(void (*fn)(struct task *t, void *arg), void *arg)
+{
+	struct each e = { fn, arg };
+
+	if (tasks != NULL)
+		idmap_each(tasks, each_one, &e);
+}
+
+void
+tasks_set_next_id(uint64_t next)
+{
+	if (next > next_task_id)
+		next_task_id = next;
+}
+
+uint64_t
+tasks_next_id(void)
+{
+	return next_task_id;
 }
 
 bool
@@ -474,4 +584,5 @@ tasks_free_all(void)
 	retained_bytes = 0;
 	nhooks = 0;
 	hooks_want_start = false;
+	start_barrier = false;
 }

@@ -65,6 +65,21 @@ struct task_options {
 	uint64_t timeout_ms;        /* 0: none */
 	uint64_t queue_timeout_ms;  /* 0: none; past it a queued task ends expired */
 	const char *owner;          /* who it belongs to: "uid:N", "token:NAME", ... (copied) */
+	bool on_lost_rerun;         /* on_lost: "rerun" */
+	/*
+	 * kept elsewhere: its source delivers it again after a crash (a Redis
+	 * stream's pending entry), so the journal leaves it out: replaying it
+	 * too would run it twice, and its source's sink is gone after a restart.
+	 */
+	bool kept_elsewhere;
+	/* the submit's task object as JSON text, as sent (before the kind's parse) */
+	const char *spec_text;
+	/* a task the journal brings back at start (durable.c); 0 for a new submit: */
+	uint64_t id;                /* its id */
+	uint32_t attempt;           /* its run's number (0: none counted) */
+	uint64_t queued_before_us;  /* how long it was queued before the restart */
+	uint64_t accepted_wall_us;  /* when it was first accepted, wall clock */
+	/* what comes next goes here (label), onto the task */
 	const char *label;          /* the client's name for it, NULL or "": none (copied) */
 	/* what comes next goes here (attempt, on_lost), onto the task */
 };
@@ -82,6 +97,8 @@ struct tasks_hooks {
 	void (*accepted)(struct task *t, void *arg);
 	void (*started)(struct task *t, void *arg);
 	void (*finished)(struct task *t, void *arg);
+	/* a finished task is no longer retained (tasks_prune): it is gone */
+	void (*forgotten)(struct task *t, void *arg);
 	void *arg;
 };
 
@@ -100,6 +117,32 @@ int tasks_add_hooks(const struct tasks_hooks *hooks, char **cause);
  * owns t (task_free) and o->sink (its release).
  */
 enum pool_verdict tasks_submit(struct task *t, const struct task_options *o);
+
+/*
+ * Start, the journal's replay (durable.c): a task that ended before the
+ * restart, retained again as it was (done_text is its done's body, state
+ * its terminal state, finished_wall_us when it ended, wall clock), or one
+ * that ends now without running (lost). t is a task_parse'd task or a
+ * bare calloc'd one (kind NULL) with id, pool_name and owner set; the
+ * registry takes it. Returns 0, or -1 (memory) with t freed.
+ */
+int tasks_restore_finished(struct task *t, struct blob *done_text, const char *state,
+    uint64_t finished_wall_us);
+
+/*
+ * With the journal on (durable.c): a task whose kind has effects outside
+ * tpd waits, on its worker, for task_start_recorded before its run.
+ */
+void tasks_set_start_barrier(bool on);
+
+/* Calls fn for every task, running or retained (any order). */
+void tasks_each(void (*fn)(struct task *t, void *arg), void *arg);
+
+/* Ids continue from here (the journal's next id), never below what was given. */
+void tasks_set_next_id(uint64_t next);
+
+/* The next id a submit would get. */
+uint64_t tasks_next_id(void);
 
 /* The task with this id, running or retained, or NULL. */
 struct task *tasks_find(uint64_t id);

@@ -21,6 +21,7 @@
 #include "conf.h"
 #include "conn.h"
 #include "daemon.h"
+#include "durable.h"
 #include "exec.h"
 #include "health.h"
 #include "listen.h"
@@ -541,6 +542,26 @@ stop_tasks(struct daemon *d)
 	tasks_free_all();
 }
 
+/* The journal's lock and read: a second tpd on state_dir stops here, before any thread. */
+static void
+open_journal(struct daemon *d)
+{
+	durable_open(&d->conf);
+}
+
+/* The journal: replayed into the registry and the pools before anyone connects. */
+static void
+start_journal(struct daemon *d)
+{
+	durable_start(&d->conf, d->base);
+}
+
+static void
+stop_journal(struct daemon *d)
+{
+	durable_stop();
+}
+
 static void
 start_exec(struct daemon *d)
 {
@@ -735,6 +756,7 @@ static const struct step {
 	{ start_log, stop_log },                /* the configuration's log level */
 	{ start_auth, stop_auth },              /* a bad token file stops tpd before anything else */
 	{ start_busy_check, NULL },             /* a live daemon on the socket: one line */
+	{ open_journal, NULL },                 /* state_dir's lock, the journal read */
 	{ start_containment, NULL },            /* before any thread */
 	{ start_loop, stop_loop },
 	{ start_signals, stop_signals },
@@ -742,6 +764,7 @@ static const struct step {
 	{ start_tasks, stop_tasks },            /* the registry */
 	{ start_exec, stop_exec },              /* [exec] settings */
 	{ start_pools, stop_pools },            /* the workers start here */
+	{ start_journal, stop_journal },        /* state_dir: the replay */
 	{ start_sources, stop_sources },        /* [source NAME]: tasks from Redis streams */
 	{ NULL, stop_conns },                   /* connections come with the listeners */
 	{ start_metrics, stop_metrics },        /* before the listeners: /metrics answers once they do */

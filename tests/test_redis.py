@@ -364,6 +364,45 @@ def test_own_pending_entries_run_at_once_after_a_restart():
             check(source_stats(d.client())["claimed"] == 2, "%r", source_stats(d.client()))
 
 
+def test_a_killed_tpd_with_its_journal_leaves_redis_tasks_to_redis():
+    """With the journal on, a tpd killed while it runs a source's task does not
+    bring that task back itself (no lost, no second run from the journal): the
+    entry is still pending, and the same consumer runs it again as it connects."""
+    with Redis() as r:
+        rc = r.client()
+        state = os.path.join(r.dir, "state")
+        conf = source_conf(redis=r.addr, consumer="c1")
+        add_entries(rc, "jobs", [{"kind": "sleep", "ms": 60000}])
+        d = tpd(r, conf, extra=("--state-dir", state))
+        try:
+            c = d.client()
+            eventually(lambda: c.stats()["busy"] == 1, "the entry's task runs")
+            rid, local = c.submit({"kind": "echo", "value": "local"})
+            c.done(rid)
+            d.proc.kill()
+            d.proc.wait()
+        finally:
+            d.close()
+        rc.call("XADD", "jobs", "*", "task", '{"kind":"echo","value":"after"}', "id", "e1")
+        d = tpd(r, conf, extra=("--state-dir", state))
+        try:
+            c = d.client()
+            check(c.request({"op": "wait", "task": local["task"]})["event"] == "done",
+                  "the local task's result came back from the journal")
+            eventually(lambda: any(f.get("id") == "e1" for _, f in results(rc, "jobs:results")),
+                       "the source reads again after the restart")
+            check(int(rc.call("XPENDING", "jobs", "tpd")[0]) == 1,
+                  "the killed run's entry is still pending, running again here")
+            check(source_stats(c)["running"] == 1, "%r", source_stats(c))
+            # the source's tasks listed are the new run's, with new ids; none came back lost
+            mine = [t for t in c.request({"op": "list"})["tasks"] if t["owner"] == "redis:jobs"]
+            check(mine and all(t["task"] > local["task"] and t["state"] != "lost"
+                               for t in mine), "a source's task brought back by the journal: %r",
+                  mine)
+        finally:
+            d.close()
+
+
 def test_drain_with_redis_down_leaves_the_entry_pending():
     """tpd drains while Redis is down: its task ends, its result cannot be written, tpd
     leaves after the exit flush, and the entry is still pending (not acked, not lost)

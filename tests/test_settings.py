@@ -127,6 +127,12 @@ def values_for(k):
         return ["auto", "process", "cgroups", ""]
     if meta == "CGROUP":
         return ["/tpd-settings-test", "", "relative/path"]
+    if meta == "DIR":
+        return ["/tmp/tpd-settings-state", "", "relative/dir"]
+    if meta == "on|off":
+        return ["on", "off", "yes", "On", ""]
+    if meta == "commit|interval|none":
+        return ["commit", "interval", "none", "always", ""]
     if meta == "USER":
         return ["daemon", "caller", "nobody", "no-such-user-tpdtest", ""]
     if meta == "CORES":

@@ -9,6 +9,7 @@ it name each listener, the bound TCP port included. It is always killed and
 reaped, even when a test fails. A Client speaks the wire protocol:
 newline-delimited JSON, one object per line.
 """
+import atexit
 import errno
 import json
 import os
@@ -28,6 +29,13 @@ TPCTL = os.environ.get("TPCTL", os.path.abspath("tpctl"))
 # Sanitizer builds are several times slower: give every wait more room.
 SLOW = float(os.environ.get("TPD_TEST_SLOW", "1"))
 TIMEOUT = 15 * SLOW
+
+# A tpd a test starts by hand (not through Daemon, which gives each its own
+# --state-dir) keeps its journal here, never in /var/lib/tpd: the default rule
+# takes $STATE_DIRECTORY first. One directory per test process, removed at exit.
+if "STATE_DIRECTORY" not in os.environ:
+    os.environ["STATE_DIRECTORY"] = tempfile.mkdtemp(prefix="tpdtest-state-")
+    atexit.register(shutil.rmtree, os.environ["STATE_DIRECTORY"], True)
 
 
 # Lines a sanitizer writes into tpd's stderr (which is the log): any is a failure.
@@ -101,8 +109,11 @@ class Daemon:
         self.dir = tempfile.mkdtemp(prefix="tpdtest-")
         self.sock = os.path.join(self.dir, sock_name)
         self.log_path = os.path.join(self.dir, "tpd.log")
+        # every test daemon keeps its journal in its own temp dir (never /var/lib/tpd);
+        # a --state-dir or --journal off in args comes later and wins
         self.args = ["-f", "-s", self.sock, "-w", str(workers), "-q", str(queue),
-                     "--log-level", "debug"] + list(args)
+                     "--log-level", "debug", "--state-dir", os.path.join(self.dir, "state")
+                     ] + list(args)
         self.tcp = tcp
         if tcp:
             # a TCP listener needs a token file, or tcp_auth = none: a test with

@@ -1,0 +1,192 @@
+/*
+ * journal-sync.c: the sync thread. fdatasync takes a few hundred
+ * microseconds here, and a loop that waited for it would serve a few
+ * thousand batches a second at most; so the loop writes and goes on, and
+ * this thread syncs. One pass syncs every batch written so far: batches
+ * written while it runs wait for the next pass, so under load each sync
+ * covers what a whole sync's time brought (group commit with pipelining,
+ * as Redis' appendfsync always does with its own thread). The result goes
+ * back through the journal's eventfd.
+ *
+ * In interval mode the same thread is the timer: it syncs when the oldest
+ * write it has not covered is sync_interval old, so an idle tail is synced
+ * too. A failed fdatasync is reported once and never retried on that file:
+ * the loop marks the journal failed and recovers into a new file
+ * (journal.c).
+ *
+ * Lock: sy.lock, held only to exchange state, never across a system call.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "journal-int.h"
+
+/* Until abs_us (monotonic), or a signal. Under sy.lock. */
+static void
+wait_until(struct jsync *sy, uint64_t abs_us)
+{
+	struct timespec ts = { (time_t)(abs_us / 1000000), (long)(abs_us % 1000000) * 1000 };
+
+	pthread_cond_timedwait(&sy->cv, &sy->lock, &ts);
+}
+
+static void *
+jsync_main(void *arg)
+{
+	struct journal *j = arg;
+	struct jsync *sy = &j->sy;
+
+	pthread_mutex_lock(&sy->lock);
+	for (;;) {
+		uint64_t now = journal_mono_us(), target, gen, seq;
+		bool due = sy->interval_us != 0 && sy->dirty_since_us != 0 &&
+		    now >= sy->dirty_since_us + sy->interval_us;
+		bool sync_active = sy->fd != -1 && sy->err == 0 && (sy->want > sy->synced || due ||
+		    (sy->quit && sy->final && sy->written > sy->synced));
+		bool work = sy->nsealed > 0 || sync_active;
+		struct jsealed *sealed;
+		size_t nsealed;
+		int fd, inject, err = 0;
+		uint64_t err_seq = 0, dt = 0;
+		bool synced_one = false, final, stopped;
+
+		if (!work) {
+			if (sy->quit)
+				break;
+			if (sy->interval_us != 0 && sy->dirty_since_us != 0)
+				wait_until(sy, sy->dirty_since_us + sy->interval_us);
+			else
+				pthread_cond_wait(&sy->cv, &sy->lock);
+			continue;
+		}
+		target = sy->written;
+		gen = sy->gen;
+		fd = sy->fd;
+		seq = sy->fd_seq;
+		sealed = sy->sealed;
+		nsealed = sy->nsealed;
+		sy->sealed = NULL;
+		sy->nsealed = sy->sealed_cap = 0;
+		sy->dirty_since_us = 0; /* everything written so far is covered by this pass */
+		inject = sy->inject;
+		sy->inject = 0;
+		final = sy->quit && sy->final;
+		stopped = sy->err != 0; /* after a failure nothing is synced again */
+		pthread_mutex_unlock(&sy->lock);
+
+		for (size_t i = 0; i < nsealed; i++) {
+			if ((sealed[i].sync || final) && !stopped && err == 0 &&
+			    fdatasync(sealed[i].fd) == -1) {
+				err = errno;
+				err_seq = sealed[i].seq;
+			}
+			close(sealed[i].fd);
+		}
+		free(sealed);
+		if (err == 0 && sync_active) {
+			uint64_t t0 = journal_mono_us();
+			int r;
+
+			if (inject != 0) {
+				errno = inject;
+				r = -1;
+			} else
+				r = fdatasync(fd);
+			dt = journal_mono_us() - t0;
+			synced_one = true;
+			if (r == -1) {
+				err = errno;
+				err_seq = seq;
+			}
+		}
+
+		pthread_mutex_lock(&sy->lock);
+		if (synced_one) {
+			sy->syncs++;
+			sy->last_us = dt;
+			if (dt > sy->max_us)
+				sy->max_us = dt;
+		}
+		if (gen == sy->gen) {
+			if (err != 0 && sy->err == 0) {
+				sy->err = err;
+				sy->err_seq = err_seq;
+			} else if (err == 0 && target > sy->synced)
+				sy->synced = target;
+		}
+		journal_wake(j);
+	}
+	pthread_mutex_unlock(&sy->lock);
+	return NULL;
+}
+
+int
+jsync_start(struct journal *j, char **cause)
+{
+	struct jsync *sy = &j->sy;
+	int e;
+
+	if ((e = pthread_create(&sy->thread, NULL, jsync_main, j)) != 0) {
+		if (asprintf(cause, "journal %s: cannot start its sync thread: %s", j->dir,
+		    strerror(e)) == -1)
+			*cause = NULL;
+		return -1;
+	}
+	sy->started = true;
+	return 0;
+}
+
+void
+jsync_stop(struct journal *j, bool final)
+{
+	struct jsync *sy = &j->sy;
+
+	if (!sy->started)
+		return;
+	pthread_mutex_lock(&sy->lock);
+	sy->quit = true;
+	sy->final = final;
+	pthread_cond_signal(&sy->cv);
+	pthread_mutex_unlock(&sy->lock);
+	pthread_join(sy->thread, NULL);
+	sy->started = false;
+}
+
+void
+jsync_switch(struct journal *j, int fd, uint64_t seq, bool sync, int new_fd, uint64_t new_seq)
+{
+	struct jsync *sy = &j->sy;
+
+	pthread_mutex_lock(&sy->lock);
+	if (fd == -1)
+		goto out;
+	if (sy->nsealed == sy->sealed_cap) {
+		size_t cap = sy->sealed_cap ? sy->sealed_cap * 2 : 4;
+		struct jsealed *p = realloc(sy->sealed, cap * sizeof *p);
+
+		if (p == NULL) {
+			/* cannot hand it over: close it here, on the loop, unsynced */
+			close(fd);
+			goto out;
+		}
+		sy->sealed = p;
+		sy->sealed_cap = cap;
+	}
+	sy->sealed[sy->nsealed].fd = fd;
+	sy->sealed[sy->nsealed].seq = seq;
+	sy->sealed[sy->nsealed].sync = sync;
+	sy->nsealed++;
+	if (sync && sy->want < sy->written)
+		sy->want = sy->written;
+out:
+	sy->fd = new_fd;
+	sy->fd_seq = new_seq;
+	pthread_cond_signal(&sy->cv);
+	pthread_mutex_unlock(&sy->lock);
+}
