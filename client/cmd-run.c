@@ -206,6 +206,32 @@ run_event(struct run *r, json_t *ev)
 	return -1;
 }
 
+/*
+ * Catches the signals, connects and sends req (taken) for r: its answer is
+ * owed at once (a submit's accepted) or not (a wait's done). 0, or the exit code.
+ */
+static int
+run_begin(struct run *r, struct tpctl *opt, json_t *req, bool owed)
+{
+	int code;
+
+	if (interrupt_install() == -1) {
+		tpctl_warnx("cannot catch signals: %s", strerror(errno));
+		json_decref(req);
+		return EX_OSERR;
+	}
+	if ((code = session_open(&r->s, opt)) != 0) {
+		json_decref(req);
+		return code;
+	}
+	r->submit_id = owed ? session_send(&r->s, req) : session_send_wait(&r->s, req);
+	if (r->submit_id == -1) {
+		session_close(&r->s);
+		return EX_UNAVAILABLE;
+	}
+	return 0;
+}
+
 static int
 run_exec(struct tpctl *opt, int argc, char **argv)
 {
@@ -251,21 +277,8 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 	req = taskopt_submit(&to, task);
 	json_object_set_new(req, FIELD_STREAM, json_true());
 
-	if (interrupt_install() == -1) {
-		tpctl_warnx("cannot catch signals: %s", strerror(errno));
-		json_decref(req);
-		code = EX_OSERR;
+	if ((code = run_begin(&r, opt, req, true)) != 0)
 		goto out;
-	}
-	if ((code = session_open(&r.s, opt)) != 0) {
-		json_decref(req);
-		goto out;
-	}
-	if ((r.submit_id = session_send(&r.s, req)) == -1) {
-		session_close(&r.s);
-		code = EX_UNAVAILABLE;
-		goto out;
-	}
 	for (code = -1; code == -1;) {
 		res = session_next(&r.s, &ev, -1);
 		if (res == LINK_INTERRUPTED) {
@@ -330,21 +343,8 @@ follow_exec(struct tpctl *opt, int argc, char **argv)
 	    FIELD_STREAM, 1);
 	if (from_start)
 		json_object_set_new(req, FIELD_FROM, json_string(FROM_START));
-	if (interrupt_install() == -1) {
-		tpctl_warnx("cannot catch signals: %s", strerror(errno));
-		json_decref(req);
-		code = EX_OSERR;
+	if ((code = run_begin(&r, opt, req, false)) != 0)
 		goto out;
-	}
-	if ((code = session_open(&r.s, opt)) != 0) {
-		json_decref(req);
-		goto out;
-	}
-	if ((r.submit_id = session_send_wait(&r.s, req)) == -1) {
-		session_close(&r.s);
-		code = EX_UNAVAILABLE;
-		goto out;
-	}
 	for (code = -1; code == -1;) {
 		res = session_next(&r.s, &ev, -1);
 		if (res == LINK_INTERRUPTED) {

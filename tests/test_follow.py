@@ -37,6 +37,22 @@ def follow(c, task, **extra):
         events.append(ev)
 
 
+def kept(d, task):
+    """What tpd has read of task's stdout and stderr so far (a from-start follow, closed)."""
+    c = d.client()
+    try:
+        events = follow(c, task, **{"from": "start"})[1]
+        return text(events), text(events, "stderr")
+    finally:
+        c.close()
+
+
+def read_first_lines(d, task):
+    """The gated task's first lines are in its pipes once its mark exists; this waits
+    until tpd has read them, where "from then on" starts."""
+    eventually(lambda: kept(d, task) == ("one\n", "err-one\n"), "tpd read the first lines")
+
+
 def until_done(c, rid, events):
     while not events or events[-1].get("event") != "done":
         events.append(c.recv_id(rid))
@@ -54,6 +70,7 @@ def test_follow_from_another_connection_gets_output_from_then_on():
         s = d.client()
         _, acc = s.submit(task, detach=True)
         eventually(lambda: os.path.exists(mark), "the task printed its first line")
+        read_first_lines(d, acc["task"])
         f = d.client()
         rid, events = follow(f, acc["task"])
         release(fifo)
@@ -73,6 +90,7 @@ def test_follow_from_start_replays_what_was_kept_first():
         s = d.client()
         _, acc = s.submit(task, detach=True)
         eventually(lambda: os.path.exists(mark), "the task printed its first lines")
+        read_first_lines(d, acc["task"])
         f = d.client()
         rid, events = follow(f, acc["task"], **{"from": "start"})
         check(text(events) == "one\n" and text(events, "stderr") == "err-one\n",
@@ -89,6 +107,7 @@ def test_two_followers_and_the_submitter_each_get_the_stream():
         s = d.client()
         srid = s.send({"op": "submit", "task": task, "stream": True})
         eventually(lambda: os.path.exists(mark), "the task printed its first line")
+        read_first_lines(d, 1)
         f1, f2 = d.client(), d.client()
         r1, e1 = follow(f1, 1)
         r2, e2 = follow(f2, 1, **{"from": "start"})
