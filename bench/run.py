@@ -605,7 +605,7 @@ class Bench:
         for row in body:
             print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
 
-        # figures for issue 3's closing note, and the checks on the load generator
+        # the one-connection figures, and the checks on the load generator
         print()
         print("one Unix connection (tpd -w 2): ping 1 in flight %s, 64 in flight %s; "
               "echo 1 in flight %s, 64 in flight %s" % tuple(
