@@ -2,7 +2,7 @@
  * durable.c: what the daemon keeps in its journal, and how it comes back.
  *
  * The registry's hooks (tasks.h) write the records: ACCEPTED in the
- * accepted hook (the task as submitted: its "task" object as JSON text, its
+ * accepted hook (the task as submitted: the submit request as received, its
  * pool, owner, flags, queue deadline in wall time, on_lost), STARTED in the
  * started hook (its attempt), FINISHED in the finished hook (its done's
  * body as sent, with what retention needs), FORGOTTEN when retention drops
@@ -160,8 +160,26 @@ release(struct journal_ref *ref)
 
 /* ------------------------------------------------------------ payloads */
 
+/*
+ * The task object of an ACCEPTED record's text: the submit request as it
+ * was received, whose "task" it is (a record of an older build holds the
+ * task object itself). NULL when it is neither.
+ */
+static json_t *
+submitted_task(const struct jtext *text, json_error_t *jerr)
+{
+	json_t *root, *task;
+
+	root = json_loadb(text->p, text->len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, jerr);
+	if (root == NULL || json_object_get(root, FIELD_OP) == NULL)
+		return root;
+	task = json_incref(json_object_get(root, FIELD_TASK));
+	json_decref(root);
+	return task;
+}
+
 static void
-accepted_payload(struct task *t, const char *text, struct jbuf *b)
+accepted_payload(struct task *t, const char *text, size_t len, struct jbuf *b)
 {
 	struct jaccepted a;
 	uint64_t now_mono = clock_now_us();
@@ -187,7 +205,7 @@ accepted_payload(struct task *t, const char *text, struct jbuf *b)
 	a.kind.len = (uint32_t)strlen(t->kind->name);
 	if (text != NULL) {
 		a.spec.p = text;
-		a.spec.len = (uint32_t)strlen(text);
+		a.spec.len = (uint32_t)len;
 	}
 	jaccepted_encode(b, &a);
 }
@@ -243,7 +261,7 @@ hook_accepted(struct task *t, void *arg)
 		return;
 	}
 	t->jdata = jd;
-	accepted_payload(t, t->spec_text, &jd->payload);
+	accepted_payload(t, t->submit_text, t->submit_len, &jd->payload);
 	append(JREC_ACCEPTED, t->id, &jd->payload, &jd->accepted);
 }
 
@@ -589,7 +607,7 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	e = pool != NULL ? pools_find(pool) : NULL;
 
 	if (e != NULL && (!ran || (a.rerun && !cancelled)) && a.spec.p != NULL &&
-	    (spec = json_loadb(a.spec.p, a.spec.len, 0, &jerr)) != NULL &&
+	    (spec = submitted_task(&a.spec, &jerr)) != NULL &&
 	    proto_read_task(spec, &ts, &msg) == 0 &&
 	    (kind = task_kind_find(ts.kind)) != NULL) {
 		memset(&ctx, 0, sizeof ctx);

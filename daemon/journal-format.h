@@ -232,7 +232,8 @@ struct jaccepted {
 	uint64_t queue_deadline_us; /* wall clock; 0 = none */
 	uint64_t flags;             /* JFL_* */
 	bool rerun;                 /* on_lost: rerun */
-	struct jtext pool, owner, label, kind, spec;
+	struct jtext pool, owner, label, kind;
+	struct jtext spec;           /* the submit request as received: its "task" is the task */
 };
 
 /* A STARTED record. */

@@ -86,7 +86,7 @@ op_submit(struct conn *c, struct request *req)
 	struct pools_entry *e;
 	struct task *t;
 	const char *why;
-	char *msg = NULL, *spec_text = NULL;
+	char *msg = NULL;
 
 	if (proto_read_submit(req, &sub, &msg) == -1) {
 		ops_bad_request(c, req, msg);
@@ -112,16 +112,10 @@ op_submit(struct conn *c, struct request *req)
 		return;
 	}
 	memset(&o, 0, sizeof o);
-	/* the journal keeps the task as sent: a kind's parse may take fields out of it */
-	if (durable_on() && (spec_text = json_dumps(sub.task, JSON_COMPACT)) == NULL) {
-		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
+	o.submit_text = req->line;  /* what the journal keeps (tasks.h) */
+	o.submit_len = req->len;
+	if ((t = parse_task(c, req, sub.task, e, &o.timeout_ms)) == NULL)
 		return;
-	}
-	o.spec_text = spec_text;
-	if ((t = parse_task(c, req, sub.task, e, &o.timeout_ms)) == NULL) {
-		free(spec_text);
-		return;
-	}
 	o.pool = e;
 	o.owner = conn_owner(c, owner, sizeof owner);
 	o.stream = sub.stream;
@@ -131,12 +125,10 @@ op_submit(struct conn *c, struct request *req)
 	o.attempt = durable_on() ? 1 : 0;
 	if (!sub.detach && (o.sink = conn_sink_new(c, req->id, sub.stream, false)) == NULL) {
 		task_free(t);
-		free(spec_text);
 		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
 		return;
 	}
 	v = tasks_submit(t, &o);
-	free(spec_text);
 	switch (v) {
 	case POOL_ACCEPTED:
 		break;

@@ -164,6 +164,8 @@ proto_parse_request(const char *line, size_t len, struct request *req,
 	json_t *op;
 
 	memset(req, 0, sizeof *req);
+	req->line = line;
+	req->len = len;
 	/* Each level takes two bytes at least: a short line cannot nest too deep. */
 	if (len > 2 * WIRE_MAX_DEPTH && proto_json_depth(line, len) > WIRE_MAX_DEPTH) {
 		*code = ERR_BAD_REQUEST;

@@ -35,6 +35,8 @@ struct blob;
 #define PROTO_MAX_TIMEOUT_MS (30ull * 24 * 3600 * 1000) /* timeout_ms, queue_timeout_ms: a month */
 
 struct request {
+	const char *line;   /* the line as received (borrowed: for the time of its dispatch) */
+	size_t len;
 	json_t *root;       /* the whole request object (owned) */
 	json_t *id;         /* borrowed from root; NULL when absent */
 	const char *op;     /* borrowed from root */

@@ -120,7 +120,8 @@ struct task {
 	bool notify_start;          /* the registry hears when the run begins (its hooks) */
 	bool start_barrier;         /* the worker waits for start_recorded before the run */
 	bool start_recorded;        /* under task.c's record lock */
-	const char *spec_text;      /* the submit's task object as JSON: borrowed, in tasks_submit */
+	const char *submit_text;    /* task_options.submit_text: borrowed, in tasks_submit */
+	size_t submit_len;
 
 	/* the registry's (tasks.c), loop thread only */
 	struct pools_entry *pool_entry; /* its pool; alive until this task's done */

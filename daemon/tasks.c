@@ -220,7 +220,8 @@ tasks_submit(struct task *t, const struct task_options *o)
 	    clock_now_us() + o->queue_timeout_ms * 1000 : 0;
 	t->notify_start = hooks_want_start;
 	t->start_barrier = start_barrier && !t->kept_elsewhere && t->kind != NULL && t->kind->effects;
-	t->spec_text = o->spec_text;
+	t->submit_text = o->submit_text;
+	t->submit_len = o->submit_len;
 	/* Registered before submitting: the done may be posted at once. */
 	if (idmap_put(tasks, t->id, t) == -1) {
 		free(t->pool_name);
@@ -246,7 +247,7 @@ tasks_submit(struct task *t, const struct task_options *o)
 	outstanding++;
 	pools_task_accepted(o->pool);
 	hooks_accepted(t);
-	t->spec_text = NULL;
+	t->submit_text = NULL;
 	return v;
 }
 
