@@ -160,6 +160,19 @@ release(struct journal_ref *ref)
 
 /* ------------------------------------------------------------ payloads */
 
+/* A string as a payload's text: absent when NULL or empty. */
+static struct jtext
+text_of(const char *s)
+{
+	struct jtext t = { NULL, 0 };
+
+	if (s != NULL && *s != '\0') {
+		t.p = s;
+		t.len = (uint32_t)strlen(s);
+	}
+	return t;
+}
+
 /*
  * The task object of an ACCEPTED record's text: the submit request as it
  * was received, whose "task" it is (a record of an older build holds the
@@ -191,18 +204,10 @@ accepted_payload(struct task *t, const char *text, size_t len, struct jbuf *b)
 		    (t->job.queue_deadline_us > now_mono ? t->job.queue_deadline_us - now_mono : 0);
 	a.flags = t->stream ? JFL_STREAM : 0;
 	a.rerun = t->on_lost_rerun;
-	a.pool.p = t->pool_name;
-	a.pool.len = (uint32_t)strlen(t->pool_name);
-	if (t->owner != NULL) {
-		a.owner.p = t->owner;
-		a.owner.len = (uint32_t)strlen(t->owner);
-	}
-	if (t->label != NULL && *t->label != '\0') {
-		a.label.p = t->label;
-		a.label.len = (uint32_t)strlen(t->label);
-	}
-	a.kind.p = t->kind->name;
-	a.kind.len = (uint32_t)strlen(t->kind->name);
+	a.pool = text_of(t->pool_name);
+	a.owner = text_of(t->owner);
+	a.label = text_of(t->label);
+	a.kind = text_of(t->kind->name);
 	if (text != NULL) {
 		a.spec.p = text;
 		a.spec.len = (uint32_t)len;
@@ -221,22 +226,11 @@ finished_payload(struct task *t, uint64_t finished_wall_us, struct jbuf *b)
 	f.accepted_us = t->accepted_wall_us;
 	f.queued_us = t->queued_us;
 	f.run_us = t->run_us;
-	f.state.p = t->final_state;
-	f.state.len = (uint32_t)strlen(t->final_state);
-	f.pool.p = t->pool_name;
-	f.pool.len = (uint32_t)strlen(t->pool_name);
-	if (t->owner != NULL) {
-		f.owner.p = t->owner;
-		f.owner.len = (uint32_t)strlen(t->owner);
-	}
-	if (t->label != NULL && *t->label != '\0') {
-		f.label.p = t->label;
-		f.label.len = (uint32_t)strlen(t->label);
-	}
-	if (t->kind != NULL) {
-		f.kind.p = t->kind->name;
-		f.kind.len = (uint32_t)strlen(t->kind->name);
-	}
+	f.state = text_of(t->final_state);
+	f.pool = text_of(t->pool_name);
+	f.owner = text_of(t->owner);
+	f.label = text_of(t->label);
+	f.kind = text_of(t->kind != NULL ? t->kind->name : NULL);
 	f.done.p = t->done_text->data;
 	f.done.len = (uint32_t)t->done_text->len;
 	jfinished_encode(b, &f);

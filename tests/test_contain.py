@@ -16,7 +16,7 @@ import signal
 import subprocess
 import time
 
-from tpdtest import SLOW, TIMEOUT, TPD, Daemon, Skip, check, eventually, run_tests
+from tpdtest import SLOW, TIMEOUT, TPD, Daemon, Skip, check, eventually, remove_cgroup, run_tests
 
 KILL_GRACE = "kill_grace = 300ms\n"
 
@@ -52,19 +52,7 @@ class CgroupRoot:
             return f.read().split()
 
     def remove(self):
-        for top, dirs, _ in os.walk(self.path, topdown=False):
-            try:
-                with open(os.path.join(top, "cgroup.kill"), "w") as f:
-                    f.write("1")
-            except OSError:
-                pass
-            deadline = time.monotonic() + TIMEOUT
-            while time.monotonic() < deadline:
-                try:
-                    os.rmdir(top)
-                    break
-                except OSError:
-                    time.sleep(0.01)  # polling an emptied cgroup's removal
+        remove_cgroup(self.path)
 
 
 def conf_daemon(conf, **kw):

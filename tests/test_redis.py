@@ -301,6 +301,26 @@ def test_sighup_adds_changes_and_removes_sources():
             check(int(rc.call("XLEN", "b:results")) == 1, "b still read after removal")
 
 
+def tpd_with_a_plain_token(r):
+    """A tpd -w 2 -q 1 reading "jobs", with a TCP listener where alice has a plain token."""
+    tokens = os.path.join(r.dir, "tokens")
+    with open(tokens, "w") as f:
+        f.write("alice tok-alice\n")
+    return tpd(r, source_conf(redis=r.addr), workers=2, queue=1,
+               extra=("-l", "127.0.0.1:0", "--token-file", tokens))
+
+
+def refused_to_a_plain_token(d, task):
+    """A source's tasks are for admins: alice, with a plain token, is refused task."""
+    alice = d.client(tcp=True)
+    check(alice.request({"op": "hello", "token": "tok-alice"})["event"] == "hello", "hi")
+    for op in ("status", "wait", "cancel"):
+        ev = alice.request({"op": op, "task": task})
+        check(ev["event"] == "error" and ev["error"]["code"] == "forbidden",
+              "%s of a redis:jobs task by token:alice: %r", op, ev)
+    check(alice.request({"op": "list"})["tasks"] == [], "alice lists none of them")
+
+
 def test_drain_acks_running_and_owner_and_stats():
     """A drain lets the running tasks end and acks them; queued entries not yet read
     stay in the stream. The tasks are owned by redis:NAME; stats has the source's
@@ -309,23 +329,12 @@ def test_drain_acks_running_and_owner_and_stats():
         rc = r.client()
         add_entries(rc, "jobs", [{"kind": "sleep", "ms": 300} for _ in range(6)],
                     extra={"label": "nightly"})
-        tokens = os.path.join(r.dir, "tokens")
-        with open(tokens, "w") as f:
-            f.write("alice tok-alice\n")
-        d = tpd(r, source_conf(redis=r.addr), workers=2, queue=1,
-                extra=("-l", "127.0.0.1:0", "--token-file", tokens))
+        d = tpd_with_a_plain_token(r)
         try:
             c = d.client()
             eventually(lambda: c.stats()["busy"] == 2 and c.stats()["queued"] == 1,
                        "two tasks running, one queued")
-            # a source's tasks are for admins: a client with a plain token is refused
-            alice = d.client(tcp=True)
-            check(alice.request({"op": "hello", "token": "tok-alice"})["event"] == "hello", "hi")
-            for op in ("status", "wait", "cancel"):
-                ev = alice.request({"op": op, "task": 1})
-                check(ev["event"] == "error" and ev["error"]["code"] == "forbidden",
-                      "%s of a redis:jobs task by token:alice: %r", op, ev)
-            check(alice.request({"op": "list"})["tasks"] == [], "alice lists none of them")
+            refused_to_a_plain_token(d, 1)
             st = c.request({"op": "status", "task": 1}, "status")
             check(st.get("owner") == "redis:jobs", "owner: %r", st)
             check(st.get("label") == "nightly", "the entry's label is the task's: %r", st)
@@ -432,23 +441,12 @@ def test_stop_now_leaves_running_entries_pending():
         rc = r.client()
         add_entries(rc, "jobs", [{"kind": "sleep", "ms": 30000} for _ in range(2)])
         add_entries(rc, "jobs", [{"kind": "sleep", "ms": 30000}])
-        tokens = os.path.join(r.dir, "tokens")
-        with open(tokens, "w") as f:
-            f.write("alice tok-alice\n")
-        d = tpd(r, source_conf(redis=r.addr), workers=2, queue=1,
-                extra=("-l", "127.0.0.1:0", "--token-file", tokens))
+        d = tpd_with_a_plain_token(r)
         try:
             c = d.client()
             eventually(lambda: c.stats()["busy"] == 2 and c.stats()["queued"] == 1,
                        "two tasks running, one queued")
-            # a source's tasks are for admins: a client with a plain token is refused
-            alice = d.client(tcp=True)
-            check(alice.request({"op": "hello", "token": "tok-alice"})["event"] == "hello", "hi")
-            for op in ("status", "wait", "cancel"):
-                ev = alice.request({"op": op, "task": 1})
-                check(ev["event"] == "error" and ev["error"]["code"] == "forbidden",
-                      "%s of a redis:jobs task by token:alice: %r", op, ev)
-            check(alice.request({"op": "list"})["tasks"] == [], "alice lists none of them")
+            refused_to_a_plain_token(d, 1)
             c.request({"op": "shutdown", "mode": "now"})
             check(d.wait_exit() == 0, "tpd exit")
             check(int(rc.call("XLEN", "jobs:results")) == 0, "results written: %r",

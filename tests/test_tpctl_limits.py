@@ -17,7 +17,7 @@ import secrets
 import subprocess
 import time
 
-from tpdtest import SLOW, TPCTL, TIMEOUT, Daemon, Skip, check, run_tests
+from tpdtest import SLOW, TPCTL, TIMEOUT, Daemon, Skip, check, remove_cgroup, run_tests
 from test_tpctl import FakeTpd
 
 # Burns at least 200 ms of user CPU (as the program itself counts it), then
@@ -353,22 +353,6 @@ def cgroup2_memory_root():
     except OSError as e:
         raise Skip("cannot make a cgroup under %s (%s): %s" % (mnt, e, why))
     return path
-
-
-def remove_cgroup(path):
-    for top, _, _ in os.walk(path, topdown=False):
-        try:
-            with open(os.path.join(top, "cgroup.kill"), "w") as f:
-                f.write("1")
-        except OSError:
-            pass
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
-            try:
-                os.rmdir(top)
-                break
-            except OSError:
-                time.sleep(0.01)  # polling an emptied cgroup's removal
 
 
 def test_oom_from_the_real_daemon():

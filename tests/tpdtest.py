@@ -340,6 +340,23 @@ def as_user(user, sock_path, requests):
     return json.loads(data)
 
 
+def remove_cgroup(path):
+    """Kills what runs in the cgroup tree at path and removes it, leaves first."""
+    for top, _, _ in os.walk(path, topdown=False):
+        try:
+            with open(os.path.join(top, "cgroup.kill"), "w") as f:
+                f.write("1")
+        except OSError:
+            pass
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                os.rmdir(top)
+                break
+            except OSError:
+                time.sleep(0.01)  # polling an emptied cgroup's removal
+
+
 def eventually(pred, what, timeout=None):
     """Polls pred (a query of the daemon's state) until it is true."""
     deadline = time.monotonic() + (timeout or TIMEOUT)
