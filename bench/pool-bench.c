@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "pool.h"
+#include "pool/pool.h"
 
 struct bjob {
 	struct pool_job pj;

@@ -16,7 +16,7 @@
 
 #include <event2/event.h>
 
-#include "conf.h"
+#include "conf/conf.h"
 
 enum daemon_phase {
 	DAEMON_RUNNING,

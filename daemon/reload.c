@@ -32,18 +32,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth.h"
-#include "cgroup.h"
-#include "conf.h"
+#include "net/auth.h"
+#include "exec/cgroup.h"
+#include "conf/conf.h"
 #include "daemon.h"
-#include "exec.h"
-#include "listen.h"
-#include "log.h"
-#include "metrics.h"
-#include "pools.h"
+#include "exec/exec.h"
+#include "net/listen.h"
+#include "base/log.h"
+#include "obs/metrics.h"
+#include "pool/pools.h"
 #include "sd.h"
-#include "sources.h"
-#include "task.h"
+#include "source/sources.h"
+#include "task/task.h"
 
 static bool
 str_differs(const char *a, const char *b)

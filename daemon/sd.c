@@ -24,7 +24,7 @@
 #include <event2/event.h>
 #include <systemd/sd-daemon.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "sd.h"
 
 #define SDN_STATUS_INTERVAL_USEC 1000000ULL     /* STATUS= at most once a second */

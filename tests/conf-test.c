@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "conf.h"
+#include "conf/conf.h"
 
 static char dir[] = "/tmp/conf-test.XXXXXX";
 

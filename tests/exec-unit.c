@@ -34,13 +34,13 @@
 #include <jansson.h>
 
 #include "base64.h"
-#include "capture.h"
+#include "exec/capture.h"
 #include "check.h"
-#include "conf.h"
-#include "exec-spawn.h"
-#include "exec.h"
-#include "task.h"
-#include "utf8.h"
+#include "conf/conf.h"
+#include "exec/exec-spawn.h"
+#include "exec/exec.h"
+#include "task/task.h"
+#include "base/utf8.h"
 #include "wire.h"
 
 #define TEST_ALARM_S 120

@@ -1,5 +1,5 @@
 /*
- * framing-test: daemon/framing.c against a model of its contract. One input
+ * framing-test: daemon/net/framing.c against a model of its contract. One input
  * of every kind of line (short, empty, CRLF, a lone CR, exactly the limit,
  * one byte over, far over, unfinished at the end) is fed cut at every byte,
  * cut at every pair of bytes, and one byte at a time, with and without the
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "framing.h"
+#include "net/framing.h"
 
 #define MAX 16          /* the line limit of the tests */
 #define MAX_EVENTS 256

@@ -30,12 +30,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "crc32c.h"
-#include "journal.h"
-#include "journal-format.h"
-#include "journal-read.h"
-#include "journal-state.h"
-#include "log.h"
+#include "journal/crc32c.h"
+#include "journal/journal.h"
+#include "journal/journal-format.h"
+#include "journal/journal-read.h"
+#include "journal/journal-state.h"
+#include "base/log.h"
 /* testutil.h's latches and gates are for the thread tests: only its runner is used here */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"

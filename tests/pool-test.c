@@ -22,7 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "pool.h"
+#include "pool/pool.h"
 #include "testutil.h"
 
 /* ---- thread tracking and start-failure injection */

@@ -17,9 +17,9 @@
 
 #include <jansson.h>
 
-#include "blob.h"
+#include "base/blob.h"
 #include "check.h"
-#include "proto.h"
+#include "proto/proto.h"
 #include "wire.h"
 
 /* Parses a whole event text; fails the test when it is not one JSON object. */

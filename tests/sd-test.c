@@ -25,7 +25,7 @@
 #include <event2/event.h>
 
 #include "check.h"
-#include "log.h"
+#include "base/log.h"
 #include "sd.h"
 
 

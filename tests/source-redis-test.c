@@ -37,10 +37,10 @@
 #include <hiredis/hiredis.h>
 #include <jansson.h>
 
-#include "conf.h"
-#include "log.h"
+#include "conf/conf.h"
+#include "base/log.h"
 #include "check.h"
-#include "source-redis.h"
+#include "source/source-redis.h"
 
 #define SKIP 77
 #define TEST_ALARM_S 240        /* a test that hangs is killed (and says so) */

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A connection's framing and buffers (daemon/conn.c): lines cut anywhere,
+"""A connection's framing and buffers (daemon/net/conn.c): lines cut anywhere,
 lines longer than a read, the limit at its exact edge, a half-close with a
 line left unfinished, and what an idle connection costs."""
 import json

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Output flow control and the connection's life (daemon/conn.c): a client
+"""Output flow control and the connection's life (daemon/net/conn.c): a client
 that stops reading is paused, not fed without bound; one that reads gets
 everything, however large; one that closes with answers still owed is freed
 only once nothing can reach it."""

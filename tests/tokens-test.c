@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "tokens.h"
+#include "net/tokens.h"
 
 static bool
 has(const struct tokens *set, const char *token, const char *name, enum tokens_role role)

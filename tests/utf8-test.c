@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "utf8.h"
+#include "base/utf8.h"
 
 #define ELLIPSIS "\xE2\x80\xA6"
 

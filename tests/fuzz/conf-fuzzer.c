@@ -26,8 +26,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "conf.h"
-#include "log.h"
+#include "conf/conf.h"
+#include "base/log.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

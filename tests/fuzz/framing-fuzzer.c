@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "framing.h"
+#include "net/framing.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -28,9 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crc32c.h"
-#include "journal-format.h"
-#include "journal-state.h"
+#include "journal/crc32c.h"
+#include "journal/journal-format.h"
+#include "journal/journal-state.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

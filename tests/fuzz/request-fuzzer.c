@@ -34,10 +34,10 @@
 
 #include <jansson.h>
 
-#include "exec.h"
-#include "proto.h"
-#include "task.h"
-#include "utf8.h"
+#include "exec/exec.h"
+#include "proto/proto.h"
+#include "task/task.h"
+#include "base/utf8.h"
 #include "wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

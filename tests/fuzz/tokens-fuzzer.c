@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokens.h"
-#include "utf8.h"
+#include "net/tokens.h"
+#include "base/utf8.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

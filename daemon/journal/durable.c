@@ -1,0 +1,824 @@
+/*
+ * durable.c: what the daemon keeps in its journal, and how it comes back.
+ *
+ * The registry's hooks (tasks.h) write the records: ACCEPTED in the
+ * accepted hook (the task as submitted: the submit request as received, its
+ * pool, owner, flags, queue deadline in wall time, on_lost), STARTED in the
+ * started hook (its attempt), FINISHED in the finished hook (its done's
+ * body as sent, with what retention needs), FORGOTTEN when retention drops
+ * it. Each task keeps, in t->jdata, where its live records went (their
+ * journal_ref), released as they die, so that compaction knows what is
+ * dead, and its ACCEPTED payload while it is unfinished, for a recovery's
+ * snapshot.
+ *
+ * The order "written before it is seen": every byte a client reads goes
+ * through conn_write, which asks durable_prepare first. That writes the
+ * records appended since (one write: the group commit of what the loop did
+ * in this pass; a pass with records also writes them at its end, output or
+ * not) and says which batch the connection's new output waits for; the
+ * connection sends only the bytes whose batch journal_seen has reached, and
+ * keeps the rest until the journal moves on (seen_cb, conn_journal_seen).
+ * With journal_sync = commit a batch is seen once the sync thread's
+ * fdatasync covers it; the loop never waits for it: it goes on reading
+ * requests and handling dones, which gather in the next batch, synced by
+ * the next fdatasync as soon as the running one ends (one fdatasync, about
+ * 280 us on this machine, for every record of a pass or more). interval
+ * and none see a batch once it is written (and, rarely, once an id
+ * reservation is synced).
+ *
+ * The built-in kinds (echo, sleep, spin, fail) have no effect outside tpd:
+ * their run is seen only through their events, which wait like any output,
+ * so their STARTED record goes with the group commit of the pass that sees
+ * the start, before any of their events. An exec task's program has
+ * effects of its own: its worker waits, before spawning it, until its
+ * STARTED record may be seen (task.c's start_barrier, released by
+ * task_start_recorded from seen_cb).
+ *
+ * Replay (durable_start): finished tasks are retained again (retention
+ * applied again, by wall time); tasks never started are submitted again,
+ * in id order, with their ids, their queued_ms counting from the first
+ * accept; a task that had started ends lost, or runs again with its
+ * attempt + 1 when submitted with on_lost "rerun"; a task whose pool is
+ * gone ends lost. Ids go on after the highest the journal knew.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "base/blob.h"
+#include "conf/conf.h"
+#include "net/conn.h"
+#include "daemon.h"
+#include "durable.h"
+#include "base/log.h"
+#include "pool/pools.h"
+#include "proto/proto.h"
+#include "task/tasks.h"
+#include "wire.h"
+
+/* What a task's records are (t->jdata). */
+struct jdata {
+	struct journal_ref accepted, started, cancel, finished;
+	struct jbuf payload;        /* its ACCEPTED payload, while unfinished */
+	uint64_t finished_wall_us;
+};
+
+static struct journal *journal;
+static enum journal_sync sync_mode;
+static bool pending;                /* records appended since the last write */
+static uint64_t appended;           /* records appended since start (stats) */
+static uint64_t wanted;             /* the batch of the last record appended */
+static struct event *journal_ev, *tick_ev, *gate_ev;
+static char status_line[512];
+static char state_path[4096];
+
+/* Tasks whose worker waits for their STARTED record (start_barrier), until the next gate. */
+static struct {
+	struct task *t;
+	uint64_t batch;             /* of its STARTED record */
+} *waiting;
+static size_t nwaiting, waiting_cap;
+
+/* During the replay: the task being submitted again, with its records already on disk. */
+static struct jdata *replaying;
+
+static uint64_t
+wall_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+const char *
+durable_state_dir(const struct conf *c, char *buf, size_t len)
+{
+	const char *env, *home;
+	struct passwd *pw;
+
+	if (c->state_dir != NULL) {
+		snprintf(buf, len, "%s", c->state_dir);
+		return buf;
+	}
+	if ((env = getenv("STATE_DIRECTORY")) != NULL && *env != '\0') {
+		/* systemd's StateDirectory=: a colon-separated list, the first is tpd's */
+		snprintf(buf, len, "%.*s", (int)strcspn(env, ":"), env);
+		return buf;
+	}
+	if (geteuid() == 0) {
+		snprintf(buf, len, "/var/lib/tpd");
+		return buf;
+	}
+	if ((env = getenv("XDG_STATE_HOME")) != NULL && *env == '/') {
+		snprintf(buf, len, "%s/tpd", env);
+		return buf;
+	}
+	home = getenv("HOME");
+	if ((home == NULL || *home == '\0') && (pw = getpwuid(geteuid())) != NULL)
+		home = pw->pw_dir;
+	snprintf(buf, len, "%s/.local/state/tpd", home != NULL ? home : "");
+	return buf;
+}
+
+static void
+append(enum jrec_type type, uint64_t id, const struct jbuf *b, struct journal_ref *ref)
+{
+	struct journal_ref r;
+
+	if (journal == NULL)
+		return;
+	appended++;
+	r = journal_append(journal, type, id, b != NULL ? b->p : NULL,
+	    b != NULL ? b->len : 0);
+
+	if (!pending)
+		event_active(gate_ev, EV_TIMEOUT, 0);   /* written at the end of this pass */
+	pending = true;
+	wanted = r.batch;       /* the batch it goes in: output from now on waits for it */
+	if (ref != NULL)
+		*ref = r;
+}
+
+static void
+release(struct journal_ref *ref)
+{
+	if (ref->size != 0)
+		journal_release(journal, *ref);
+	ref->size = 0;
+}
+
+/* ------------------------------------------------------------ payloads */
+
+/* A string as a payload's text: absent when NULL or empty. */
+static struct jtext
+text_of(const char *s)
+{
+	struct jtext t = { NULL, 0 };
+
+	if (s != NULL && *s != '\0') {
+		t.p = s;
+		t.len = (uint32_t)strlen(s);
+	}
+	return t;
+}
+
+/*
+ * The task object of an ACCEPTED record's text: the submit request as it
+ * was received, whose "task" it is (a record of an older build holds the
+ * task object itself). NULL when it is neither.
+ */
+static json_t *
+submitted_task(const struct jtext *text, json_error_t *jerr)
+{
+	json_t *root, *task;
+
+	root = json_loadb(text->p, text->len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, jerr);
+	if (root == NULL || json_object_get(root, FIELD_OP) == NULL)
+		return root;
+	task = json_incref(json_object_get(root, FIELD_TASK));
+	json_decref(root);
+	return task;
+}
+
+static void
+accepted_payload(struct task *t, const char *text, size_t len, struct jbuf *b)
+{
+	struct jaccepted a;
+	uint64_t now_mono = clock_now_us();
+
+	memset(&a, 0, sizeof a);
+	a.time_us = t->accepted_wall_us;
+	if (t->job.queue_deadline_us != 0)
+		a.queue_deadline_us = t->accepted_wall_us +
+		    (t->job.queue_deadline_us > now_mono ? t->job.queue_deadline_us - now_mono : 0);
+	a.flags = t->stream ? JFL_STREAM : 0;
+	a.rerun = t->on_lost_rerun;
+	a.pool = text_of(t->pool_name);
+	a.owner = text_of(t->owner);
+	a.label = text_of(t->label);
+	a.kind = text_of(t->kind->name);
+	if (text != NULL) {
+		a.spec.p = text;
+		a.spec.len = (uint32_t)len;
+	}
+	jaccepted_encode(b, &a);
+}
+
+static void
+finished_payload(struct task *t, uint64_t finished_wall_us, struct jbuf *b)
+{
+	struct jfinished f;
+
+	memset(&f, 0, sizeof f);
+	f.attempt = t->attempt;
+	f.time_us = finished_wall_us;
+	f.accepted_us = t->accepted_wall_us;
+	f.queued_us = t->queued_us;
+	f.run_us = t->run_us;
+	f.state = text_of(t->final_state);
+	f.pool = text_of(t->pool_name);
+	f.owner = text_of(t->owner);
+	f.label = text_of(t->label);
+	f.kind = text_of(t->kind != NULL ? t->kind->name : NULL);
+	f.done.p = t->done_text->data;
+	f.done.len = (uint32_t)t->done_text->len;
+	jfinished_encode(b, &f);
+}
+
+/* ------------------------------------------------------------ the hooks */
+
+static void
+hook_accepted(struct task *t, void *arg)
+{
+	struct jdata *jd;
+
+	if (replaying != NULL) {
+		t->jdata = replaying;
+		replaying = NULL;
+		return;
+	}
+	if (t->kept_elsewhere)
+		return;                 /* no records: its source brings it back (tasks.h) */
+	if ((jd = calloc(1, sizeof *jd)) == NULL) {
+		log_warnx("journal: out of memory for task %llu's records", (unsigned long long)t->id);
+		return;
+	}
+	t->jdata = jd;
+	accepted_payload(t, t->submit_text, t->submit_len, &jd->payload);
+	append(JREC_ACCEPTED, t->id, &jd->payload, &jd->accepted);
+}
+
+static void
+hook_started(struct task *t, void *arg)
+{
+	struct jdata *jd = t->jdata;
+	struct jbuf b = { 0 };
+	struct jstarted s = { t->attempt, wall_now_us() };
+
+	if (jd != NULL) {
+		jstarted_encode(&b, &s);
+		release(&jd->started);
+		append(JREC_STARTED, t->id, &b, &jd->started);
+		jbuf_free(&b);
+	}
+	if (t->start_barrier) {
+		if (nwaiting == waiting_cap) {
+			size_t cap = waiting_cap ? waiting_cap * 2 : 64;
+			void *p = realloc(waiting, cap * sizeof *waiting);
+			if (p == NULL)
+				fatalx("journal: out of memory for the tasks waiting for their start");
+			waiting = p;
+			waiting_cap = cap;
+		}
+		waiting[nwaiting].t = t;
+		waiting[nwaiting].batch = journal_batch(journal);
+		nwaiting++;
+		pending = true;
+	}
+}
+
+/* The STARTED records up to batch seen may be seen: their programs may run. */
+static void
+release_waiting(uint64_t seen)
+{
+	size_t i, k = 0;
+
+	for (i = 0; i < nwaiting; i++) {
+		if (waiting[i].batch <= seen)
+			task_start_recorded(waiting[i].t);
+		else
+			waiting[k++] = waiting[i];
+	}
+	nwaiting = k;
+}
+
+static void
+hook_finished(struct task *t, void *arg)
+{
+	struct jdata *jd = t->jdata;
+	struct jbuf b = { 0 };
+
+	if (jd == NULL)
+		return;
+	jd->finished_wall_us = wall_now_us();
+	finished_payload(t, jd->finished_wall_us, &b);
+	append(JREC_FINISHED, t->id, &b, &jd->finished);
+	jbuf_free(&b);
+	release(&jd->accepted);
+	release(&jd->started);
+	release(&jd->cancel);
+	jbuf_free(&jd->payload);
+}
+
+void
+durable_cancel(struct task *t)
+{
+	struct jdata *jd = t->jdata;
+	struct jbuf b = { 0 };
+
+	if (journal == NULL || jd == NULL || t->finished || jd->cancel.size != 0)
+		return;
+	jcancel_encode(&b, wall_now_us());
+	append(JREC_CANCEL, t->id, &b, &jd->cancel);
+	jbuf_free(&b);
+}
+
+static void
+hook_forgotten(struct task *t, void *arg)
+{
+	struct jdata *jd = t->jdata;
+	struct journal_ref r = { 0, 0 };
+
+	if (jd == NULL)
+		return;
+	release(&jd->accepted);
+	release(&jd->started);
+	release(&jd->cancel);
+	release(&jd->finished);
+	jbuf_free(&jd->payload);
+	free(jd);
+	t->jdata = NULL;
+	append(JREC_FORGOTTEN, t->id, NULL, &r);
+	release(&r);            /* a forget is dead once written: compaction drops the task */
+}
+
+/* A recovery's snapshot: every live record of the registry. */
+static void
+snap_one(struct task *t, void *arg)
+{
+	struct journal_snap *snap = arg;
+	struct jdata *jd = t->jdata;
+	struct jbuf b = { 0 };
+	struct jstarted s;
+
+	if (jd == NULL)
+		return;
+	if (t->finished) {
+		finished_payload(t, jd->finished_wall_us, &b);
+		jd->finished = journal_snap_add(snap, JREC_FINISHED, t->id, b.p, b.len);
+		jbuf_free(&b);
+		return;
+	}
+	jd->accepted = journal_snap_add(snap, JREC_ACCEPTED, t->id, jd->payload.p,
+	    jd->payload.len);
+	if (jd->started.size != 0) {
+		s.attempt = t->attempt;
+		s.time_us = wall_now_us();
+		jstarted_encode(&b, &s);
+		jd->started = journal_snap_add(snap, JREC_STARTED, t->id, b.p, b.len);
+		jbuf_free(&b);
+	}
+	if (jd->cancel.size != 0) {
+		jcancel_encode(&b, wall_now_us());
+		jd->cancel = journal_snap_add(snap, JREC_CANCEL, t->id, b.p, b.len);
+		jbuf_free(&b);
+	}
+}
+
+static void
+snapshot_cb(void *arg, struct journal_snap *snap)
+{
+	tasks_each(snap_one, snap);
+}
+
+/* ------------------------------------------------------------ the gate */
+
+uint64_t
+durable_prepare(void)
+{
+	if (journal == NULL)
+		return 0;
+	if (pending) {
+		pending = false;
+		journal_flush(journal);
+	}
+	return wanted;
+}
+
+uint64_t
+durable_seen(void)
+{
+	return journal != NULL ? journal_seen(journal) : UINT64_MAX;
+}
+
+/* The journal's batches up to batch may be seen (journal.h's on_seen). */
+static void
+seen_cb(void *arg, uint64_t batch)
+{
+	release_waiting(batch);
+	conn_journal_seen();
+}
+
+static void
+gate_cb(evutil_socket_t fd, short what, void *arg)
+{
+	durable_prepare();
+}
+
+static void
+journal_cb(evutil_socket_t fd, short what, void *arg)
+{
+	journal_process(journal);
+}
+
+static void
+tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	journal_tick(journal);
+	durable_prepare();      /* a recovery's records */
+}
+
+/* ------------------------------------------------------------ the replay */
+
+/* The wire's name for a state a record names (static text), or NULL. */
+static const char *
+state_name(const struct jtext *s)
+{
+	static const char *const names[] = { STATE_SUCCEEDED, STATE_FAILED, STATE_TIMED_OUT,
+	    STATE_CANCELLED, STATE_EXPIRED, STATE_LOST };
+
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+		if (strlen(names[i]) == s->len && memcmp(names[i], s->p, s->len) == 0)
+			return names[i];
+	return NULL;
+}
+
+static char *
+text_dup(const struct jtext *s)
+{
+	char *p;
+
+	if (s->p == NULL)
+		return NULL;
+	if ((p = malloc(s->len + 1)) == NULL)
+		fatalx("journal replay: out of memory");
+	memcpy(p, s->p, s->len);
+	p[s->len] = '\0';
+	return p;
+}
+
+/* The kind a record names, or NULL. */
+static const struct task_kind *
+kind_of(const struct jtext *s)
+{
+	const struct task_kind *k;
+	char *name = text_dup(s);
+
+	k = name != NULL ? task_kind_find(name) : NULL;
+	free(name);
+	return k;
+}
+
+static struct blob *
+blob_of(const char *p, size_t len)
+{
+	struct blob *b = blob_new(len + 1);
+
+	if (b == NULL)
+		fatalx("journal replay: out of memory");
+	memcpy(b->data, p, len);
+	b->data[len] = '\0';
+	b->len = len;
+	return b;
+}
+
+/* A retained result comes back. */
+static void
+replay_finished(struct journal *j, struct jread *rd, const struct jtask *jt)
+{
+	struct jfinished f;
+	struct task *t;
+	struct jdata *jd;
+	const char *state;
+
+	if (jstate_finished(rd->state, jt, &f) == -1 || (state = state_name(&f.state)) == NULL)
+		fatalx("journal %s: task %llu's finished record cannot be read",
+		    state_path, (unsigned long long)jt->id);
+	if ((t = calloc(1, sizeof *t)) == NULL || (jd = calloc(1, sizeof *jd)) == NULL)
+		fatalx("journal replay: out of memory");
+	t->id = jt->id;
+	t->pool_name = text_dup(&f.pool);
+	t->owner = text_dup(&f.owner);
+	t->label = text_dup(&f.label);
+	if (t->pool_name == NULL)
+		t->pool_name = strdup("");
+	t->attempt = (uint32_t)f.attempt;
+	t->accepted_wall_us = f.accepted_us;
+	t->queued_us = f.queued_us;
+	t->run_us = f.run_us;
+	t->kind = kind_of(&f.kind);
+	jd->finished = journal_replay_ref(j, rd, &jt->finished);
+	jd->finished_wall_us = f.time_us;
+	t->jdata = jd;
+	if (tasks_restore_finished(t, blob_of(f.done.p, f.done.len), state, f.time_us) == -1)
+		fatalx("journal replay: out of memory");
+}
+
+/* A task that cannot run again ends lost now, with its FINISHED record. */
+static void
+end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void
+end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, const char *fmt, ...)
+{
+	struct proto_task v;
+	char msg[512];
+	va_list ap;
+	uint64_t now = wall_now_us();
+	struct jbuf b = { 0 };
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	t->final_state = STATE_LOST;
+	t->queued_us = now > a->time_us ? now - a->time_us : 0;
+	task_describe(t, &v);
+	v.state = STATE_LOST;
+	v.finished = true;
+	v.queued_us = t->queued_us;
+	v.error_code = ERR_LOST;
+	v.error_message = msg;
+	t->done_text = proto_encode_done(&v);
+	jd->finished_wall_us = now;
+	finished_payload(t, now, &b);
+	append(JREC_FINISHED, t->id, &b, &jd->finished);
+	jbuf_free(&b);
+	release(&jd->accepted);
+	release(&jd->started);
+	release(&jd->cancel);
+	jbuf_free(&jd->payload);
+	t->jdata = jd;
+	log_notice("%s", msg);
+	if (tasks_restore_finished(t, t->done_text, STATE_LOST, now) == -1)
+		fatalx("journal replay: out of memory");
+}
+
+/* An unfinished task: queued again, run again, or lost. */
+static void
+replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
+{
+	struct jaccepted a;
+	struct jdata *jd;
+	struct task *t = NULL, *bare;
+	struct pools_entry *e;
+	struct task_options o;
+	struct task_context ctx;
+	struct proto_task_spec ts;
+	const struct task_kind *kind;
+	const unsigned char *rec;
+	json_t *spec = NULL;
+	json_error_t jerr;
+	char *pool, *owner, *label, *msg = NULL;
+	uint64_t now = wall_now_us();
+	bool ran = (jt->flags & JT_STARTED) != 0;
+	bool cancelled = (jt->flags & JT_CANCELLED) != 0;
+
+	if (jstate_accepted(rd->state, jt, &a) == -1)
+		fatalx("journal %s: task %llu's accepted record cannot be read",
+		    state_path, (unsigned long long)jt->id);
+	if ((jd = calloc(1, sizeof *jd)) == NULL)
+		fatalx("journal replay: out of memory");
+	jd->accepted = journal_replay_ref(j, rd, &jt->accepted);
+	jd->started = journal_replay_ref(j, rd, &jt->started);
+	jd->cancel = journal_replay_ref(j, rd, &jt->cancel);
+	rec = jstate_record(rd->state, &jt->accepted);
+	jbuf_add(&jd->payload, rec + JFMT_REC_HEADER, jt->accepted.size - JFMT_REC_HEADER);
+	pool = text_dup(&a.pool);
+	owner = text_dup(&a.owner);
+	label = text_dup(&a.label);
+	e = pool != NULL ? pools_find(pool) : NULL;
+
+	if (e != NULL && (!ran || (a.rerun && !cancelled)) && a.spec.p != NULL &&
+	    (spec = submitted_task(&a.spec, &jerr)) != NULL &&
+	    proto_read_task(spec, &ts, &msg) == 0 &&
+	    (kind = task_kind_find(ts.kind)) != NULL) {
+		memset(&ctx, 0, sizeof ctx);
+		ctx.pool_conf = conf_pool_find(&daemon_state->conf, e->name);
+		if (owner != NULL && strncmp(owner, "uid:", 4) == 0) {
+			struct passwd *pw = getpwuid((uid_t)strtoul(owner + 4, NULL, 10));
+			ctx.caller.via_unix = true;
+			if (pw != NULL) {
+				ctx.caller.have_creds = true;
+				ctx.caller.uid = pw->pw_uid;
+				ctx.caller.gid = pw->pw_gid;
+			}
+		}
+		t = task_parse(kind, spec, &ctx, &msg);
+	}
+	if (t != NULL) {
+		memset(&o, 0, sizeof o);
+		o.pool = e;
+		o.owner = owner;
+		o.stream = (a.flags & JFL_STREAM) != 0;
+		o.timeout_ms = ts.timeout_ms;
+		o.on_lost_rerun = a.rerun;
+		o.label = label;
+		o.id = jt->id;
+		o.attempt = jt->attempt + 1;
+		o.accepted_wall_us = a.time_us;
+		o.queued_before_us = now > a.time_us ? now - a.time_us : 0;
+		if (a.queue_deadline_us != 0)
+			o.queue_timeout_ms = a.queue_deadline_us > now ?
+			    (a.queue_deadline_us - now + 999) / 1000 : 1;
+		replaying = jd;
+		if (tasks_submit(t, &o) == POOL_ACCEPTED) {
+			if (ran)
+				log_notice("task %llu was running when tpd stopped: it runs again "
+				    "(on_lost rerun, attempt %u)", (unsigned long long)jt->id,
+				    o.attempt);
+			goto out;
+		}
+		replaying = NULL;
+		task_free(t);
+		msg = NULL;
+		if ((bare = calloc(1, sizeof *bare)) == NULL)
+			fatalx("journal replay: out of memory");
+		bare->id = jt->id;
+		bare->pool_name = pool;
+		bare->owner = owner;
+		bare->label = label;
+		bare->kind = kind_of(&a.kind);
+		bare->attempt = jt->attempt;
+		bare->accepted_wall_us = a.time_us;
+		pool = owner = label = NULL;
+		end_lost(bare, jd, &a, "task %llu could not be queued again at the restart: "
+		    "the queue of pool %s is full", (unsigned long long)jt->id, bare->pool_name);
+		goto out;
+	}
+	if ((bare = calloc(1, sizeof *bare)) == NULL)
+		fatalx("journal replay: out of memory");
+	bare->id = jt->id;
+	bare->pool_name = pool != NULL ? pool : strdup("");
+	bare->owner = owner;
+	bare->label = label;
+	bare->kind = kind_of(&a.kind);
+	bare->attempt = jt->attempt;
+	bare->accepted_wall_us = a.time_us;
+	pool = owner = label = NULL;
+	if (e == NULL)
+		end_lost(bare, jd, &a, "task %llu's pool %s no longer exists", (unsigned long long)
+		    jt->id, bare->pool_name);
+	else if (ran && cancelled)
+		end_lost(bare, jd, &a, "task %llu was running, and asked to cancel, when tpd "
+		    "stopped (attempt %u); it is not run again", (unsigned long long)jt->id,
+		    jt->attempt);
+	else if (ran)
+		end_lost(bare, jd, &a, "task %llu was running when tpd stopped (attempt %u); "
+		    "it is not run again (on_lost is lost)", (unsigned long long)jt->id,
+		    jt->attempt);
+	else
+		end_lost(bare, jd, &a, "task %llu cannot be read back from the journal: %s",
+		    (unsigned long long)jt->id, msg != NULL ? msg : "its task object is not valid");
+out:
+	free(msg);
+	free(pool);
+	free(owner);
+	free(label);
+	json_decref(spec);
+}
+
+static struct jread *rd;            /* from durable_open to durable_start */
+
+void
+durable_open(const struct conf *c)
+{
+	struct journal_settings s;
+	char dir[4096], *cause = NULL;
+
+	if (!c->journal)
+		return;
+	memset(&s, 0, sizeof s);
+	s.dir = durable_state_dir(c, dir, sizeof dir);
+	s.sync = (enum journal_sync)c->journal_sync;
+	s.sync_interval_us = c->journal_sync_interval_ms * 1000;
+	s.max_bytes = c->journal_max_bytes;
+	s.snapshot = snapshot_cb;
+	s.on_seen = seen_cb;
+	sync_mode = s.sync;
+	snprintf(state_path, sizeof state_path, "%s", dir);
+	if (journal_open(&s, &journal, &rd, &cause) == -1)
+		fatalx("%s", cause != NULL ? cause : "journal: out of memory");
+}
+
+void
+durable_start(const struct conf *c, struct event_base *base)
+{
+	static const struct tasks_hooks hooks = { hook_accepted, hook_started, hook_finished,
+	    hook_forgotten, NULL };
+	struct jtask *const *all;
+	struct timeval second = { 1, 0 };
+	char *cause = NULL;
+	size_t n, requeued = 0, restored = 0;
+	uint64_t t0 = clock_now_us();
+
+	if (journal == NULL)
+		return;
+	if ((gate_ev = event_new(base, -1, 0, gate_cb, NULL)) == NULL)
+		fatalx("journal: cannot make its event");
+	if (tasks_add_hooks(&hooks, &cause) == -1)
+		fatalx("%s", cause);
+	tasks_set_start_barrier(true);
+	tasks_set_next_id(jstate_next_id(rd->state));
+	all = jstate_tasks(rd->state, &n);
+	for (size_t i = 0; i < n; i++) {
+		if (all[i]->flags & JT_FINISHED) {
+			replay_finished(journal, rd, all[i]);
+			restored++;
+		} else {
+			replay_unfinished(journal, rd, all[i]);
+			requeued++;
+		}
+	}
+	tasks_set_next_id(jstate_next_id(rd->state));
+	journal_replay_done(journal, rd);
+	rd = NULL;
+	if (journal_begin(journal, &cause) == -1)
+		fatalx("%s", cause != NULL ? cause : "journal: out of memory");
+	durable_prepare();
+	log_info("journal %s (sync %s): %zu finished tasks and %zu unfinished read back in "
+	    "%.3f ms; next task id %llu", state_path, journal_sync_name(sync_mode), restored, requeued,
+	    (clock_now_us() - t0) / 1000.0, (unsigned long long)tasks_next_id());
+	journal_ev = event_new(base, journal_event_fd(journal), EV_READ | EV_PERSIST, journal_cb,
+	    NULL);
+	tick_ev = event_new(base, -1, EV_PERSIST, tick_cb, NULL);
+	if (journal_ev == NULL || tick_ev == NULL || event_add(journal_ev, NULL) == -1 ||
+	    evtimer_add(tick_ev, &second) == -1)
+		fatalx("journal: cannot watch its events");
+}
+
+/* At stop: what a task kept of its records goes (the registry frees the task after). */
+static void
+free_jdata(struct task *t, void *arg)
+{
+	struct jdata *jd = t->jdata;
+
+	if (jd == NULL)
+		return;
+	jbuf_free(&jd->payload);
+	free(jd);
+	t->jdata = NULL;
+}
+
+void
+durable_stop(void)
+{
+	if (journal == NULL)
+		return;
+	event_free(journal_ev);
+	event_free(tick_ev);
+	journal_ev = tick_ev = NULL;
+	journal_close(journal, tasks_next_id());
+	journal = NULL;
+	tasks_each(free_jdata, NULL);
+	release_waiting(UINT64_MAX);
+	event_free(gate_ev);
+	gate_ev = NULL;
+	free(waiting);
+	waiting = NULL;
+	waiting_cap = 0;
+}
+
+bool
+durable_on(void)
+{
+	return journal != NULL;
+}
+
+bool
+durable_writable(const char **why)
+{
+	return journal == NULL || journal_writable(journal, why);
+}
+
+bool
+durable_stats(struct journal_stats *out)
+{
+	if (journal == NULL)
+		return false;
+	journal_stats(journal, out);
+	out->appended = appended;
+	return true;
+}
+
+const char *
+durable_status(void)
+{
+	const char *why;
+
+	if (journal == NULL || journal_writable(journal, &why))
+		return NULL;
+	snprintf(status_line, sizeof status_line, "journal: %s", why);
+	return status_line;
+}

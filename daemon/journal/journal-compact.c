@@ -1,0 +1,288 @@
+/*
+ * journal-compact.c: the maintenance thread, which compacts the sealed
+ * segments. The loop asks for the segments up to seq M (all sealed: nobody
+ * writes them any more); this thread replays them (journal-read.c, its own
+ * mappings), so it learns their live records without asking the loop for
+ * anything, then writes those records, as they are (their checksums hold
+ * anywhere), after a NEXT_ID into journal.M.tmp: preallocated, written in
+ * large writes, fdatasynced. Under dirlock, unless the loop's recovery made
+ * it obsolete meanwhile (mt.gen moved), it renames that over journal.M with
+ * the SNAPSHOT flag, fsyncs the directory, removes the older segments and
+ * fsyncs the directory again. A crash at any point leaves either the old
+ * segments or the new one in charge (journal-read.h: the newest snapshot
+ * wins; a .tmp is removed at start).
+ *
+ * The loop's part is a request and a result: no pause of the loop grows
+ * with the journal's size.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "journal-int.h"
+#include "journal-read.h"
+#include "base/log.h"
+
+#define OUT_CHUNK (1024 * 1024)
+
+struct out {
+	int fd;
+	struct jbuf buf;
+	uint64_t off;
+	int err;
+};
+
+static void
+out_flush(struct out *o)
+{
+	size_t done = 0;
+
+	while (o->err == 0 && done < o->buf.len) {
+		ssize_t n = pwrite(o->fd, o->buf.p + done, o->buf.len - done, (off_t)o->off);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			o->err = n == 0 ? ENOSPC : errno;
+			break;
+		}
+		done += (size_t)n;
+		o->off += (uint64_t)n;
+	}
+	jbuf_reset(&o->buf);
+}
+
+static void
+out_add(struct out *o, const void *p, size_t n)
+{
+	if (o->buf.len + n > OUT_CHUNK)
+		out_flush(o);
+	if (n >= OUT_CHUNK) {
+		/* a large record goes straight from the map */
+		size_t done = 0;
+		while (o->err == 0 && done < n) {
+			ssize_t w = pwrite(o->fd, (const char *)p + done, n - done, (off_t)o->off);
+			if (w == -1 && errno == EINTR)
+				continue;
+			if (w <= 0) {
+				o->err = w == 0 ? ENOSPC : errno;
+				break;
+			}
+			done += (size_t)w;
+			o->off += (uint64_t)w;
+		}
+		return;
+	}
+	jbuf_add(&o->buf, p, n);
+	if (o->buf.failed)
+		o->err = ENOMEM;
+}
+
+static void
+add_loc(struct out *o, const struct jstate *st, const struct jloc *l, uint64_t *records)
+{
+	const unsigned char *r = jstate_record(st, l);
+
+	if (r != NULL) {
+		out_add(o, r, l->size);
+		(*records)++;
+	}
+}
+
+/* One compaction of the segments up to max_seq; fills the result fields of mt. */
+static void
+compact(struct journal *j, uint64_t max_seq, uint64_t gen)
+{
+	struct jmaint *mt = &j->mt;
+	struct jread *r = NULL;
+	struct out o = { -1, { 0 }, 0, 0 };
+	char *cause = NULL, name[32], tmp[40] = "";
+	unsigned char hdr[JFMT_SEG_HEADER];
+	struct jtask *const *tasks;
+	struct jbuf next = { 0 };
+	uint64_t t0 = journal_mono_us(), total, records = 0, seq;
+	size_t n;
+	int rc = -1;
+
+	if (jread_load(j->dirfd, j->dir, max_seq, &r, &cause) == -1)
+		goto done;
+	if (r->nsegs == 0) {
+		cause_set(&cause, "journal %s: no segment to compact", j->dir);
+		goto done;
+	}
+	seq = r->segs[r->nsegs - 1].seq;
+	if (r->torn != SIZE_MAX) {
+		cause_set(&cause, "journal %s: a sealed segment has a torn tail at offset %" PRIu64,
+		    j->dir, r->segs[r->torn].scan.bad_offset);
+		goto done;
+	}
+	if ((tasks = jstate_tasks(r->state, &n)) == NULL) {
+		cause_set(&cause, "out of memory");
+		goto done;
+	}
+	jrec_append(&next, JREC_NEXT_ID, jstate_next_id(r->state), NULL, 0);
+	total = JFMT_SEG_HEADER + next.len + jstate_live_bytes(r->state);
+	jseg_name(name, sizeof name, seq);
+	snprintf(tmp, sizeof tmp, "%s.tmp", name);
+	if ((o.fd = openat(j->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) == -1) {
+		cause_set(&cause, "journal %s/%s: cannot create it: %s", j->dir, tmp, strerror(errno));
+		goto done;
+	}
+	if ((errno = posix_fallocate(o.fd, 0, (off_t)total)) != 0) {
+		cause_set(&cause, "journal %s/%s: cannot allocate %" PRIu64 " bytes: %s", j->dir, tmp,
+		    total, strerror(errno));
+		goto done;
+	}
+	jseg_header(hdr, seq, JFMT_SEG_SNAPSHOT, journal_wall_us());
+	out_add(&o, hdr, sizeof hdr);
+	out_add(&o, next.p, next.len);
+	for (size_t i = 0; i < n && o.err == 0; i++) {
+		const struct jtask *t = tasks[i];
+
+		if (atomic_load(&mt->gen) != gen)
+			break;
+		if (t->flags & JT_FINISHED)
+			add_loc(&o, r->state, &t->finished, &records);
+		else {
+			add_loc(&o, r->state, &t->accepted, &records);
+			add_loc(&o, r->state, &t->started, &records);
+			add_loc(&o, r->state, &t->cancel, &records);
+		}
+	}
+	out_flush(&o);
+	if (o.err != 0) {
+		cause_set(&cause, "journal %s/%s: cannot write it: %s", j->dir, tmp, strerror(o.err));
+		goto done;
+	}
+	if (fdatasync(o.fd) == -1) {
+		cause_set(&cause, "journal %s/%s: fdatasync: %s", j->dir, tmp, strerror(errno));
+		goto done;
+	}
+	close(o.fd);
+	o.fd = -1;
+
+	pthread_mutex_lock(&j->dirlock);
+	if (atomic_load(&mt->gen) != gen) {
+		pthread_mutex_unlock(&j->dirlock);
+		cause_set(&cause, "compaction abandoned: the journal was recovered meanwhile");
+		goto done;
+	}
+	if (renameat(j->dirfd, tmp, j->dirfd, name) == -1 || fsync(j->dirfd) == -1) {
+		int e = errno;
+		pthread_mutex_unlock(&j->dirlock);
+		cause_set(&cause, "journal %s/%s: cannot put it in place: %s", j->dir, name,
+		    strerror(e));
+		goto done;
+	}
+	tmp[0] = '\0'; /* renamed: nothing to remove */
+	for (size_t i = 0; i + 1 < r->nsegs; i++) {
+		jseg_name(name, sizeof name, r->segs[i].seq);
+		unlinkat(j->dirfd, name, 0);
+	}
+	for (size_t i = 0; i < r->nobsolete; i++) {
+		jseg_name(name, sizeof name, r->obsolete[i]);
+		unlinkat(j->dirfd, name, 0);
+	}
+	fsync(j->dirfd);
+	pthread_mutex_unlock(&j->dirlock);
+	rc = 0;
+	pthread_mutex_lock(&mt->lock);
+	mt->out_seq = seq;
+	mt->out_bytes = total;
+	mt->out_records = records + 1;
+	mt->out_live = total - JFMT_SEG_HEADER;
+	pthread_mutex_unlock(&mt->lock);
+done:
+	if (o.fd != -1)
+		close(o.fd);
+	if (rc == -1 && tmp[0] != '\0')
+		unlinkat(j->dirfd, tmp, 0);
+	jbuf_free(&o.buf);
+	jbuf_free(&next);
+	jread_free(r);
+	pthread_mutex_lock(&mt->lock);
+	mt->rc = rc;
+	free(mt->cause);
+	mt->cause = cause;
+	mt->duration_us = journal_mono_us() - t0;
+	mt->done_gen = gen;
+	mt->done = true;
+	mt->running = false;
+	pthread_mutex_unlock(&mt->lock);
+	journal_wake(j);
+}
+
+static void *
+jmaint_main(void *arg)
+{
+	struct journal *j = arg;
+	struct jmaint *mt = &j->mt;
+
+	pthread_mutex_lock(&mt->lock);
+	for (;;) {
+		uint64_t max, gen;
+
+		while (!mt->quit && !mt->job)
+			pthread_cond_wait(&mt->cv, &mt->lock);
+		if (mt->quit)
+			break;
+		mt->job = false;
+		mt->running = true;
+		max = mt->job_max;
+		gen = mt->job_gen;
+		pthread_mutex_unlock(&mt->lock);
+		compact(j, max, gen);
+		pthread_mutex_lock(&mt->lock);
+	}
+	pthread_mutex_unlock(&mt->lock);
+	return NULL;
+}
+
+int
+jmaint_start(struct journal *j, char **cause)
+{
+	int e;
+
+	if ((e = pthread_create(&j->mt.thread, NULL, jmaint_main, j)) != 0) {
+		if (asprintf(cause, "journal %s: cannot start its maintenance thread: %s", j->dir,
+		    strerror(e)) == -1)
+			*cause = NULL;
+		return -1;
+	}
+	j->mt.started = true;
+	return 0;
+}
+
+void
+jmaint_stop(struct journal *j)
+{
+	struct jmaint *mt = &j->mt;
+
+	if (!mt->started)
+		return;
+	atomic_fetch_add(&mt->gen, 1); /* a compaction in flight gives up */
+	pthread_mutex_lock(&mt->lock);
+	mt->quit = true;
+	pthread_cond_signal(&mt->cv);
+	pthread_mutex_unlock(&mt->lock);
+	pthread_join(mt->thread, NULL);
+	mt->started = false;
+}
+
+void
+jmaint_request(struct journal *j, uint64_t max_seq)
+{
+	struct jmaint *mt = &j->mt;
+
+	pthread_mutex_lock(&mt->lock);
+	mt->job = true;
+	mt->job_max = max_seq;
+	mt->job_gen = atomic_load(&mt->gen);
+	pthread_cond_signal(&mt->cv);
+	pthread_mutex_unlock(&mt->lock);
+}

@@ -1,0 +1,542 @@
+/*
+ * metrics.c: GET /metrics in the Prometheus text format (0.0.4), served by
+ * libevent's own HTTP server (evhttp) on the daemon's loop: no thread of
+ * its own, and nothing kept between scrapes. Each scrape formats what the
+ * pools hold now (pool_snapshot, pool_timings: counters and histograms
+ * kept under each pool's lock) and the daemon's own figures.
+ *
+ * Limits, each a key of tpd.conf(5): only GET /metrics is served (another
+ * path is 404, another method on /metrics 405); a request's line and
+ * headers take at most metrics_max_header_bytes (evhttp answers 413 past
+ * it) and a request body none; a connection idle for metrics_timeout is
+ * closed; at most metrics_max_connections are open at once. At the cap the
+ * listener stops accepting, so more scrapers wait in the kernel's backlog
+ * until one closes; that is logged once each time the cap is reached.
+ *
+ * evhttp in libevent 2.1 has no connection cap and tells nobody when a
+ * connection it accepted closes before a request came. It asks
+ * evhttp_set_bevcb's callback for the bufferevent of every connection it
+ * accepts, though: tpd makes it, counts it, and keeps a reference to it
+ * (bufferevent_incref). When evhttp frees the connection, bufferevent_free
+ * clears the callbacks it had set and drops evhttp's reference; ours keeps
+ * the bufferevent (and its socket, half closed by evhttp) until a sweep
+ * sees the callbacks gone and drops it too, which closes the socket and
+ * frees a slot. The sweep runs at each accept and on a timer: every second
+ * while scrapes are open, every 100 ms at the cap. (A pass-through filter
+ * bufferevent, whose free callback would say it at once, does not work:
+ * evhttp writes an error reply while writing is disabled, and a filter
+ * never passes on what was written then.)
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+
+#include "net/conn.h"
+#include "daemon.h"
+#include "net/listen.h"
+#include "base/log.h"
+#include "metrics.h"
+#include "pool/pools.h"
+#include "task/tasks.h"
+
+#define METRICS_PATH "/metrics"
+#define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+#define ACCEPT_PAUSE_MS 100
+
+static struct {
+	struct event_base *base;
+	struct evhttp *http;
+	struct evconnlistener *evl;
+	struct event *resume;       /* re-enables accepting after accept() ran out of fds */
+	char *listen;               /* the address served (a copy of metrics_listen) */
+	char name[128];             /* "tcp 127.0.0.1:9100" */
+	unsigned max_connections;
+	struct bufferevent **conns; /* every connection's bufferevent, referenced until swept */
+	unsigned connections;       /* how many: the open connections, give or take a sweep */
+	unsigned conns_cap;         /* slots in conns */
+	struct event *sweep;        /* the timer of conns_sweep */
+	bool at_cap;                /* the listener is off because of the cap */
+	bool paused;                /* the listener is off after an accept() error */
+} m;
+
+/* ---- the text */
+
+/* The Prometheus bounds of the histograms, 1 ms to 1 h: each one of pool.c's bounds. */
+static const struct {
+	const char *le;
+	uint64_t us;
+} metrics_bounds[] = {
+	{ "0.001", 1000 }, { "0.0025", 2500 }, { "0.005", 5000 }, { "0.01", 10000 },
+	{ "0.025", 25000 }, { "0.05", 50000 }, { "0.1", 100000 }, { "0.25", 250000 },
+	{ "0.5", 500000 }, { "1", 1000000 }, { "2.5", 2500000 }, { "5", 5000000 },
+	{ "10", 10000000 }, { "30", 30000000 }, { "60", 60000000 }, { "120", 120000000 },
+	{ "300", 300000000 }, { "600", 600000000 }, { "1800", 1800000000 },
+	{ "3600", 3600000000ULL },
+};
+
+/* One pool's figures; entries of one name (a removed pool and its successor) added up. */
+struct metrics_pool {
+	const char *name;
+	bool live;                  /* has an entry that is not removed */
+	struct pool_snapshot s;
+	struct pool_hist queued, run;
+};
+
+static void
+pool_add(struct metrics_pool *mp, const struct pools_entry *e)
+{
+	struct pool_snapshot s;
+	struct pool_hist queued, run;
+
+	pool_snapshot(e->pool, &s);
+	pool_timings(e->pool, &queued, &run);
+	pool_hist_merge(&mp->queued, &queued);
+	pool_hist_merge(&mp->run, &run);
+	/* what a pool is set to: the live entry's; what it holds and did: the sum */
+	if (!e->removed || !mp->live) {
+		mp->s.target = s.target;
+		mp->s.capacity = s.capacity;
+		mp->s.limit = s.limit;
+	}
+	mp->live = mp->live || !e->removed;
+	mp->s.workers += s.workers;
+	mp->s.busy += s.busy;
+	mp->s.queued += s.queued;
+	mp->s.accepted += s.accepted;
+	mp->s.rejected_full += s.rejected_full;
+	mp->s.rejected_closed += s.rejected_closed;
+	mp->s.succeeded += s.succeeded;
+	mp->s.failed += s.failed;
+	mp->s.timed_out += s.timed_out;
+	mp->s.cancelled += s.cancelled;
+	mp->s.expired += s.expired;
+	if (s.oldest_queued_us > mp->s.oldest_queued_us)
+		mp->s.oldest_queued_us = s.oldest_queued_us;
+}
+
+/* The pools by name, in the order of the daemon's list; NULL when out of memory. */
+static struct metrics_pool *
+pools_collect(size_t *n)
+{
+	size_t count = pools_count(), used = 0;
+	struct metrics_pool *mp = calloc(count > 0 ? count : 1, sizeof *mp);
+
+	if (mp == NULL)
+		return NULL;
+	for (size_t i = 0; i < count; i++) {
+		struct pools_entry *e = pools_at(i);
+		size_t j;
+
+		for (j = 0; j < used && strcmp(mp[j].name, e->name) != 0; j++)
+			;
+		if (j == used)
+			mp[used++].name = e->name;
+		pool_add(&mp[j], e);
+	}
+	*n = used;
+	return mp;
+}
+
+static void
+family(struct evbuffer *out, const char *name, const char *type, const char *help)
+{
+	evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* name{pool="P"[,extra]} value: pool names are letters, digits, '_', '.', '-': no escaping. */
+static void
+sample(struct evbuffer *out, const char *name, const char *pool, const char *extra,
+    unsigned long long v)
+{
+	evbuffer_add_printf(out, "%s{pool=\"%s\"%s%s} %llu\n", name, pool,
+	    extra != NULL ? "," : "", extra != NULL ? extra : "", v);
+}
+
+static void
+histogram(struct evbuffer *out, const char *name, const struct metrics_pool *mp, size_t n,
+    bool queued)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct pool_hist *h = queued ? &mp[i].queued : &mp[i].run;
+
+		for (size_t b = 0; b < sizeof metrics_bounds / sizeof metrics_bounds[0]; b++)
+			evbuffer_add_printf(out, "%s_bucket{pool=\"%s\",le=\"%s\"} %llu\n", name,
+			    mp[i].name, metrics_bounds[b].le,
+			    (unsigned long long)pool_hist_count_le(h, metrics_bounds[b].us));
+		evbuffer_add_printf(out, "%s_bucket{pool=\"%s\",le=\"+Inf\"} %llu\n", name,
+		    mp[i].name, (unsigned long long)h->count);
+		evbuffer_add_printf(out, "%s_sum{pool=\"%s\"} %llu.%06llu\n", name, mp[i].name,
+		    (unsigned long long)(h->sum_us / 1000000),
+		    (unsigned long long)(h->sum_us % 1000000));
+		evbuffer_add_printf(out, "%s_count{pool=\"%s\"} %llu\n", name, mp[i].name,
+		    (unsigned long long)h->count);
+	}
+}
+
+/* A label value in the text format: backslash, double quote and newline escaped. */
+static void
+label_value(struct evbuffer *out, const char *s)
+{
+	for (; *s != '\0'; s++) {
+		if (*s == '\\' || *s == '"')
+			evbuffer_add_printf(out, "\\%c", *s);
+		else if (*s == '\n')
+			evbuffer_add(out, "\\n", 2);
+		else
+			evbuffer_add(out, s, 1);
+	}
+}
+
+int
+metrics_format(struct evbuffer *out)
+{
+	static const struct {
+		const char *state;
+		size_t off;
+	} ends[] = {
+		{ "succeeded", offsetof(struct pool_snapshot, succeeded) },
+		{ "failed", offsetof(struct pool_snapshot, failed) },
+		{ "timed_out", offsetof(struct pool_snapshot, timed_out) },
+		{ "cancelled", offsetof(struct pool_snapshot, cancelled) },
+		{ "expired", offsetof(struct pool_snapshot, expired) },
+	};
+	struct daemon *d = daemon_state;
+	struct metrics_pool *mp;
+	char extra[64];
+	size_t n, i;
+
+	if ((mp = pools_collect(&n)) == NULL)
+		return -1;
+
+	family(out, "tpd_build_info", "gauge", "The version of tpd (the value is always 1).");
+	evbuffer_add_printf(out, "tpd_build_info{version=\"");
+	label_value(out, PACKAGE_VERSION);
+	evbuffer_add_printf(out, "\"} 1\n");
+	family(out, "tpd_uptime_seconds", "gauge", "Seconds since tpd started.");
+	evbuffer_add_printf(out, "tpd_uptime_seconds %.3f\n",
+	    (double)(clock_now_us() - d->started_us) / 1e6);
+	family(out, "tpd_connections", "gauge", "Client connections open now (the protocol's, "
+	    "not these scrapes').");
+	evbuffer_add_printf(out, "tpd_connections %zu\n", conn_count());
+	family(out, "tpd_tasks_outstanding", "gauge", "Accepted tasks whose done is not "
+	    "delivered yet.");
+	evbuffer_add_printf(out, "tpd_tasks_outstanding %llu\n",
+	    (unsigned long long)tasks_outstanding());
+
+	family(out, "tpd_tasks_submitted_total", "counter", "Submissions the pool accepted.");
+	for (i = 0; i < n; i++)
+		sample(out, "tpd_tasks_submitted_total", mp[i].name, NULL, mp[i].s.accepted);
+	family(out, "tpd_tasks_rejected_total", "counter", "Submissions refused, by reason "
+	    "(the error code of the rejected event).");
+	for (i = 0; i < n; i++) {
+		sample(out, "tpd_tasks_rejected_total", mp[i].name, "reason=\"queue_full\"",
+		    mp[i].s.rejected_full);
+		sample(out, "tpd_tasks_rejected_total", mp[i].name, "reason=\"closed\"",
+		    mp[i].s.rejected_closed);
+	}
+	family(out, "tpd_tasks_finished_total", "counter", "Tasks that ended, by terminal state.");
+	for (i = 0; i < n; i++)
+		for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++) {
+			snprintf(extra, sizeof extra, "state=\"%s\"", ends[k].state);
+			sample(out, "tpd_tasks_finished_total", mp[i].name, extra,
+			    *(const uint64_t *)(const void *)((const char *)&mp[i].s + ends[k].off));
+		}
+
+	family(out, "tpd_queue_length", "gauge", "Tasks waiting in the queue.");
+	for (i = 0; i < n; i++)
+		sample(out, "tpd_queue_length", mp[i].name, NULL, mp[i].s.queued);
+	family(out, "tpd_queue_capacity", "gauge", "Queue slots (idle workers take tasks "
+	    "beyond them).");
+	for (i = 0; i < n; i++)
+		sample(out, "tpd_queue_capacity", mp[i].name, NULL, mp[i].s.capacity);
+	family(out, "tpd_queue_oldest_seconds", "gauge", "How long the oldest queued task "
+	    "has waited (0 when none waits).");
+	for (i = 0; i < n; i++)
+		evbuffer_add_printf(out, "tpd_queue_oldest_seconds{pool=\"%s\"} %.6f\n",
+		    mp[i].name, (double)mp[i].s.oldest_queued_us / 1e6);
+	family(out, "tpd_workers", "gauge", "Worker threads of the pool now.");
+	for (i = 0; i < n; i++)
+		sample(out, "tpd_workers", mp[i].name, NULL, mp[i].s.workers);
+	family(out, "tpd_workers_busy", "gauge", "Workers running a task.");
+	for (i = 0; i < n; i++)
+		sample(out, "tpd_workers_busy", mp[i].name, NULL, mp[i].s.busy);
+	family(out, "tpd_workers_target", "gauge", "The size the pool is set to (resize, "
+	    "size).");
+	for (i = 0; i < n; i++)
+		sample(out, "tpd_workers_target", mp[i].name, NULL, mp[i].s.target);
+
+	family(out, "tpd_task_queued_seconds", "histogram", "How long tasks waited in the "
+	    "queue, observed when they started or expired.");
+	histogram(out, "tpd_task_queued_seconds", mp, n, true);
+	family(out, "tpd_task_run_seconds", "histogram", "How long tasks ran, observed when "
+	    "they ended.");
+	histogram(out, "tpd_task_run_seconds", mp, n, false);
+	free(mp);
+	return 0;
+}
+
+/* ---- the server */
+
+static void
+reply_text(struct evhttp_request *req, int code, const char *reason, const char *text)
+{
+	struct evbuffer *body = evbuffer_new();
+	struct evkeyvalq *headers = evhttp_request_get_output_headers(req);
+
+	evhttp_add_header(headers, "Content-Type", "text/plain; charset=utf-8");
+	if (code == HTTP_BADMETHOD)
+		evhttp_add_header(headers, "Allow", "GET");
+	if (body != NULL)
+		evbuffer_add_printf(body, "%s\n", text);
+	evhttp_send_reply(req, code, reason, body);
+	if (body != NULL)
+		evbuffer_free(body);
+}
+
+static void
+metrics_request(struct evhttp_request *req, void *arg)
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+	const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
+	struct evbuffer *body;
+
+	if (path == NULL || strcmp(path, METRICS_PATH) != 0) {
+		reply_text(req, HTTP_NOTFOUND, "Not Found",
+		    "not found: tpd serves only GET " METRICS_PATH);
+		return;
+	}
+	if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
+		reply_text(req, HTTP_BADMETHOD, "Method Not Allowed",
+		    "method not allowed: " METRICS_PATH " takes GET only");
+		return;
+	}
+	if ((body = evbuffer_new()) == NULL || metrics_format(body) == -1) {
+		if (body != NULL)
+			evbuffer_free(body);
+		reply_text(req, HTTP_INTERNAL, "Internal Server Error", "out of memory");
+		return;
+	}
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+	    METRICS_CONTENT_TYPE);
+	log_debug("metrics: %zu bytes for %s", evbuffer_get_length(body),
+	    evhttp_request_get_host(req) != NULL ? evhttp_request_get_host(req) : "a scrape");
+	evhttp_send_reply(req, HTTP_OK, "OK", body);
+	evbuffer_free(body);
+}
+
+/* Accepting stops at the cap or after an accept() error, and resumes when neither holds. */
+static void
+listener_update(void)
+{
+	if (m.evl == NULL)
+		return;
+	if (m.at_cap || m.paused)
+		evconnlistener_disable(m.evl);
+	else
+		evconnlistener_enable(m.evl);
+}
+
+#define SWEEP_MS 1000          /* while connections are open */
+#define SWEEP_AT_CAP_MS 100     /* while scrapers wait for a slot */
+
+/* Drops the connections evhttp has freed: their bufferevents had their callbacks cleared. */
+static void
+conns_sweep(void)
+{
+	bufferevent_data_cb rcb, wcb;
+	bufferevent_event_cb ecb;
+	unsigned i = 0;
+
+	while (i < m.connections) {
+		struct bufferevent *bev = m.conns[i];
+
+		bufferevent_getcb(bev, &rcb, &wcb, &ecb, NULL);
+		if (rcb != NULL || wcb != NULL || ecb != NULL) {
+			i++;
+			continue;
+		}
+		m.conns[i] = m.conns[--m.connections];
+		bufferevent_decref(bev);        /* the last reference: the socket closes */
+	}
+	if (m.at_cap && m.connections < m.max_connections) {
+		m.at_cap = false;
+		listener_update();
+	}
+	if (m.sweep != NULL && m.connections > 0) {
+		struct timeval tv = { 0, (m.at_cap ? SWEEP_AT_CAP_MS : SWEEP_MS) * 1000 };
+		evtimer_add(m.sweep, &tv);
+	}
+}
+
+static void
+sweep_cb(evutil_socket_t fd, short what, void *arg)
+{
+	conns_sweep();
+}
+
+/* evhttp accepted a connection and asks for its bufferevent. */
+static struct bufferevent *
+conn_bufferevent(struct event_base *base, void *arg)
+{
+	struct bufferevent *bev;
+
+	conns_sweep();
+	if (m.connections == m.conns_cap) {
+		unsigned cap = m.conns_cap > 0 ? m.conns_cap * 2 : 16;
+		struct bufferevent **c = realloc(m.conns, cap * sizeof *c);
+
+		if (c == NULL)
+			return NULL;    /* evhttp makes one of its own, uncounted */
+		m.conns = c;
+		m.conns_cap = cap;
+	}
+	if ((bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE)) == NULL)
+		return NULL;
+	bufferevent_incref(bev);
+	m.conns[m.connections++] = bev;
+	if (m.connections >= m.max_connections && !m.at_cap) {
+		m.at_cap = true;
+		log_warnx("metrics: metrics_max_connections (%u) reached: more scrapes wait "
+		    "until one closes", m.max_connections);
+		listener_update();
+	}
+	if (m.connections == 1 || m.at_cap) {
+		struct timeval tv = { 0, (m.at_cap ? SWEEP_AT_CAP_MS : SWEEP_MS) * 1000 };
+		evtimer_add(m.sweep, &tv);
+	}
+	return bev;
+}
+
+static void
+resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	m.paused = false;
+	listener_update();
+}
+
+/* accept() failed: pause on a shortage of descriptors or memory instead of spinning. */
+static void
+accept_error_cb(struct evconnlistener *evl, void *arg)
+{
+	int err = EVUTIL_SOCKET_ERROR();
+	struct timeval tv = { 0, ACCEPT_PAUSE_MS * 1000 };
+
+	if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+		log_warnx("metrics: %s: accept: %s: pausing %d ms", m.name, strerror(err),
+		    ACCEPT_PAUSE_MS);
+		m.paused = true;
+		listener_update();
+		evtimer_add(m.resume, &tv);
+		return;
+	}
+	log_warnx("metrics: %s: accept: %s", m.name, strerror(err));
+}
+
+/* The limits that apply to connections from now on. */
+static void
+apply_limits(const struct conf *c)
+{
+	struct timeval tv = {
+		(time_t)(c->metrics_timeout_ms / 1000),
+		(suseconds_t)(c->metrics_timeout_ms % 1000) * 1000,
+	};
+
+	m.max_connections = c->metrics_max_connections;
+	evhttp_set_timeout_tv(m.http, &tv);
+	evhttp_set_max_headers_size(m.http, (ev_ssize_t)c->metrics_max_header_bytes);
+	evhttp_set_max_body_size(m.http, 0);
+	m.at_cap = m.connections >= m.max_connections;
+	listener_update();
+	conns_sweep();
+}
+
+int
+metrics_start(struct event_base *base, const struct conf *c, char **cause)
+{
+	int fd;
+
+	if (c->metrics_listen == NULL)
+		return 0;
+	if ((fd = listen_tcp_socket(c->metrics_listen, "metrics_listen", m.name, sizeof m.name,
+	    cause)) == -1)
+		return -1;
+	m.base = base;
+	if ((m.http = evhttp_new(base)) == NULL ||
+	    (m.listen = strdup(c->metrics_listen)) == NULL ||
+	    (m.resume = evtimer_new(base, resume_cb, NULL)) == NULL ||
+	    (m.sweep = evtimer_new(base, sweep_cb, NULL)) == NULL ||
+	    (m.evl = evconnlistener_new(base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE |
+	    LEV_OPT_CLOSE_ON_EXEC, -1, fd)) == NULL) {
+		if (m.evl == NULL)
+			close(fd);
+		metrics_stop();
+		return cause_set(cause, "metrics_listen %s: out of memory", c->metrics_listen);
+	}
+	/* every method reaches metrics_request, which answers 405 for all but GET */
+	evhttp_set_allowed_methods(m.http, 0xffff);
+	evhttp_set_gencb(m.http, metrics_request, NULL);
+	evhttp_set_bevcb(m.http, conn_bufferevent, NULL);
+	if (evhttp_bind_listener(m.http, m.evl) == NULL) {
+		evconnlistener_free(m.evl);
+		m.evl = NULL;
+		metrics_stop();
+		return cause_set(cause, "metrics_listen %s: out of memory", c->metrics_listen);
+	}
+	/* evhttp set its own accept callback; the error callback is tpd's */
+	evconnlistener_set_error_cb(m.evl, accept_error_cb);
+	apply_limits(c);
+	log_info("metrics: serving GET " METRICS_PATH " on %s (at most %u connection%s)",
+	    m.name, m.max_connections, m.max_connections == 1 ? "" : "s");
+	return 0;
+}
+
+void
+metrics_reload(const struct conf *nc)
+{
+	const char *was = m.listen, *now = nc->metrics_listen;
+
+	if ((was == NULL) != (now == NULL) || (was != NULL && strcmp(was, now) != 0))
+		log_warnx("reload: metrics_listen takes effect at the next start; /metrics "
+		    "stays %s%s", was != NULL ? "on " : "off", was != NULL ? m.name : "");
+	if (m.http != NULL)
+		apply_limits(nc);
+}
+
+void
+metrics_stop(void)
+{
+	/* evhttp_free frees the listener it was bound to, and every connection */
+	if (m.http != NULL)
+		evhttp_free(m.http);
+	else if (m.evl != NULL)
+		evconnlistener_free(m.evl);
+	if (m.resume != NULL)
+		event_free(m.resume);
+	if (m.sweep != NULL)
+		event_free(m.sweep);
+	/* evhttp has freed every connection: ours are the last references */
+	for (unsigned i = 0; i < m.connections; i++)
+		bufferevent_decref(m.conns[i]);
+	free(m.conns);
+	free(m.listen);
+	m.conns = NULL;
+	m.connections = m.conns_cap = 0;
+	m.http = NULL;
+	m.evl = NULL;
+	m.resume = NULL;
+	m.sweep = NULL;
+	m.listen = NULL;
+	m.at_cap = m.paused = false;
+}

@@ -1,0 +1,316 @@
+/* op-task.c: the ops about tasks: submit, wait, status, cancel, list. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net/auth.h"
+#include "conf/conf.h"
+#include "conn-sink.h"
+#include "daemon.h"
+#include "journal/durable.h"
+#include "base/log.h"
+#include "ops.h"
+#include "pool/pools.h"
+#include "proto/proto.h"
+#include "task/tasks.h"
+#include "base/utf8.h"
+#include "wire.h"
+
+static void send_rejected(struct conn *, struct request *, const char *, const char *, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void
+send_rejected(struct conn *c, struct request *req, const char *code, const char *fmt, ...)
+{
+	char msg[256];
+	struct proto_text pt;
+	va_list ap;
+
+	va_start(ap, fmt);
+	utf8_vformat(msg, sizeof msg, fmt, ap); /* never cut inside a character */
+	va_end(ap);
+	proto_encode_rejected(&pt, req->id, code, msg);
+	conn_send_text(c, &pt);
+}
+
+/* Reads the request's "task" object into a new task; NULL after answering the error. */
+static struct task *
+parse_task(struct conn *c, struct request *req, json_t *spec, const struct pools_entry *e,
+    uint64_t *timeout_ms)
+{
+	const struct task_kind *kind;
+	struct proto_task_spec ts;
+	struct task_context ctx;
+	struct task *t;
+	char *msg = NULL;
+
+	if (proto_read_task(spec, &ts, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return NULL;
+	}
+	if ((kind = task_kind_find(ts.kind)) == NULL) {
+		char q[UTF8_QUOTE_SIZE];
+		conn_send_error(c, req->id, ERR_BAD_REQUEST, "unknown task kind \"%s\" "
+		    "(kinds: %s)", utf8_quote(q, ts.kind), task_kind_names());
+		return NULL;
+	}
+	/* what the kind may need: the pool's settings (run_as, limits) and the submitter */
+	memset(&ctx, 0, sizeof ctx);
+	ctx.pool_conf = conf_pool_find(&daemon_state->conf, e->name);
+	ctx.caller.via_unix = conn_is_unix(c);
+	ctx.caller.have_creds = conn_creds(c, &ctx.caller.uid, &ctx.caller.gid, NULL);
+	if ((t = task_parse(kind, spec, &ctx, &msg)) == NULL) {
+		if (msg == NULL)
+			conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
+		else
+			ops_bad_request(c, req, msg);
+		return NULL;
+	}
+	*timeout_ms = ts.timeout_ms;
+	return t;
+}
+
+void
+op_submit(struct conn *c, struct request *req)
+{
+	struct proto_submit sub;
+	struct task_options o;
+	enum pool_verdict v;
+	char owner[CONN_OWNER_MAX];
+	struct proto_task view;
+	struct proto_text pt;
+	const struct conf_pool *cp;
+	struct pools_entry *e;
+	struct task *t;
+	const char *why;
+	char *msg = NULL;
+
+	if (proto_read_submit(req, &sub, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return;
+	}
+	if (!durable_writable(&why)) {
+		/* nothing is accepted that the journal cannot keep; accepted work goes on */
+		send_rejected(c, req, ERR_STORAGE, "%s", why);
+		return;
+	}
+	if ((e = pools_find(sub.pool)) == NULL) {
+		char q[UTF8_QUOTE_SIZE];
+		send_rejected(c, req, ERR_NO_SUCH_POOL, "no pool named \"%s\"",
+		    utf8_quote(q, sub.pool));
+		return;
+	}
+	cp = conf_pool_find(&daemon_state->conf, e->name);
+	if (cp != NULL && cp->run_as == CONF_RUN_AS_CALLER && !conn_creds(c, NULL, NULL, NULL)) {
+		log_info("connection %llu (%s): submit to pool %s forbidden: run_as = caller",
+		    (unsigned long long)conn_id(c), conn_peer(c), e->name);
+		conn_send_error(c, req->id, ERR_FORBIDDEN, "pool %s runs tasks as their caller "
+		    "(run_as = caller): submit on the Unix socket", e->name);
+		return;
+	}
+	memset(&o, 0, sizeof o);
+	o.submit_text = req->line;  /* what the journal keeps (tasks.h) */
+	o.submit_len = req->len;
+	if ((t = parse_task(c, req, sub.task, e, &o.timeout_ms)) == NULL)
+		return;
+	o.pool = e;
+	o.owner = conn_owner(c, owner, sizeof owner);
+	o.stream = sub.stream;
+	o.label = sub.label;
+	o.queue_timeout_ms = sub.queue_timeout_ms;
+	o.on_lost_rerun = sub.on_lost_rerun;
+	o.attempt = durable_on() ? 1 : 0;
+	if (!sub.detach && (o.sink = conn_sink_new(c, req->id, sub.stream, false)) == NULL) {
+		task_free(t);
+		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
+		return;
+	}
+	v = tasks_submit(t, &o);
+	switch (v) {
+	case POOL_ACCEPTED:
+		break;
+	case POOL_REJECTED_CLOSED:
+		task_free(t);
+		send_rejected(c, req, ERR_CLOSED, "pool %s is closed: tpd is shutting down", e->name);
+		if (o.sink != NULL)
+			o.sink->ops->release(o.sink);   /* after the answer: c may be closing */
+		return;
+	case POOL_REJECTED_FULL:
+		task_free(t);
+		send_rejected(c, req, ERR_QUEUE_FULL, "pool %s is full: every worker is busy "
+		    "and its queue is at capacity", e->name);
+		if (o.sink != NULL)
+			o.sink->ops->release(o.sink);
+		return;
+	}
+	/* The answer comes before the done: the done is handled on a later loop turn. */
+	tasks_view(t, &view);
+	proto_encode_accepted(&pt, req->id, &view);
+	conn_send_text(c, &pt);
+}
+
+/*
+ * The task numbered id, for the op named op; NULL after answering
+ * no_such_task, or forbidden when it is not c's (auth.c). A task that does
+ * not exist is no_such_task for anyone: its id tells no more than the
+ * order of submissions does.
+ */
+static struct task *
+find_task_id(struct conn *c, struct request *req, uint64_t id, const char *op)
+{
+	struct task *t;
+	const char *code;
+	char why[256];
+
+	if ((t = tasks_find(id)) == NULL) {
+		const struct conf *cf = &daemon_state->conf;
+		if (tasks_was_accepted(id))
+			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "task %llu finished and was "
+			    "forgotten, to stay under the limits on finished tasks: result_ttl "
+			    "(%llu ms), result_retain (%u tasks), result_retain_bytes (%zu bytes)",
+			    (unsigned long long)id, (unsigned long long)cf->result_ttl_ms,
+			    cf->result_retain, cf->result_retain_bytes);
+		else
+			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "no task %llu: never "
+			    "submitted", (unsigned long long)id);
+		return NULL;
+	}
+	if (!auth_task_allowed(c, t, op, &code, why, sizeof why)) {
+		conn_send_error(c, req->id, code, "%s", why);
+		return NULL;
+	}
+	return t;
+}
+
+/* The task a request names; NULL after answering bad_request, no_such_task or forbidden. */
+static struct task *
+find_task(struct conn *c, struct request *req, const char *op)
+{
+	uint64_t id = 0;
+	char *msg = NULL;
+
+	if (proto_read_task_ref(req, &id, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return NULL;
+	}
+	return find_task_id(c, req, id, op);
+}
+
+/*
+ * A finished task's done is sent at once; an unfinished one's when it
+ * comes, counted against max_subscriptions until then. With stream the
+ * wait follows the task: its output from now on (from "start": what it
+ * kept so far first), its started if it has not started yet, then its
+ * done.
+ */
+void
+op_wait(struct conn *c, struct request *req)
+{
+	unsigned max = daemon_state->conf.max_subscriptions;
+	struct task_sink *sink;
+	struct proto_wait w;
+	struct task *t;
+	char *msg = NULL;
+
+	if (proto_read_wait(req, &w, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return;
+	}
+	if ((t = find_task_id(c, req, w.task, OP_WAIT)) == NULL)
+		return;
+	if (t->finished) {
+		conn_send_done(c, req->id, t->done_text);
+		return;
+	}
+	if (conn_waits(c) >= max) {
+		conn_send_error(c, req->id, ERR_BAD_REQUEST, "too many waits pending on this "
+		    "connection: max_subscriptions is %u; wait until some of their tasks finish "
+		    "(or use another connection)", max);
+		return;
+	}
+	if ((sink = conn_sink_new(c, req->id, w.stream, true)) == NULL) {
+		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
+		return;
+	}
+	if (w.from != NULL && t->kind->follow != NULL) {
+		/* what it kept so far, before anything its run sends from now on */
+		json_t *kept = json_array(), *ev;
+		size_t i;
+		if (kept != NULL)
+			t->kind->follow(t, kept);
+		json_array_foreach(kept, i, ev) {
+			struct proto_text pt;
+			proto_encode_stream(&pt, ev, req->id, t->id);
+			conn_send_text(c, &pt);
+		}
+		json_decref(kept);
+	}
+	tasks_add_sink(t, sink);
+}
+
+void
+op_status(struct conn *c, struct request *req)
+{
+	struct task *t = find_task(c, req, OP_STATUS);
+	struct proto_task view;
+	struct proto_text pt;
+
+	if (t == NULL)
+		return;
+	tasks_view(t, &view);
+	proto_encode_status(&pt, req->id, &view);
+	conn_send_text(c, &pt);
+}
+
+void
+op_cancel(struct conn *c, struct request *req)
+{
+	struct task *t = find_task(c, req, OP_CANCEL);
+	struct proto_text pt;
+
+	if (t == NULL)
+		return;
+	durable_cancel(t);
+	tasks_cancel(t);
+	proto_encode_cancelled(&pt, req->id, t->id, tasks_state(t));
+	conn_send_text(c, &pt);
+}
+
+/* Whether the connection arg may see t: its owner's or an admin's (auth.c). */
+static bool
+list_visible(const struct task *t, void *arg)
+{
+	return auth_may_see_task(arg, t);
+}
+
+/*
+ * Up to limit tasks matching the filters, newest first. A connection that
+ * is not an admin's sees its own tasks only (auth_may_see_task): the
+ * others are left out, not refused.
+ */
+void
+op_list(struct conn *c, struct request *req)
+{
+	struct proto_list l;
+	struct proto_task *views;
+	struct proto_text pt;
+	bool more = false;
+	size_t n;
+	char *msg = NULL;
+
+	if (proto_read_list(req, &l, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return;
+	}
+	if ((views = calloc(l.limit, sizeof *views)) == NULL) {
+		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
+		return;
+	}
+	n = tasks_list(&l, list_visible, c, views, l.limit, &more);
+	proto_encode_list(&pt, req->id, views, n, more);
+	free(views);
+	conn_send_text(c, &pt);
+}

@@ -1,0 +1,48 @@
+/*
+ * pools.h: the daemon's named pools (loop thread only). Each pool is
+ * independent; "default" always exists. A pool removed by a reload is closed
+ * and stays here, draining, until its last task is done.
+ */
+#ifndef TPD_POOLS_H
+#define TPD_POOLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "conf/conf.h"
+#include "pool.h"
+
+struct pools_entry {
+	char *name;
+	struct pool *pool;
+	bool removed;       /* closed by a reload; freed once drained */
+	unsigned long outstanding; /* accepted tasks whose done is not yet processed (pools.c's) */
+};
+
+/* Creates every pool of c. Returns 0, or -1 with *cause set. */
+int pools_start(const struct conf *c, char **cause);
+
+/* Creates one more pool. Returns 0, or -1 with *cause set. */
+int pools_add(const struct conf_pool *cp, char **cause);
+
+/* The pool called name that accepts work (removed pools are not found). */
+struct pools_entry *pools_find(const char *name);
+
+size_t pools_count(void);
+struct pools_entry *pools_at(size_t i);
+
+/* Closes every pool (drain or now). */
+void pools_close_all(enum pool_close_mode mode);
+
+/* Closes a pool for good; it is freed once its outstanding tasks are done. */
+void pools_remove(struct pools_entry *e);
+
+/* The registry accepted a task into e, or processed the done of one (outstanding). */
+void pools_task_accepted(struct pools_entry *e);
+/* ... and frees e once it was removed and has none left. */
+void pools_task_finished(struct pools_entry *e);
+
+/* Joins and frees every pool (at exit). */
+void pools_stop_all(void);
+
+#endif
