@@ -265,10 +265,11 @@ enum conf_reload {
  * read and kept, its bounds, its default, what a reload does with it, and
  * the line that documents it. conf_init applies the defaults from here,
  * conf_free and conf_source_equal walk it, --help is printed from it,
- * and reload.c learns from it which keys wait for a restart.
+ * reload.c learns from it which keys wait for a restart, and
+ * tests/test_conf_table.py holds conf/tpd.conf and tpd.conf(5) to it.
  *
  * ADDING A SETTING is one row here (plus its field in struct conf and its
- * lines in conf/tpd.conf and conf/tpd.conf.5):
+ * lines in conf/tpd.conf and conf/tpd.conf.5, which that test checks):
  *   { KEY(SECT_DAEMON, "max_widgets", KIND_COUNT, D(max_widgets)),
  *       .min = 1, .max = 1000, .def = "16", .reload = RELOAD_NEXT,
  *       .doc = "most widgets at once" },
