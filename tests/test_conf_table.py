@@ -21,8 +21,8 @@ SECTIONS = {"daemon": "daemon", "exec": "exec", "pool default": "pool", "source 
 
 
 def tpd(*args):
-    r = subprocess.run([TPD] + list(args), stdin=subprocess.DEVNULL, capture_output=True,
-                       text=True, timeout=TIMEOUT)
+    r = subprocess.run([TPD, "-c", "none"] + list(args), stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=TIMEOUT)
     return r.returncode, r.stdout, r.stderr
 
 
@@ -175,7 +175,7 @@ def test_uncommenting_every_line_that_is_no_example_gives_a_good_file():
         rc, out, err = tpd("-n", "-c", path)
     finally:
         os.unlink(path)
-    check((rc, out, err) == (0, "configuration OK\n", ""), "rc %d %r %r", rc, out, err)
+    check((rc, out, err) == (0, "configuration OK: %s\n" % path, ""), "rc %d %r %r", rc, out, err)
 
 
 def test_every_key_of_the_table_is_in_tpd_conf_5_with_its_default():

@@ -1793,8 +1793,8 @@ file_entry(struct conf_load *l, const char *name, const char *value)
 		key_unknown(l, name);
 		return;
 	}
-	if (k->kind != KIND_LISTEN && k->kind != KIND_ENV &&
-	    (first = seen_note(l, l->sect_name, k->name)) != 0) {
+	first = seen_note(l, l->sect_name, k->name);     /* a list's first line, too */
+	if (k->kind != KIND_LISTEN && k->kind != KIND_ENV && first != 0) {
 		key_error(l, k->name, "already set at line %d", first);
 		return;
 	}
@@ -1956,7 +1956,7 @@ flags_apply(struct conf_load *l, const struct conf_flags *f)
 		} else
 			snprintf(l->sect_name, sizeof l->sect_name, "%s",
 			    k->sect == SECT_DAEMON ? "daemon" : "exec");
-		if (k->kind != KIND_LISTEN && k->kind != KIND_ENV)
+		if (k->kind != KIND_ENV)
 			seen_flag(l, l->sect_name, k->name);
 		key_assign(l, k, base, o->value);
 	}
@@ -2100,6 +2100,8 @@ conf_check_pool_exec(struct conf_load *l, const struct conf *c)
 	memset(&en, 0, sizeof en);
 	if (conf_enforce_hook != NULL)
 		conf_enforce_hook(c, &en);
+	if (en.unusable[0] != '\0')
+		source_error(l, "daemon", "containment", "containment", "%s", en.unusable);
 	for (size_t i = 0; i < c->npools; i++) {
 		const struct conf_pool *p = &c->pools[i];
 		char sect[8 + CONF_POOL_NAME_MAX];
@@ -2137,6 +2139,28 @@ conf_check_pool_exec(struct conf_load *l, const struct conf *c)
 }
 
 /*
+ * A TCP listener lets in anyone who can connect unless clients must present
+ * a token: it needs a token file (auth.c reads it), or tcp_auth = none said
+ * out loud (a token file that cannot be read leaves it without one too).
+ * One error for the key, naming every address, told where listen was given
+ * (its first line, or the last flag that gave it).
+ */
+static void
+conf_check_listen(struct conf_load *l, const struct conf *c)
+{
+	char names[CONF_MAX_LISTEN * 272] = "";
+
+	if (c->tcp_auth_none || c->token_file != NULL || c->admin_token_file != NULL ||
+	    c->nlisten == 0)
+		return;
+	for (size_t i = 0; i < c->nlisten; i++)
+		snprintf(names + strlen(names), sizeof names - strlen(names), "%stcp %s",
+		    i > 0 ? ", " : "", c->listen[i]);
+	source_error(l, "daemon", "listen", "listen", "%s: a TCP listener needs a token: set "
+	    "[daemon] token_file (or tcp_auth = none to let anyone who can connect in)", names);
+}
+
+/*
  * The checks between keys: a pool's size within its limit, output_limit
  * within output_limit_max. An error is told where the key that caused it
  * was given (its flag or its line), whichever way each key was given.
@@ -2169,6 +2193,7 @@ conf_cross_check(struct conf_load *l, const struct conf *c)
 		    "output_limit" : "output_limit_max", "%s is above output_limit_max %s",
 		    units_format_size(c->exec_output_limit, a, sizeof a),
 		    units_format_size(c->exec_output_limit_max, b, sizeof b));
+	conf_check_listen(l, c);
 	conf_check_pool_exec(l, c);
 	conf_check_sources(l, c);
 }
