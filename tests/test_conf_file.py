@@ -7,6 +7,8 @@ files, the listeners and the containment in one run, each with its FILE:LINE."""
 import os
 import re
 import shutil
+import signal
+import stat
 import subprocess
 import tempfile
 
@@ -111,6 +113,30 @@ def test_check_reports_every_error_in_one_pass_with_file_and_line():
               "tcp_auth = none to let anyone who can connect in)\n", "%r", err)
     finally:
         shutil.rmtree(tmp)
+
+
+def test_a_reload_names_exactly_the_restart_only_keys_that_changed():
+    with Daemon(start=False) as d:
+        conf = write(os.path.join(d.dir, "tpd.conf"),
+                     "[daemon]\nsocket_mode = 0660\nmax_connections = 100\n")
+        d.args += ["-c", conf]
+        d.start()
+        # restart-only (socket_mode, journal_sync_interval, containment) and not
+        # (max_connections, log_level): the table says which is which
+        write(conf, "[daemon]\nsocket_mode = 0600\nmax_connections = 5\n"
+              "journal_sync_interval = 250ms\ncontainment = process\nlog_level = info\n")
+        d.signal(signal.SIGHUP)
+        eventually(lambda: "configuration reloaded" in d.read_log(), "the reload")
+        said = [line for line in d.read_log().split("\n") if "next start" in line]
+        check(len(said) == 1 and said[0].endswith(
+            "reload: socket_mode, containment, journal_sync_interval take effect at the next "
+            "start; the running values stay"), "one line naming exactly those: %r", said)
+        check(stat.S_IMODE(os.stat(d.sock).st_mode) == 0o660, "the socket keeps its mode")
+        write(conf, "[daemon]\nsocket_mode = 0660\nmax_connections = 7\n")
+        d.signal(signal.SIGHUP)
+        eventually(lambda: d.read_log().count("configuration reloaded") == 2, "the reload")
+        check(d.read_log().count("next start") == 1, "nothing waits for a restart: %s",
+              d.read_log()[-1500:])
 
 
 run_tests(globals())
