@@ -74,7 +74,8 @@ usage(FILE *f)
 	    "  -h, --help               print this help and exit\n"
 	    "\n"
 	    "Each of these sets the key of tpd.conf(5) named on its right, over the file,\n"
-	    "with the file's syntax and checks:\n");
+	    "with the file's syntax and checks; a key \"read at start\" keeps its running\n"
+	    "value at a SIGHUP, the others take the new one:\n");
 	conf_flags_usage(f);
 	fprintf(f, "\n"
 	    "The default socket is $RUNTIME_DIRECTORY/tpd.sock under systemd, else\n"
