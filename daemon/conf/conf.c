@@ -1977,7 +1977,10 @@ conf_clamp_sizes(const struct conf_load *l, struct conf *c)
 	}
 }
 
-/* What a [source NAME] leaves out: the consumer, pool, results and dead_letter. */
+/*
+ * What a [source NAME] leaves out and the table cannot give, as it depends
+ * on the host or on another key: the consumer, results and dead_letter.
+ */
 static void
 conf_source_defaults(struct conf *c)
 {
@@ -1992,8 +1995,6 @@ conf_source_defaults(struct conf *c)
 			host[sizeof host - 1] = '\0';
 			s->consumer = strdup(host);
 		}
-		if (s->pool == NULL)
-			s->pool = strdup("default");
 		if (s->stream != NULL && s->results == NULL &&
 		    asprintf(&s->results, "%s:results", s->stream) == -1)
 			s->results = NULL;

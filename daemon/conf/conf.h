@@ -171,7 +171,12 @@ const char *conf_flags_shortopts(const struct conf_flags *f);
 int conf_flags_add(struct conf_flags *f, int ch, int longindex, const char *arg,
     char **cause);
 
-/* Writes one help line per setting's flag: the flag, its value, the key it sets, its range. */
+/*
+ * Writes two help lines per setting, from conf.c's key table: its flag and
+ * value, the key it sets, its range, its default and "read at start" when
+ * only a restart applies a change; then its line of doc. The keys of
+ * [source NAME], which have no flag, follow.
+ */
 void conf_flags_usage(FILE *out);
 
 /*
