@@ -429,6 +429,13 @@ stop_log(struct daemon *d)
 	log_notice("tpd stopped");
 }
 
+/* Which configuration file was read, once nothing stops the start in one line. */
+static void
+log_configuration(struct daemon *d)
+{
+	log_info("configuration: %s", conf_what);
+}
+
 /*
  * The token files and the admin group; exits naming FILE:LINE and what is
  * wrong, or the listen address that would let anyone in without a token
@@ -585,13 +592,6 @@ static void
 open_journal(struct daemon *d)
 {
 	durable_open(&d->conf);
-}
-
-/* Which configuration file was read, once nothing stops the start in one line. */
-static void
-log_configuration(struct daemon *d)
-{
-	log_info("configuration: %s", conf_what);
 }
 
 /* The journal: replayed into the registry and the pools before anyone connects. */
