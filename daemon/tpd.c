@@ -29,6 +29,7 @@
 #include "task/mailbox.h"
 #include "obs/metrics.h"
 #include "exec/pgroup.h"
+#include "ops/ops.h"
 #include "pool/pools.h"
 #include "sd.h"
 #include "source/sources.h"
@@ -549,17 +550,28 @@ open_journal(struct daemon *d)
 	durable_open(&d->conf);
 }
 
-/* The journal: replayed into the registry and the pools before anyone connects. */
+/*
+ * The journal: replayed into the registry and the pools before anyone
+ * connects. With it on, it is the connections' output gate: what a client
+ * reads is recorded first (durable.c).
+ */
 static void
 start_journal(struct daemon *d)
 {
+	static const struct conn_gate gate = { durable_prepare, durable_seen };
+
+	durable_set_seen_hook(conn_gate_seen);
 	durable_start(&d->conf, d->base);
+	if (durable_on())
+		conn_set_gate(&gate);
 }
 
 static void
 stop_journal(struct daemon *d)
 {
+	conn_set_gate(NULL);
 	durable_stop();
+	durable_set_seen_hook(NULL);
 }
 
 static void
@@ -604,6 +616,13 @@ static void
 stop_pools(struct daemon *d)
 {
 	pools_stop_all();
+}
+
+/* Each request line a connection reads is run by the op table (ops.c). */
+static void
+start_conns(struct daemon *d)
+{
+	conn_set_dispatch(ops_dispatch);
 }
 
 static void
@@ -766,7 +785,7 @@ static const struct step {
 	{ start_pools, stop_pools },            /* the workers start here */
 	{ start_journal, stop_journal },        /* state_dir: the replay */
 	{ start_sources, stop_sources },        /* [source NAME]: tasks from Redis streams */
-	{ NULL, stop_conns },                   /* connections come with the listeners */
+	{ start_conns, stop_conns },            /* connections come with the listeners */
 	{ start_metrics, stop_metrics },        /* before the listeners: /metrics answers once they do */
 	{ start_listeners, stop_listeners },
 	{ start_timers, stop_timers },          /* shutdown_timeout, the exit flush, pruning */

@@ -12,12 +12,14 @@
  * snapshot.
  *
  * The order "written before it is seen": every byte a client reads goes
- * through conn_write, which asks durable_prepare first. That writes the
+ * through conn_write, which asks its gate, durable_prepare, first. That writes the
  * records appended since (one write: the group commit of what the loop did
  * in this pass; a pass with records also writes them at its end, output or
  * not) and says which batch the connection's new output waits for; the
  * connection sends only the bytes whose batch journal_seen has reached, and
- * keeps the rest until the journal moves on (seen_cb, conn_journal_seen).
+ * keeps the rest until the journal moves on (seen_cb, the seen hook: tpd.c
+ * gives conn.c durable_prepare and durable_seen as its output gate, and
+ * conn_gate_seen as this file's seen hook).
  * With journal_sync = commit a batch is seen once the sync thread's
  * fdatasync covers it; the loop never waits for it: it goes on reading
  * requests and handling dones, which gather in the next batch, synced by
@@ -57,7 +59,6 @@
 
 #include "base/blob.h"
 #include "conf/conf.h"
-#include "net/conn.h"
 #include "daemon.h"
 #include "durable.h"
 #include "base/log.h"
@@ -79,6 +80,7 @@ static bool pending;                /* records appended since the last write */
 static uint64_t appended;           /* records appended since start (stats) */
 static uint64_t wanted;             /* the batch of the last record appended */
 static struct event *journal_ev, *tick_ev, *gate_ev;
+static void (*seen_hook)(void);     /* durable_set_seen_hook */
 static char status_line[512];
 static char state_path[4096];
 
@@ -417,7 +419,14 @@ static void
 seen_cb(void *arg, uint64_t batch)
 {
 	release_waiting(batch);
-	conn_journal_seen();
+	if (seen_hook != NULL)
+		seen_hook();
+}
+
+void
+durable_set_seen_hook(void (*fn)(void))
+{
+	seen_hook = fn;
 }
 
 static void
