@@ -42,6 +42,7 @@
 #include "obs/metrics.h"
 #include "pool/pools.h"
 #include "sd.h"
+#include "shutdown.h"
 #include "source/sources.h"
 #include "task/task.h"
 
@@ -158,7 +159,7 @@ daemon_reload(void)
 		log_notice("SIGHUP: no configuration file (-c) to read again; nothing changed");
 		return;
 	}
-	if (d->phase != DAEMON_RUNNING) {
+	if (shutdown_phase() != DAEMON_RUNNING) {
 		log_notice("SIGHUP while shutting down: ignored");
 		return;
 	}

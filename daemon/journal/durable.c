@@ -821,6 +821,27 @@ durable_stats(struct journal_stats *out)
 	return true;
 }
 
+json_t *
+durable_stats_json(void)
+{
+	struct journal_stats js;
+
+	if (!durable_stats(&js))
+		return json_pack("{s:s}", "state", "off");
+	return json_pack("{s:s, s:s, s:s*, s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+	    "s:f, s:f, s:I, s:f, s:I}",
+	    "state", js.state, "path", js.path, "error", js.error, "sync", js.sync_mode,
+	    "at_limit", js.at_limit, "bytes", (json_int_t)js.bytes,
+	    "max_bytes", (json_int_t)js.max_bytes,
+	    "segment_bytes", (json_int_t)journal_segment_bytes(js.max_bytes),
+	    "segments", (json_int_t)js.segments, "records", (json_int_t)js.records,
+	    "records_written", (json_int_t)js.appended, "batches", (json_int_t)js.batches,
+	    "syncs", (json_int_t)js.syncs, "last_sync_ms", js.last_sync_us / 1000.0,
+	    "max_sync_ms", js.max_sync_us / 1000.0, "compactions", (json_int_t)js.compactions,
+	    "last_compaction_ms", js.last_compaction_us / 1000.0,
+	    "recoveries", (json_int_t)js.recoveries);
+}
+
 const char *
 durable_status(void)
 {

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "journal.h"
 
 struct conf;
@@ -70,6 +72,12 @@ bool durable_on(void);
 
 /* The journal's figures; false with the journal off (out untouched). */
 bool durable_stats(struct journal_stats *out);
+
+/*
+ * The same as stats' "journal" object (doc/protocol.md): {"state":"off"}
+ * with the journal off. A new reference; NULL when out of memory.
+ */
+json_t *durable_stats_json(void);
 
 /* "journal failed: ..." for STATUS=, or NULL when it is fine or off. */
 const char *durable_status(void);
