@@ -25,7 +25,4 @@ struct daemon {
 
 extern struct daemon *daemon_state;
 
-/* SIGHUP: re-reads the configuration file and applies it (reload.c). */
-void daemon_reload(void);
-
 #endif

@@ -41,6 +41,7 @@
 #include "base/log.h"
 #include "obs/metrics.h"
 #include "pool/pools.h"
+#include "reload.h"
 #include "sd.h"
 #include "shutdown.h"
 #include "source/sources.h"

@@ -32,6 +32,7 @@
 #include "exec/pgroup.h"
 #include "ops/ops.h"
 #include "pool/pools.h"
+#include "reload.h"
 #include "sd.h"
 #include "shutdown.h"
 #include "source/sources.h"

@@ -76,18 +76,6 @@ journal_segment_bytes(uint64_t max_bytes)
 	return s & ~(uint64_t)4095;
 }
 
-int
-journal_sync_parse(const char *name)
-{
-	if (strcmp(name, "commit") == 0)
-		return JOURNAL_SYNC_COMMIT;
-	if (strcmp(name, "interval") == 0)
-		return JOURNAL_SYNC_INTERVAL;
-	if (strcmp(name, "none") == 0)
-		return JOURNAL_SYNC_NONE;
-	return -1;
-}
-
 const char *
 journal_sync_name(enum journal_sync s)
 {
