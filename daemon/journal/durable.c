@@ -58,6 +58,7 @@
 #include <jansson.h>
 
 #include "base/blob.h"
+#include "base/clock.h"
 #include "conf/conf.h"
 #include "daemon.h"
 #include "durable.h"
@@ -93,15 +94,6 @@ static size_t nwaiting, waiting_cap;
 
 /* During the replay: the task being submitted again, with its records already on disk. */
 static struct jdata *replaying;
-
-static uint64_t
-wall_now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
 
 const char *
 durable_state_dir(const struct conf *c, char *buf, size_t len)
@@ -266,7 +258,7 @@ hook_started(struct task *t, void *arg)
 {
 	struct jdata *jd = t->jdata;
 	struct jbuf b = { 0 };
-	struct jstarted s = { t->attempt, wall_now_us() };
+	struct jstarted s = { t->attempt, clock_wall_us() };
 
 	if (jd != NULL) {
 		jstarted_encode(&b, &s);
@@ -313,7 +305,7 @@ hook_finished(struct task *t, void *arg)
 
 	if (jd == NULL)
 		return;
-	jd->finished_wall_us = wall_now_us();
+	jd->finished_wall_us = clock_wall_us();
 	finished_payload(t, jd->finished_wall_us, &b);
 	append(JREC_FINISHED, t->id, &b, &jd->finished);
 	jbuf_free(&b);
@@ -331,7 +323,7 @@ durable_cancel(struct task *t)
 
 	if (journal == NULL || jd == NULL || t->finished || jd->cancel.size != 0)
 		return;
-	jcancel_encode(&b, wall_now_us());
+	jcancel_encode(&b, clock_wall_us());
 	append(JREC_CANCEL, t->id, &b, &jd->cancel);
 	jbuf_free(&b);
 }
@@ -376,13 +368,13 @@ snap_one(struct task *t, void *arg)
 	    jd->payload.len);
 	if (jd->started.size != 0) {
 		s.attempt = t->attempt;
-		s.time_us = wall_now_us();
+		s.time_us = clock_wall_us();
 		jstarted_encode(&b, &s);
 		jd->started = journal_snap_add(snap, JREC_STARTED, t->id, b.p, b.len);
 		jbuf_free(&b);
 	}
 	if (jd->cancel.size != 0) {
-		jcancel_encode(&b, wall_now_us());
+		jcancel_encode(&b, clock_wall_us());
 		jd->cancel = journal_snap_add(snap, JREC_CANCEL, t->id, b.p, b.len);
 		jbuf_free(&b);
 	}
@@ -545,7 +537,7 @@ end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, const char
 	struct proto_task v;
 	char msg[512];
 	va_list ap;
-	uint64_t now = wall_now_us();
+	uint64_t now = clock_wall_us();
 	struct jbuf b = { 0 };
 
 	va_start(ap, fmt);
@@ -590,7 +582,7 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	json_t *spec = NULL;
 	json_error_t jerr;
 	char *pool, *owner, *label, *msg = NULL;
-	uint64_t now = wall_now_us();
+	uint64_t now = clock_wall_us();
 	bool ran = (jt->flags & JT_STARTED) != 0;
 	bool cancelled = (jt->flags & JT_CANCELLED) != 0;
 
