@@ -706,10 +706,7 @@ test_long_id(void)
 	free(s);
 }
 
-static const struct {
-	const char *name;
-	void (*fn)(void);
-} tests[] = {
+static const struct test_case cases[] = {
 	{ "parse_cases", test_parse_cases },
 	{ "deep_request_keeps_its_id", test_deep_request_keeps_its_id },
 	{ "readers_name_the_field", test_readers_name_the_field },
@@ -728,12 +725,5 @@ static const struct {
 int
 main(int argc, char **argv)
 {
-	for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-		if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
-			continue;
-		test_current = tests[i].name;
-		tests[i].fn();
-		printf("ok   %s\n", tests[i].name);
-	}
-	return test_failures > 0;
+	return test_run(cases, TEST_COUNT(cases), argc, argv);
 }
