@@ -35,6 +35,9 @@ for the journal, a line to dispatch) is given a callback by the top.
 
 Spelling: an include of another folder names the folder ("pool/pool.h"),
 one of the same folder does not ("pool.h").
+
+It also checks that README.md's "Layout" section names files, folders and
+functions that exist.
 """
 import os
 import re
@@ -145,6 +148,44 @@ def check(top):
     return errors, seen
 
 
+def check_readme(top):
+    """[message] for each file, folder or name of daemon/ that README.md's "Layout"
+    section (its tables and the path of one request) names and that does not exist."""
+    path = os.path.join(top, "README.md")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    start, end = text.find("\n## Layout\n"), text.find("\n## Building by hand\n")
+    if start == -1 or end == -1:
+        return ["README.md: no \"## Layout\" section before \"## Building by hand\""]
+    section = text[start:end]
+    files, words = set(), set()
+    for sub in sorted(os.listdir(top)):
+        if sub.startswith((".", "_")) or not os.path.isdir(os.path.join(top, sub)):
+            continue
+        for dirpath, _, names in os.walk(os.path.join(top, sub)):
+            rel = os.path.relpath(dirpath, top)
+            files.add(rel + "/")
+            files.update(os.path.join(rel, n) for n in names)
+            for n in names:
+                if n.endswith((".c", ".h")):
+                    with open(os.path.join(dirpath, n), encoding="utf-8",
+                              errors="replace") as f:
+                        words.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", f.read()))
+    errors = []
+    for token in re.findall(r"`([^`\s]+)`", section):
+        if token.endswith((".c", ".h", "/")):
+            name = token.rstrip("/")
+            hits = [f for f in files if f.rstrip("/") == name or
+                    f.rstrip("/").endswith("/" + name)]
+            if not hits:
+                errors.append("README.md, Layout: `%s` names no file or folder" % token)
+        elif re.fullmatch(r"[a-z][a-z0-9]*(_[a-z0-9]+)+", token) and token not in words:
+            errors.append("README.md, Layout: `%s` names nothing in the sources" % token)
+    return errors
+
+
 def self_test():
     """The check must fail on a tree that breaks each rule."""
     import tempfile
@@ -177,13 +218,15 @@ def main():
     if not self_test():
         return 1
     errors, seen = check(top)
+    errors += check_readme(top)
     for e in errors:
         print(e)
     if errors:
-        print("check-deps: %d include%s against the rules (see tests/check-deps.py)"
+        print("check-deps: %d problem%s (the rules are in tests/check-deps.py)"
               % (len(errors), "" if len(errors) == 1 else "s"))
         return 1
-    print("check-deps: %d includes of daemon/ follow the rules" % seen)
+    print("check-deps: %d includes of daemon/ follow the rules; README.md's layout names "
+          "what exists" % seen)
     return 0
 
 
