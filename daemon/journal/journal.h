@@ -62,14 +62,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "conf/conf.h"          /* enum journal_sync, a setting's values */
 #include "journal-format.h"
 #include "journal-read.h"
-
-enum journal_sync {
-	JOURNAL_SYNC_COMMIT,
-	JOURNAL_SYNC_INTERVAL,
-	JOURNAL_SYNC_NONE,
-};
 
 struct journal;
 struct journal_snap;
@@ -120,8 +115,7 @@ struct journal_stats {
 /* Segment size for max_bytes, as settings.segment_bytes = 0 gives it. */
 uint64_t journal_segment_bytes(uint64_t max_bytes);
 
-/* Parses "commit", "interval", "none"; -1 if unknown. */
-int journal_sync_parse(const char *name);
+/* "commit", "interval" or "none". */
 const char *journal_sync_name(enum journal_sync);
 
 /*
