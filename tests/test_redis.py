@@ -412,6 +412,47 @@ def test_a_killed_tpd_with_its_journal_leaves_redis_tasks_to_redis():
             d.close()
 
 
+def test_a_restart_never_gives_a_source_task_id_again():
+    """Ids are never given twice, whatever the task's origin: a source's tasks have
+    no records of their own, yet a tpd killed while one runs (its entry pending)
+    gives the entry's second run, and every later task, an id past the first run's,
+    in each journal_sync mode."""
+    for sync in ("commit", "interval"):
+        with Redis() as r:
+            rc = r.client()
+            state = os.path.join(r.dir, "state")
+            conf = "[daemon]\njournal_sync = %s\n" % sync + source_conf(redis=r.addr,
+                                                                        consumer="c1")
+            add_entries(rc, "jobs", [{"kind": "sleep", "ms": 60000}])
+            extra = ("--state-dir", state)
+
+            def source_ids(c):
+                return [t["task"] for t in c.request({"op": "list"})["tasks"]
+                        if t["owner"] == "redis:jobs" and t["state"] == "running"]
+            d = tpd(r, conf, extra=extra)
+            try:
+                c = d.client()
+                eventually(lambda: len(source_ids(c)) == 1, "the entry's task runs")
+                first = source_ids(c)[0]
+                d.proc.kill()
+                d.proc.wait()
+            finally:
+                d.close()
+            d = tpd(r, conf, extra=extra)
+            try:
+                c = d.client()
+                eventually(lambda: len(source_ids(c)) == 1, "the pending entry runs again")
+                again = source_ids(c)[0]
+                check(again > first, "%s: the entry's second run got id %d, the first had "
+                      "%d", sync, again, first)
+                rid, local = c.submit({"kind": "echo", "value": "local"})
+                check(local["task"] > first, "%s: a local task got id %d after the source's "
+                      "%d", sync, local["task"], first)
+                c.done(rid)
+            finally:
+                d.close()
+
+
 def test_drain_with_redis_down_leaves_the_entry_pending():
     """tpd drains while Redis is down: its task ends, its result cannot be written, tpd
     leaves after the exit flush, and the entry is still pending (not acked, not lost)
