@@ -120,6 +120,9 @@ int redislink_failed(struct redisContext *, const char *addr, const char *what);
 struct sfmt_result;
 void redislink_result(const struct redisReply *fields, struct sfmt_result *r);
 
+/* cmd-stats.c: the table of a stats event's sources (nothing when there are none), after a blank line. */
+void stats_sources_print(const json_t *sources, FILE *f);
+
 /* cmd-results.c: following a source's results stream (enqueue --wait too). */
 struct results_follow {
 	struct redisContext *rc;

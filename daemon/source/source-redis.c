@@ -1448,27 +1448,47 @@ rs_state_name(const struct source_redis *s)
 	}
 }
 
+void
+source_redis_figures(const struct source_redis *s, struct source_figures *f)
+{
+	memset(f, 0, sizeof *f);
+	f->name = s->conf.name;
+	f->pool = s->conf.pool;
+	f->state = rs_state_name(s);
+	f->connected = rs_up_now(s) && !s->idle_told;
+	f->last_error = rlink_last_error(s->link);
+	f->read = s->nread;
+	f->acked = s->nacked;
+	f->claimed = s->nclaimed;
+	f->dead_lettered = s->ndead;
+	f->bad = s->nbad;
+	f->reconnects = rlink_reconnects(s->link);
+	f->in_flight = s->nentries;
+	for (size_t i = 0; i < s->nbuckets; i++)
+		for (struct rs_entry *e = s->buckets[i]; e != NULL; e = e->hnext)
+			f->running += e->where == RS_RUNNING;
+	f->held = s->nheld;
+	f->unwritten = s->ndone;
+}
+
 json_t *
 source_redis_stats(const struct source_redis *s)
 {
-	const char *last_error = rlink_last_error(s->link);
-	size_t running = 0;
+	struct source_figures f;
 
-	for (size_t i = 0; i < s->nbuckets; i++)
-		for (struct rs_entry *e = s->buckets[i]; e != NULL; e = e->hnext)
-			running += e->where == RS_RUNNING;
+	source_redis_figures(s, &f);
 	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:o, s:s, s:s, s:s, s:s, s:s, s:s, "
 	    "s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:I}",
-	    "name", s->conf.name, "state", rs_state_name(s),
-	    "read", (json_int_t)s->nread, "acked", (json_int_t)s->nacked,
-	    "claimed", (json_int_t)s->nclaimed, "dead_lettered", (json_int_t)s->ndead,
-	    "last_error", last_error != NULL ? json_string(last_error) : json_null(),
+	    "name", f.name, "state", f.state,
+	    "read", (json_int_t)f.read, "acked", (json_int_t)f.acked,
+	    "claimed", (json_int_t)f.claimed, "dead_lettered", (json_int_t)f.dead_lettered,
+	    "last_error", f.last_error != NULL ? json_string(f.last_error) : json_null(),
 	    "redis", s->conf.redis, "stream", s->conf.stream, "group", s->conf.group,
 	    "consumer", s->conf.consumer, "pool", s->conf.pool, "results", s->conf.results,
-	    "dead_letter", s->conf.dead_letter, "connected", rs_up_now(s) && !s->idle_told,
-	    "in_flight", (json_int_t)s->nentries, "running", (json_int_t)running,
-	    "held", (json_int_t)s->nheld, "unwritten", (json_int_t)s->ndone,
-	    "bad", (json_int_t)s->nbad, "reconnects", (json_int_t)rlink_reconnects(s->link));
+	    "dead_letter", s->conf.dead_letter, "connected", f.connected,
+	    "in_flight", (json_int_t)f.in_flight, "running", (json_int_t)f.running,
+	    "held", (json_int_t)f.held, "unwritten", (json_int_t)f.unwritten,
+	    "bad", (json_int_t)f.bad, "reconnects", (json_int_t)f.reconnects);
 }
 
 void
