@@ -3,7 +3,8 @@
  * libevent's own HTTP server (evhttp) on the daemon's loop: no thread of
  * its own, and nothing kept between scrapes. Each scrape formats what the
  * pools hold now (pool_snapshot, pool_timings: counters and histograms
- * kept under each pool's lock) and the daemon's own figures.
+ * kept under each pool's lock), the sources' (sources_each) and the
+ * daemon's own figures.
  *
  * Limits, each a key of tpd.conf(5): only GET /metrics is served (another
  * path is 404, another method on /metrics 405); a request's line and
@@ -211,8 +212,8 @@ static const struct {
 } metrics_src[SRC_NFIELDS] = {
 	{ "tpd_source_up", "gauge", "1 when the source is connected to its Redis and set up, "
 	    "0 while it connects, is down or stopped." },
-	{ "tpd_source_entries_read_total", "counter", "Stream entries the source read or "
-	    "claimed." },
+	{ "tpd_source_entries_read_total", "counter", "New stream entries the source read "
+	    "(claimed ones count in tpd_source_entries_claimed_total)." },
 	{ "tpd_source_entries_acked_total", "counter", "Stream entries acknowledged, each with "
 	    "its result written." },
 	{ "tpd_source_entries_claimed_total", "counter", "Stream entries taken over from "
