@@ -14,6 +14,7 @@
 #include <hiredis/hiredis.h>
 
 #include "tpctl.h"
+#include "units.h"
 #include "wire.h"
 
 static int
@@ -35,7 +36,7 @@ enqueue_exec(struct tpctl *opt, int argc, char **argv)
 	const char *redis = NULL, *stream = NULL, *cid = NULL;
 	const char *results = NULL;
 	const char *av[12];
-	char *text = NULL, *results_default = NULL, qt[24], entry[64];
+	char *text = NULL, *results_default = NULL, qt[24], entry[SFMT_STREAM_ID_SIZE];
 	struct results_follow rf;
 	struct taskopt to;
 	redisContext *rc;
@@ -90,6 +91,13 @@ enqueue_exec(struct tpctl *opt, int argc, char **argv)
 		cmd_usage_error(&cmd_enqueue, "--results and --output go with --wait");
 		goto out;
 	}
+	if (to.queue_timeout_set && to.queue_timeout_ms > SFMT_QUEUE_TIMEOUT_MAX_MS) {
+		char d[32];
+
+		cmd_usage_error(&cmd_enqueue, "--queue-timeout: at most %s for a stream's entry",
+		    units_format_duration(SFMT_QUEUE_TIMEOUT_MAX_MS, d, sizeof d));
+		goto out;
+	}
 	if ((code = taskopt_build(&to, &cmd_enqueue, argc - optind, argv + optind, &task)) != 0)
 		goto out;
 	if ((text = json_dumps(task, JSON_COMPACT)) == NULL) {
@@ -107,19 +115,19 @@ enqueue_exec(struct tpctl *opt, int argc, char **argv)
 	av[ac++] = "XADD";
 	av[ac++] = stream;
 	av[ac++] = "*";
-	av[ac++] = "task";
+	av[ac++] = SFMT_TASK;
 	av[ac++] = text;
 	if (cid != NULL) {
-		av[ac++] = "id";
+		av[ac++] = SFMT_ID;
 		av[ac++] = cid;
 	}
 	if (to.label != NULL) {     /* the entry's field, not the task's */
-		av[ac++] = "label";
+		av[ac++] = SFMT_LABEL;
 		av[ac++] = to.label;
 	}
 	if (to.queue_timeout_set) {
 		snprintf(qt, sizeof qt, "%llu", (unsigned long long)to.queue_timeout_ms);
-		av[ac++] = "queue_timeout_ms";
+		av[ac++] = SFMT_QUEUE_TIMEOUT;
 		av[ac++] = qt;
 	}
 	if ((r = redisCommandArgv(rc, ac, av, NULL)) == NULL) {
@@ -138,7 +146,7 @@ enqueue_exec(struct tpctl *opt, int argc, char **argv)
 	snprintf(entry, sizeof entry, "%s", r->str);
 	freeReplyObject(r);
 	if (opt->json) {
-		json_t *o = json_pack("{s:s, s:s}", "entry", entry, "stream", stream);
+		json_t *o = json_pack("{s:s, s:s}", SFMT_ENTRY, entry, "stream", stream);
 		char *line = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
 
 		printf("%s\n", line != NULL ? line : "{}");

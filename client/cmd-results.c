@@ -21,65 +21,41 @@
 
 #define RESULTS_READ_COUNT_TEXT "100" /* results one XREAD takes */
 
-/* A results entry's fields, borrowed from the reply. */
-struct result_fields {
-	const char *id;                 /* the results entry's own stream id */
-	const redisReply *done, *entry, *cid, *consumer, *attempt;
-};
-
-static void
-result_fields(const redisReply *it, struct result_fields *f)
-{
-	const redisReply *kv = it->element[1];
-
-	memset(f, 0, sizeof *f);
-	f->id = it->element[0]->str;
-	if (kv->type != REDIS_REPLY_ARRAY)
-		return;
-	for (size_t i = 0; i + 1 < kv->elements; i += 2) {
-		const redisReply *k = kv->element[i], *v = kv->element[i + 1];
-
-		if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
-			continue;
-		if (strcmp(k->str, "done") == 0)
-			f->done = v;
-		else if (strcmp(k->str, "entry") == 0)
-			f->entry = v;
-		else if (strcmp(k->str, "id") == 0)
-			f->cid = v;
-		else if (strcmp(k->str, "consumer") == 0)
-			f->consumer = v;
-		else if (strcmp(k->str, "attempt") == 0)
-			f->attempt = v;
-	}
-}
-
 /* Prints one result; returns its exit code (as wait's), or -1 when stdout is a closed pipe. */
 static int
-result_print(const struct results_follow *rf, const struct result_fields *f, json_t *done)
+result_print(const struct results_follow *rf, const struct sfmt_result *f, json_t *done)
 {
-	const char *entry = f->entry != NULL ? f->entry->str : "?";
+	struct sfmt_bytes entry = f->entry.p != NULL ? f->entry : (struct sfmt_bytes){ "?", 1 };
+	const char *consumer = f->consumer.p != NULL ? f->consumer.p : "?";
+	int consumer_len = f->consumer.p != NULL ? (int)f->consumer.len : 1;
+	const char *attempt = f->attempt.p != NULL ? f->attempt.p : "?";
+	int attempt_len = f->attempt.p != NULL ? (int)f->attempt.len : 1;
 	char q[FORMAT_DURATION_LEN], *what;
 	bool ok = strcmp(event_str(done, FIELD_STATE, ""), STATE_SUCCEEDED) == 0;
 	int code = event_task_exit_code(done);
 
 	if (rf->json) {
-		json_t *o = json_pack("{s:s}", "entry", entry);
+		json_t *o = json_pack("{s:s%}", SFMT_ENTRY, entry.p, entry.len);
 		char *line;
 
-		if (f->cid != NULL)
-			json_object_set_new(o, "id", json_stringn(f->cid->str, f->cid->len));
-		if (f->consumer != NULL)
-			json_object_set_new(o, "consumer", json_string(f->consumer->str));
-		if (f->attempt != NULL)
-			json_object_set_new(o, "attempt", json_integer(atoll(f->attempt->str)));
+		if (f->id.p != NULL)
+			json_object_set_new(o, SFMT_ID, json_stringn(f->id.p, f->id.len));
+		if (f->consumer.p != NULL)
+			json_object_set_new(o, SFMT_CONSUMER, json_stringn(f->consumer.p,
+			    f->consumer.len));
+		if (f->attempt.p != NULL) {
+			char num[24];
+
+			snprintf(num, sizeof num, "%.*s", attempt_len, attempt);
+			json_object_set_new(o, SFMT_ATTEMPT, json_integer(atoll(num)));
+		}
 		/* the done as tpd wrote it, not as jansson would write it again */
 		line = json_dumps(o, JSON_COMPACT);
 		json_decref(o);
 		if (line == NULL)
 			return EX_OSERR;
 		line[strlen(line) - 1] = '\0';
-		if (printf("%s,\"done\":%.*s}\n", line, (int)f->done->len, f->done->str) < 0 ||
+		if (printf("%s,\"" SFMT_DONE "\":%.*s}\n", line, (int)f->done.len, f->done.p) < 0 ||
 		    fflush(stdout) == EOF) {
 			free(line);
 			return -1;
@@ -92,15 +68,16 @@ result_print(const struct results_follow *rf, const struct result_fields *f, jso
 	what = event_describe_done(done);
 	if (rf->output) {
 		if (!ok)
-			tpctl_warnx("entry %s %s", entry, what != NULL ? what : "failed");
+			tpctl_warnx("entry %.*s %s", (int)entry.len, entry.p,
+			    what != NULL ? what : "failed");
 	} else {
-		printf("entry %s", entry);
-		if (f->cid != NULL)
-			printf(" (id %.*s)", (int)f->cid->len, f->cid->str);
-		printf(": %s, queued %s (consumer %s, attempt %s)\n", what != NULL ? what : "?",
+		printf("entry %.*s", (int)entry.len, entry.p);
+		if (f->id.p != NULL)
+			printf(" (id %.*s)", (int)f->id.len, f->id.p);
+		printf(": %s, queued %s (consumer %.*s, attempt %.*s)\n",
+		    what != NULL ? what : "?",
 		    format_duration(event_num(done, FIELD_QUEUED_MS, 0), q, sizeof q),
-		    f->consumer != NULL ? f->consumer->str : "?",
-		    f->attempt != NULL ? f->attempt->str : "?");
+		    consumer_len, consumer, attempt_len, attempt);
 		if (fflush(stdout) == EOF && errno == EPIPE) {
 			free(what);
 			return -1;
@@ -114,24 +91,25 @@ result_print(const struct results_follow *rf, const struct result_fields *f, jso
 static int
 result_take(struct results_follow *rf, const redisReply *it)
 {
-	struct result_fields f;
+	struct sfmt_result f;
 	json_error_t err;
 	json_t *done;
 	size_t want = 0;
 	int code;
 
-	result_fields(it, &f);
+	redislink_result(it->element[1], &f);
 	if (rf->nentries > 0) {
-		if (f.entry == NULL)
+		if (f.entry.p == NULL)
 			return 0;
 		for (want = 0; want < rf->nentries; want++)
-			if (rf->codes[want] == -1 && strcmp(rf->entries[want], f.entry->str) == 0)
+			if (rf->codes[want] == -1 && strlen(rf->entries[want]) == f.entry.len &&
+			    memcmp(rf->entries[want], f.entry.p, f.entry.len) == 0)
 				break;
 		if (want == rf->nentries)
 			return 0;       /* not one waited for (or its second result) */
 	}
-	if (f.done == NULL || (done = json_loadb(f.done->str, f.done->len, 0, &err)) == NULL) {
-		tpctl_warnx("results entry %s has no done to read: skipped", f.id);
+	if (f.done.p == NULL || (done = json_loadb(f.done.p, f.done.len, 0, &err)) == NULL) {
+		tpctl_warnx("results entry %s has no done to read: skipped", it->element[0]->str);
 		return 0;
 	}
 	code = result_print(rf, &f, done);
@@ -229,10 +207,7 @@ results_follow_from_entry(struct results_follow *rf, const char *entry)
 static bool
 entry_id_ok(const char *s)
 {
-	size_t n = strspn(s, "0123456789");
-
-	return n > 0 && (s[n] == '\0' || (s[n] == '-' && s[n + 1] != '\0' &&
-	    strspn(s + n + 1, "0123456789") == strlen(s + n + 1)));
+	return sfmt_stream_id(s, strlen(s));
 }
 
 static int

@@ -1,8 +1,9 @@
 /*
  * cmd-stats.c: tpctl stats: the daemon's version, phase, uptime and
  * connections, then two tables of one row per pool: what the pool is now
- * (its state, workers and queue) and what became of the tasks it accepted.
- * The second adds up: ACCEPTED is QUEUED + RUNNING + each end's count, at
+ * (its state, workers and queue) and what became of the tasks it accepted;
+ * and with [source NAME] sections, a table of one row per source (its
+ * state, entries in flight, counts, last error). The second adds up: ACCEPTED is QUEUED + RUNNING + each end's count, at
  * every moment, as the pool counts them all under one lock.
  */
 #include "config.h"
@@ -35,6 +36,15 @@ static const struct stats_col stats_tasks[] = {
 	{ "TIMED_OUT", FIELD_TIMED_OUT }, { "CANCELLED", FIELD_CANCELLED },
 	{ "EXPIRED", FIELD_EXPIRED }, { "REJECTED", FIELD_REJECTED }, { NULL, NULL }
 };
+
+/* The sources: what each is now, and what became of the entries it read. */
+static const struct stats_col stats_sources[] = {
+	{ "SOURCE", FIELD_NAME }, { "STATE", "state" }, { "POOL", "pool" },
+	{ "IN_FLIGHT", "in_flight" }, { "READ", "read" }, { "CLAIMED", "claimed" },
+	{ "ACKED", "acked" }, { "DEAD_LETTERED", "dead_lettered" },
+	{ "LAST_ERROR", "last_error" }, { NULL, NULL }
+};
+#define STATS_SOURCES_ALIGN "lllrrrrrl"
 
 /* open, closed (shutting down: it takes no more tasks) or removed (by SIGHUP). */
 static const char *
@@ -69,8 +79,9 @@ stats_cell(const json_t *pool, const char *key)
 	return format_cell(key, v);
 }
 
+/* A table of one row per object of rows; aligns NULL: the first column and the pool's state left, the rest right. */
 static void
-stats_table(const json_t *pools, const struct stats_col *cols)
+stats_table(const json_t *pools, const struct stats_col *cols, const char *aligns, FILE *f)
 {
 	const char *headers[STATS_MAX_COLS];
 	char *cells[STATS_MAX_COLS], align[STATS_MAX_COLS + 1];
@@ -80,7 +91,7 @@ stats_table(const json_t *pools, const struct stats_col *cols)
 
 	for (n = 0; cols[n].header != NULL; n++) {
 		headers[n] = cols[n].header;
-		align[n] = n == 0 || cols[n].key == NULL ? 'l' : 'r';
+		align[n] = aligns != NULL ? aligns[n] : n == 0 || cols[n].key == NULL ? 'l' : 'r';
 	}
 	align[n] = '\0';
 	if ((t = table_new(align, headers)) == NULL)
@@ -92,8 +103,17 @@ stats_table(const json_t *pools, const struct stats_col *cols)
 		for (j = 0; j < n; j++)
 			free(cells[j]);
 	}
-	table_print(t, stdout);
+	table_print(t, f);
 	table_free(t);
+}
+
+void
+stats_sources_print(const json_t *sources, FILE *f)
+{
+	if (json_array_size(sources) == 0)
+		return;
+	fprintf(f, "\n");
+	stats_table(sources, stats_sources, STATS_SOURCES_ALIGN, f);
 }
 
 static void
@@ -121,9 +141,10 @@ stats_print(const json_t *ev)
 	if (tcp_auth != NULL && strcmp(tcp_auth, TCP_AUTH_NONE) == 0)
 		fprintf(stderr, "tpctl: warning: the daemon lets TCP clients in without a token "
 		    "(tcp_auth = none)\n");
-	stats_table(pools, stats_now);
+	stats_table(pools, stats_now, NULL, stdout);
 	printf("\n");
-	stats_table(pools, stats_tasks);
+	stats_table(pools, stats_tasks, NULL, stdout);
+	stats_sources_print(json_object_get(ev, FIELD_SOURCES), stdout);
 }
 
 static int
@@ -159,6 +180,10 @@ const struct cmd cmd_stats = {
 	    "resize limit, and how long the oldest queued task has waited. The\n"
 	    "second counts the tasks since start: ACCEPTED = QUEUED + RUNNING +\n"
 	    "SUCCEEDED + FAILED + TIMED_OUT + CANCELLED + EXPIRED; REJECTED were\n"
-	    "never accepted.\n\n",
+	    "never accepted. With [source NAME] sections, a third table has a row\n"
+	    "per source: its state (connecting, connected, down, draining, stopped),\n"
+	    "pool, the entries in flight (read, not yet acknowledged), the entries\n"
+	    "read, claimed from stopped consumers, acknowledged and dead-lettered\n"
+	    "since start, and the last Redis error.\n\n",
 	.exec = stats_exec,
 };

@@ -13,6 +13,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "stream-format.h"
 #include "tpctl.h"
 
 const char *
@@ -143,5 +144,19 @@ redislink_call(redisContext *rc, int argc, const char **argv, redisReply **reply
 			return -2;
 		if ((pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) && redisBufferRead(rc) != REDIS_OK)
 			return -1;
+	}
+}
+
+void
+redislink_result(const redisReply *kv, struct sfmt_result *r)
+{
+	sfmt_result_init(r);
+	if (kv->type != REDIS_REPLY_ARRAY)
+		return;
+	for (size_t i = 0; i + 1 < kv->elements; i += 2) {
+		const redisReply *k = kv->element[i], *v = kv->element[i + 1];
+
+		if (k->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING)
+			sfmt_result_field(r, k->str, k->len, v->str, v->len);
 	}
 }

@@ -15,6 +15,8 @@
 
 #include <jansson.h>
 
+#include "stream-format.h"
+
 /* Exit codes (tpctl(1); sysexits.h for the rest). */
 #define EXIT_TASK_FAILED 1      /* a task failed, or the daemon refused a request */
 #define EXIT_TIMED_OUT   124    /* like timeout(1) */
@@ -114,13 +116,19 @@ struct redisReply;
 int redislink_call(struct redisContext *, int argc, const char **argv, struct redisReply **reply);
 /* After a command failed: prints why; the exit code (69 lost, 128+N interrupted, 1). */
 int redislink_failed(struct redisContext *, const char *addr, const char *what);
+/* A result entry's fields (an [id, fields] of a stream read), as common/stream-format.h reads them. */
+struct sfmt_result;
+void redislink_result(const struct redisReply *fields, struct sfmt_result *r);
+
+/* cmd-stats.c: the table of a stats event's sources (nothing when there are none), after a blank line. */
+void stats_sources_print(const json_t *sources, FILE *f);
 
 /* cmd-results.c: following a source's results stream (enqueue --wait too). */
 struct results_follow {
 	struct redisContext *rc;
 	const char *addr;
 	const char *stream;             /* the results stream */
-	char last[64];                  /* read after this id ("$": new ones only) */
+	char last[SFMT_STREAM_ID_SIZE + 1]; /* read after this id ("$": new ones only) */
 	bool json;                      /* one JSON object per result */
 	bool output;                    /* the tasks' output instead of a line */
 	char **entries;                 /* the task entries waited for, or none: all */

@@ -2,7 +2,9 @@
 """GET /metrics on [daemon] metrics_listen: the text passes `promtool check metrics`
 (Debian package prometheus), its counters and histograms match a known load, and the
 HTTP server keeps its limits: only GET /metrics, bounded headers, no body, idle
-connections closed, and at most metrics_max_connections open at once."""
+connections closed, and at most metrics_max_connections open at once. A [source NAME]
+has its tpd_source_* series (against a private redis-server: skipped without one), its
+state also in tpctl stats and top."""
 import http.client
 import os
 import re
@@ -13,7 +15,8 @@ import subprocess
 import tempfile
 import time
 
-from tpdtest import TIMEOUT, TPD, Daemon, Skip, check, eventually, run_tests
+from redistest import Redis
+from tpdtest import TIMEOUT, TPCTL, TPD, Daemon, Skip, check, eventually, run_tests
 
 LONG_MS = 60000
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
@@ -269,6 +272,63 @@ def test_metrics_listen_change_waits_for_a_restart():
             check(scrape(d)[0] == 200, "still served on %d" % port)
     finally:
         os.unlink(conf)
+
+
+def test_source_state_in_stats_top_and_metrics():
+    """An operator sees each source: tpctl stats and top show its state, entries in
+    flight and last error; /metrics has tpd_source_* series (up, read, acked, claimed,
+    dead-lettered, in flight) that pass promtool, and up turns 0 while Redis is gone."""
+    with Redis() as r:
+        rc = r.client()
+        rc.call("XGROUP", "CREATE", "jobs", "tpd", "0", "MKSTREAM")
+        poison = rc.call("XADD", "jobs", "*", "task", '{"kind":"sleep","ms":10}', "id", "p")
+        rc.call("XREADGROUP", "GROUP", "tpd", "ghost", "COUNT", 1, "STREAMS", "jobs", ">")
+        for task in ['{"kind":"echo","value":1}'] * 3 + ['{"kind":"sleep","ms":60000}']:
+            rc.call("XADD", "jobs", "*", "task", task)
+        conf = os.path.join(r.dir, "tpd.conf")
+        with open(conf, "w") as f:
+            f.write("[source jobs]\ntype = redis-stream\nredis = %s\nstream = jobs\n"
+                    "group = tpd\nconsumer = c1\nclaim_idle = 200ms\nmax_deliveries = 1\n"
+                    "backoff_max = 200ms\ntimeout = 1s\n" % r.addr)
+        with metrics_daemon("-c", conf) as d:
+            eventually(lambda: int(rc.call("XLEN", "jobs:results")) == 4 and
+                       d.client().request({"op": "stats"})["sources"][0]["dead_lettered"] == 1,
+                       "three results, the poison entry dead-lettered")
+            _, _, text = scrape(d)
+            promtool(text)
+            m, types = parse(text)
+            want = {"tpd_source_up": 1, "tpd_source_entries_read_total": 4,
+                    "tpd_source_entries_acked_total": 4,
+                    "tpd_source_entries_claimed_total": 1,
+                    "tpd_source_entries_dead_lettered_total": 1,
+                    "tpd_source_entries_in_flight": 1}
+            for name, v in want.items():
+                check(value(m, name, source="jobs", pool="default") == v, "%s: %r", name,
+                      value(m, name, source="jobs", pool="default"))
+            check(types["tpd_source_entries_read_total"] == "counter" and
+                  types["tpd_source_up"] == "gauge", "types: %r", types)
+
+            def stats_row():
+                p = subprocess.run([TPCTL, "-s", d.sock, "stats"], capture_output=True,
+                                   text=True, timeout=TIMEOUT)
+                check(p.returncode == 0, "tpctl stats: %r", p)
+                head = [line for line in p.stdout.splitlines() if line.startswith("SOURCE")]
+                row = [line for line in p.stdout.splitlines() if line.startswith("jobs ")]
+                check(head and row, "no sources table in tpctl stats:\n%s", p.stdout)
+                return dict(zip(head[0].split()[:8], row[0].split(None, 8)[:8])), row[0]
+            cols, _ = stats_row()
+            check(cols["STATE"] == "connected" and cols["IN_FLIGHT"] == "1" and
+                  cols["READ"] == "4" and cols["DEAD_LETTERED"] == "1", "%r", cols)
+            p = subprocess.run([TPCTL, "-s", d.sock, "top", "--once"], capture_output=True,
+                               text=True, timeout=TIMEOUT)
+            check(p.returncode == 0 and re.search(r"^jobs +connected +default +1 ", p.stdout,
+                                                  re.M), "tpctl top --once:\n%r", p)
+            r.stop()
+            eventually(lambda: value(parse(scrape(d)[2])[0], "tpd_source_up", source="jobs",
+                                     pool="default") == 0, "tpd_source_up 0 with Redis gone")
+            cols, row = stats_row()
+            check(cols["STATE"] == "down" and cols["IN_FLIGHT"] == "1" and
+                  re.search(r"(connection lost|cannot connect)", row), "%r", row)
 
 
 run_tests(globals())

@@ -171,6 +171,29 @@ def test_killed_consumer_entries_claimed_by_the_other():
             victim.close()
 
 
+def test_claimed_entries_ask_their_delivery_counts_in_one_xpending():
+    """The delivery counts of the entries one XAUTOCLAIM claims come from one ranged
+    XPENDING for them all, not one per entry (Redis's own command counts), and
+    each still runs with its count as attempt."""
+    n = 20
+    with Redis() as r:
+        rc = r.client()
+        rc.call("XGROUP", "CREATE", "jobs", "tpd", "0", "MKSTREAM")
+        add_entries(rc, "jobs", [{"kind": "echo", "value": i} for i in range(n)])
+        rc.call("XREADGROUP", "GROUP", "tpd", "ghost", "COUNT", n, "STREAMS", "jobs", ">")
+        rc.call("CONFIG", "RESETSTAT")
+        with tpd(r, source_conf(redis=r.addr, claim_idle="300ms"), workers=4, queue=32):
+            eventually(lambda: int(rc.call("XLEN", "jobs:results")) == n, "every result")
+            stats = rc.call("INFO", "commandstats")
+            calls = {line.split(":")[0]: int(line.split("calls=")[1].split(",")[0])
+                     for line in stats.splitlines() if line.startswith("cmdstat_")}
+            check(calls.get("cmdstat_xpending", 0) <= 2 and
+                  calls.get("cmdstat_xautoclaim", 0) >= 1, "%d entries claimed, Redis's "
+                  "command counts: %r", n, calls)
+            attempts = {f["attempt"] for _, f in results(rc, "jobs:results")}
+            check(attempts == {"2"}, "attempts: %r", attempts)
+
+
 def test_bad_entries_fail_at_once_and_poison_is_dead_lettered():
     """Not JSON, an unknown kind, a bad field: a failed result with bad_request at
     once, acked. An entry already delivered max_deliveries times by consumers that
@@ -410,6 +433,80 @@ def test_a_killed_tpd_with_its_journal_leaves_redis_tasks_to_redis():
                   mine)
         finally:
             d.close()
+
+
+def test_a_restart_never_gives_a_source_task_id_again():
+    """Ids are never given twice, whatever the task's origin: a source's tasks have
+    no records of their own, yet a tpd killed while one runs (its entry pending)
+    gives the entry's second run, and every later task, an id past the first run's,
+    in each journal_sync mode."""
+    for sync in ("commit", "interval"):
+        with Redis() as r:
+            rc = r.client()
+            state = os.path.join(r.dir, "state")
+            conf = "[daemon]\njournal_sync = %s\n" % sync + source_conf(redis=r.addr,
+                                                                        consumer="c1")
+            add_entries(rc, "jobs", [{"kind": "sleep", "ms": 60000}])
+            extra = ("--state-dir", state)
+
+            def source_ids(c):
+                return [t["task"] for t in c.request({"op": "list"})["tasks"]
+                        if t["owner"] == "redis:jobs" and t["state"] == "running"]
+            d = tpd(r, conf, extra=extra)
+            try:
+                c = d.client()
+                eventually(lambda: len(source_ids(c)) == 1, "the entry's task runs")
+                first = source_ids(c)[0]
+                d.proc.kill()
+                d.proc.wait()
+            finally:
+                d.close()
+            d = tpd(r, conf, extra=extra)
+            try:
+                c = d.client()
+                eventually(lambda: len(source_ids(c)) == 1, "the pending entry runs again")
+                again = source_ids(c)[0]
+                check(again > first, "%s: the entry's second run got id %d, the first had "
+                      "%d", sync, again, first)
+                rid, local = c.submit({"kind": "echo", "value": "local"})
+                check(local["task"] > first, "%s: a local task got id %d after the source's "
+                      "%d", sync, local["task"], first)
+                c.done(rid)
+            finally:
+                d.close()
+
+
+def test_bad_entries_name_their_id_in_their_result():
+    """Every result of an entry names the entry's own id field when it has one:
+    an entry with no task, one with an unknown field (before or after its id), one
+    given a field twice, and a poison entry with an unknown field that is
+    dead-lettered."""
+    with Redis() as r:
+        rc = r.client()
+        rc.call("XGROUP", "CREATE", "jobs", "tpd", "0", "MKSTREAM")
+        poison = rc.call("XADD", "jobs", "*", "colour", "red", "task",
+                         '{"kind":"sleep","ms":10}', "id", "poison")
+        rc.call("XREADGROUP", "GROUP", "tpd", "ghost", "COUNT", 1, "STREAMS", "jobs", ">")
+        rc.call("XCLAIM", "jobs", "tpd", "ghost", 0, poison)
+        rc.call("XCLAIM", "jobs", "tpd", "ghost", 0, poison)
+        rc.call("XADD", "jobs", "*", "id", "no-task", "label", "x")
+        rc.call("XADD", "jobs", "*", "colour", "red", "id", "unknown-first",
+                "task", '{"kind":"echo"}')
+        rc.call("XADD", "jobs", "*", "id", "unknown-after", "task", '{"kind":"echo"}',
+                "colour", "red")
+        rc.call("XADD", "jobs", "*", "id", "twice", "task", '{"kind":"echo"}', "task", "{}")
+        with tpd(r, source_conf(redis=r.addr, claim_idle="200ms", max_deliveries=3)):
+            eventually(lambda: int(rc.call("XLEN", "jobs:results")) >= 5, "five results")
+            res = {f["entry"]: f for _, f in results(rc, "jobs:results")}
+            ids = sorted(f.get("id", "(none)") for f in res.values())
+            check(ids == sorted(["poison", "no-task", "unknown-first", "unknown-after",
+                                 "twice"]), "the results' id fields: %r", res)
+            check(res[poison]["id"] == "poison" and
+                  res[poison]["done"]["state"] == "lost", "poison: %r", res[poison])
+            for f in res.values():
+                if f["id"] != "poison":
+                    check(f["done"]["state"] == "failed" and
+                          f["done"]["error"]["code"] == "bad_request", "%r", f)
 
 
 def test_drain_with_redis_down_leaves_the_entry_pending():

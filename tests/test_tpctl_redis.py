@@ -89,6 +89,10 @@ def test_enqueue_usage_and_unreachable():
         expect(tpctl("enqueue", "--redis", r.addr, "-S", "j"), 64, "no command")
         expect(tpctl("enqueue", "--redis", r.addr, "-S", "j", "--results", "x", "--", "true"),
                64, "--results without --wait")
+        p = expect(tpctl("enqueue", "--redis", r.addr, "-S", "j", "--queue-timeout", "31d",
+                         "--", "true"), 64, "a queue timeout past what an entry may carry")
+        check("--queue-timeout: at most 30d" in p.stderr, "%r", p.stderr)
+        check(r.client().call("EXISTS", "j") == 0, "the entry was added")
         expect(tpctl("enqueue", "--redis", "localhost", "-S", "j", "--", "true"), 64,
                "a bad address")
         p = expect(tpctl("enqueue", "--redis", "unix:" + r.dir + "/nope.sock", "-S", "j", "--",

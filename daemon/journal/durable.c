@@ -125,6 +125,16 @@ durable_state_dir(const struct conf *c, char *buf, size_t len)
 	return buf;
 }
 
+/* Something went in batch: it is written at the end of this pass, and output from now on waits for it. */
+static void
+append_wanted(uint64_t batch)
+{
+	if (!pending)
+		event_active(gate_ev, EV_TIMEOUT, 0);
+	pending = true;
+	wanted = batch;
+}
+
 static void
 append(enum jrec_type type, uint64_t id, const struct jbuf *b, struct journal_ref *ref)
 {
@@ -135,11 +145,7 @@ append(enum jrec_type type, uint64_t id, const struct jbuf *b, struct journal_re
 	appended++;
 	r = journal_append(journal, type, id, b != NULL ? b->p : NULL,
 	    b != NULL ? b->len : 0);
-
-	if (!pending)
-		event_active(gate_ev, EV_TIMEOUT, 0);   /* written at the end of this pass */
-	pending = true;
-	wanted = r.batch;       /* the batch it goes in: output from now on waits for it */
+	append_wanted(r.batch);
 	if (ref != NULL)
 		*ref = r;
 }
@@ -242,8 +248,12 @@ hook_accepted(struct task *t, void *arg)
 		replaying = NULL;
 		return;
 	}
-	if (t->kept_elsewhere)
-		return;                 /* no records: its source brings it back (tasks.h) */
+	if (t->kept_elsewhere) {
+		/* no records: its source brings it back (tasks.h); its id is never given again */
+		if (journal != NULL && journal_reserve_id(journal, t->id))
+			append_wanted(journal_batch(journal));
+		return;
+	}
 	if ((jd = calloc(1, sizeof *jd)) == NULL) {
 		log_warnx("journal: out of memory for task %llu's records", (unsigned long long)t->id);
 		return;

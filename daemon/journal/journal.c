@@ -686,6 +686,30 @@ journal_append(struct journal *j, enum jrec_type type, uint64_t id, const void *
 	return ref;
 }
 
+bool
+journal_reserve_id(struct journal *j, uint64_t id)
+{
+	uint64_t cover, v;
+
+	if (!j->begun || j->failed)
+		return false;
+	cover = j->reserve_value != 0 ? j->reserve_value : j->reserved;
+	if (id + JOURNAL_ID_BLOCK / 2 < cover)
+		return false;
+	v = (id >= cover ? id + 1 : cover) + JOURNAL_ID_BLOCK;
+	if (jrec_append(&j->pending, JREC_NEXT_ID, v, NULL, 0) == 0) {
+		journal_fail(j, "cannot build a %s record: out of memory",
+		    jrec_type_name(JREC_NEXT_ID));
+		return false;
+	}
+	j->pending_records++;
+	j->pending_dead += JFMT_REC_HEADER;
+	j->pending_sync = true;
+	j->reserve_value = v;
+	j->reserve_batch = j->batch;
+	return true;
+}
+
 void
 journal_release(struct journal *j, struct journal_ref ref)
 {
@@ -1092,6 +1116,8 @@ recover(struct journal *j)
 	j->batch++;
 	snap.batch = j->batch;
 	next = j->max_task_id + 1 > j->reserved ? j->max_task_id + 1 : j->reserved;
+	if (j->reserve_value > next)
+		next = j->reserve_value;        /* a reservation not yet synced is kept too */
 	if (j->sync != JOURNAL_SYNC_COMMIT)
 		next += JOURNAL_ID_BLOCK;
 	jrec_append(&snap.buf, JREC_NEXT_ID, next, NULL, 0);
@@ -1135,10 +1161,8 @@ recover(struct journal *j)
 	j->nhold = 0;
 	j->switch_wait = false;
 	j->compacting = false;
-	if (j->sync != JOURNAL_SYNC_COMMIT) {
-		j->reserved = next;
-		j->reserve_value = 0;
-	}
+	j->reserved = next;
+	j->reserve_value = 0;
 	memset(j->ring, 0, sizeof j->ring);
 	j->failed = false;
 	j->recoveries++;

@@ -157,6 +157,17 @@ uint64_t journal_batch(const struct journal *);
 struct journal_ref journal_append(struct journal *, enum jrec_type type, uint64_t id,
     const void *payload, size_t len);
 
+/*
+ * A task id given to a task that has no records of its own (a source's,
+ * kept elsewhere: tasks.h): a NEXT_ID reservation past it is appended to
+ * the current batch when the one in force (on disk or on its way) does
+ * not reach half a block beyond it, so that a restart after a crash never
+ * gives that id again. With journal_sync = commit the reservation goes
+ * with the group commit of the pass that gave the id. True when a record was
+ * appended (the batch is to be written, as after journal_append).
+ */
+bool journal_reserve_id(struct journal *, uint64_t id);
+
 /* The record ref is dead (superseded, or its task forgotten): for compaction's count. */
 void journal_release(struct journal *, struct journal_ref ref);
 

@@ -3,7 +3,8 @@
  * libevent's own HTTP server (evhttp) on the daemon's loop: no thread of
  * its own, and nothing kept between scrapes. Each scrape formats what the
  * pools hold now (pool_snapshot, pool_timings: counters and histograms
- * kept under each pool's lock) and the daemon's own figures.
+ * kept under each pool's lock), the sources' (sources_each) and the
+ * daemon's own figures.
  *
  * Limits, each a key of tpd.conf(5): only GET /metrics is served (another
  * path is 404, another method on /metrics 405); a request's line and
@@ -49,6 +50,8 @@
 #include "base/log.h"
 #include "metrics.h"
 #include "pool/pools.h"
+#include "source/source.h"
+#include "source/sources.h"
 #include "task/tasks.h"
 
 #define METRICS_PATH "/metrics"
@@ -199,6 +202,76 @@ label_value(struct evbuffer *out, const char *s)
 	}
 }
 
+/* The sources' families: each a field of struct source_figures. */
+enum metrics_src_field {
+	SRC_UP, SRC_READ, SRC_ACKED, SRC_CLAIMED, SRC_DEAD, SRC_IN_FLIGHT, SRC_NFIELDS
+};
+
+static const struct {
+	const char *name, *type, *help;
+} metrics_src[SRC_NFIELDS] = {
+	{ "tpd_source_up", "gauge", "1 when the source is connected to its Redis and set up, "
+	    "0 while it connects, is down or stopped." },
+	{ "tpd_source_entries_read_total", "counter", "New stream entries the source read "
+	    "(claimed ones count in tpd_source_entries_claimed_total)." },
+	{ "tpd_source_entries_acked_total", "counter", "Stream entries acknowledged, each with "
+	    "its result written." },
+	{ "tpd_source_entries_claimed_total", "counter", "Stream entries taken over from "
+	    "consumers that stopped." },
+	{ "tpd_source_entries_dead_lettered_total", "counter", "Stream entries delivered more "
+	    "than max_deliveries times, moved to the dead-letter stream." },
+	{ "tpd_source_entries_in_flight", "gauge", "Stream entries read and not yet "
+	    "acknowledged." },
+};
+
+struct metrics_src_pass {
+	struct evbuffer *out;
+	enum metrics_src_field field;
+	size_t count;
+};
+
+static void
+source_sample(const struct source_figures *f, void *arg)
+{
+	struct metrics_src_pass *p = arg;
+	unsigned long long v = 0;
+
+	p->count++;
+	if (p->out == NULL)
+		return;
+	switch (p->field) {
+	case SRC_UP: v = f->connected; break;
+	case SRC_READ: v = f->read; break;
+	case SRC_ACKED: v = f->acked; break;
+	case SRC_CLAIMED: v = f->claimed; break;
+	case SRC_DEAD: v = f->dead_lettered; break;
+	case SRC_IN_FLIGHT: v = f->in_flight; break;
+	default: return;
+	}
+	evbuffer_add_printf(p->out, "%s{source=\"", metrics_src[p->field].name);
+	label_value(p->out, f->name);
+	evbuffer_add_printf(p->out, "\",pool=\"");
+	label_value(p->out, f->pool);
+	evbuffer_add_printf(p->out, "\"} %llu\n", v);
+}
+
+/* The [source NAME] sections' families, when there are any. */
+static void
+sources_format(struct evbuffer *out)
+{
+	struct metrics_src_pass p = { NULL, SRC_UP, 0 };
+
+	sources_each(source_sample, &p);
+	if (p.count == 0)
+		return;
+	p.out = out;
+	for (int k = 0; k < SRC_NFIELDS; k++) {
+		p.field = (enum metrics_src_field)k;
+		family(out, metrics_src[k].name, metrics_src[k].type, metrics_src[k].help);
+		sources_each(source_sample, &p);
+	}
+}
+
 int
 metrics_format(struct evbuffer *out)
 {
@@ -283,6 +356,7 @@ metrics_format(struct evbuffer *out)
 	family(out, "tpd_task_run_seconds", "histogram", "How long tasks ran, observed when "
 	    "they ended.");
 	histogram(out, "tpd_task_run_seconds", mp, n, false);
+	sources_format(out);
 	free(mp);
 	return 0;
 }

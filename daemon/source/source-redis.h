@@ -69,6 +69,9 @@ bool source_redis_idle(const struct source_redis *);
 /* Entries asked for and not yet arrived: room another source of the pool should leave. */
 unsigned source_redis_asked(const struct source_redis *);
 
+/* Its figures now (source.h), for stats and /metrics; the strings are the source's, valid until it changes. */
+void source_redis_figures(const struct source_redis *, struct source_figures *f);
+
 /*
  * The stats object: name, state (connecting, connected, down, draining,
  * stopped), read, acked, claimed, dead_lettered, last_error (null when

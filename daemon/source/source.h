@@ -17,6 +17,7 @@
 #ifndef TPD_SOURCE_H
 #define TPD_SOURCE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +48,17 @@ struct source_task {
 	unsigned attempt;               /* the entry's delivery count (1 for the first) */
 	source_done_fn done;
 	void *arg;                      /* done's first argument */
+};
+
+/* A source's figures, for stats and /metrics. */
+struct source_figures {
+	const char *name, *pool;
+	const char *state;              /* connecting, connected, down, draining, stopped */
+	bool connected;
+	const char *last_error;         /* NULL when none yet */
+	uint64_t read, acked, claimed, dead_lettered, bad, reconnects;
+	size_t in_flight;               /* entries read and not yet acked */
+	size_t running, held, unwritten;
 };
 
 struct source_host {

@@ -354,6 +354,24 @@ sources_stats(void)
 }
 
 void
+sources_each(void (*fn)(const struct source_figures *, void *arg), void *arg)
+{
+	struct source_figures f;
+
+	for (struct src *s = src_list; s != NULL; s = s->next) {
+		const char *name = source_redis_conf(s->sr)->name;
+		bool successor = false;
+
+		for (struct src *o = src_list; s->retired && o != NULL && !successor; o = o->next)
+			successor = !o->retired && strcmp(source_redis_conf(o->sr)->name, name) == 0;
+		if (successor)
+			continue;
+		source_redis_figures(s->sr, &f);
+		fn(&f, arg);
+	}
+}
+
+void
 sources_describe(char *buf, size_t len)
 {
 	size_t off = strlen(buf);

@@ -41,6 +41,14 @@ bool sources_idle(void);
 /* The stats' sources array (new reference). */
 json_t *sources_stats(void);
 
+/*
+ * Calls fn with each source's figures (source.h), once per name: a
+ * source replaced by a reload and still draining is left out while its
+ * successor runs, so that no name is counted twice.
+ */
+struct source_figures;
+void sources_each(void (*fn)(const struct source_figures *, void *arg), void *arg);
+
 /* Appends "; source NAME ..." phrases for systemd's STATUS= to buf (of len, holding a string). */
 void sources_describe(char *buf, size_t len);
 
