@@ -705,6 +705,18 @@ conf_flags_add(struct conf_flags *f, int ch, int longindex, const char *arg, cha
 	    cause, "%s %s", flag, *arg != '\0' ? arg : "\"\"");
 }
 
+/* A figure of k's kind as --help and the messages write it: "1024", "1M", "10s". */
+static const char *
+key_format(const struct conf_key *k, uint64_t v, char *buf, size_t len)
+{
+	if (k->kind == KIND_SIZE || k->kind == KIND_LIMIT_SIZE)
+		return units_format_size(v, buf, len);
+	if (k->kind == KIND_DURATION)
+		return units_format_duration(v, buf, len);
+	snprintf(buf, len, "%llu", (unsigned long long)v);
+	return buf;
+}
+
 /* The value a key's flag takes, as --help names it. */
 static void
 key_meta(const struct conf_key *k, char *buf, size_t len)
@@ -726,18 +738,13 @@ key_usage_facts(FILE *out, const struct conf_key *k)
 {
 	char lo[32], hi[32];
 
-	if (k->kind == KIND_COUNT || k->kind == KIND_LIMIT_COUNT)
-		fprintf(out, " (%llu to %llu)", (unsigned long long)k->min,
-		    (unsigned long long)k->max);
-	else if (k->kind == KIND_LIMIT_CORES)
+	if (k->kind == KIND_LIMIT_CORES)
 		fprintf(out, " (%llu.%02llu to %llu)", (unsigned long long)(k->min / 1000),
 		    (unsigned long long)(k->min % 1000 / 10), (unsigned long long)(k->max / 1000));
-	else if (k->kind == KIND_SIZE || k->kind == KIND_LIMIT_SIZE)
-		fprintf(out, " (%s to %s)", units_format_size(k->min, lo, sizeof lo),
-		    units_format_size(k->max, hi, sizeof hi));
-	else if (k->kind == KIND_DURATION)
-		fprintf(out, " (%s to %s)", units_format_duration(k->min, lo, sizeof lo),
-		    units_format_duration(k->max, hi, sizeof hi));
+	else if (k->kind == KIND_COUNT || k->kind == KIND_LIMIT_COUNT || k->kind == KIND_SIZE ||
+	    k->kind == KIND_LIMIT_SIZE || k->kind == KIND_DURATION)
+		fprintf(out, " (%s to %s)", key_format(k, k->min, lo, sizeof lo),
+		    key_format(k, k->max, hi, sizeof hi));
 	else if (key_store(k) == STORE_LIST)
 		fprintf(out, ", repeatable");
 	if (k->def != NULL) {
@@ -1340,6 +1347,42 @@ set_redis(struct conf_load *l, const struct conf_key *k, void *slot, const char 
 	set_string(slot, value);
 }
 
+/* A count, a size or a duration within k's range, kept in k's store. */
+static void
+set_number(struct conf_load *l, const struct conf_key *k, void *slot, const char *value)
+{
+	uint64_t v = 0;
+	char lo[32], hi[32], got[32], *why = NULL;
+	int r;
+
+	if (k->kind == KIND_COUNT)
+		r = parse_digits(value, &v);
+	else if (k->kind == KIND_SIZE)
+		r = units_parse_size(value, &v, &why);
+	else
+		r = units_parse_duration(value, &v, &why);
+	if (r == -1 && k->kind == KIND_COUNT)
+		key_error(l, k->name, "\"%s\" is not a whole number", value);
+	else if (r == -1)
+		key_error(l, k->name, "%s", why != NULL ? why : "out of memory");
+	free(why);
+	if (r == -1)
+		return;
+	if (r == -2 || v < k->min || v > k->max) {
+		/* a count as written; a size or a duration as read, unless too large to read */
+		key_error(l, k->name, "%s is out of range (%s to %s)",
+		    r == -2 || k->kind == KIND_COUNT ? value : key_format(k, v, got, sizeof got),
+		    key_format(k, k->min, lo, sizeof lo), key_format(k, k->max, hi, sizeof hi));
+		return;
+	}
+	if (key_store(k) == STORE_UINT)
+		*(unsigned *)slot = (unsigned)v;
+	else if (key_store(k) == STORE_SIZE)
+		*(size_t *)slot = (size_t)v;
+	else
+		*(uint64_t *)slot = v;
+}
+
 /* One word of the key's values table, kept as the table says. */
 static void
 set_enum(struct conf_load *l, const struct conf_key *k, void *slot, const char *value)
@@ -1377,53 +1420,12 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 {
 	void *slot = base + k->off;
 	uint64_t v = 0;
-	char lo[32], hi[32], got[32], *why = NULL;
-	int r;
 
 	switch (k->kind) {
 	case KIND_COUNT:
-		if ((r = parse_digits(value, &v)) == -1) {
-			key_error(l, k->name, "\"%s\" is not a whole number", value);
-			return;
-		}
-		if (r == -2 || v < k->min || v > k->max) {
-			key_error(l, k->name, "%s is out of range (%llu to %llu)", value,
-			    (unsigned long long)k->min, (unsigned long long)k->max);
-			return;
-		}
-		*(unsigned *)slot = (unsigned)v;
-		return;
 	case KIND_SIZE:
-		if ((r = units_parse_size(value, &v, &why)) == -1) {
-			key_error(l, k->name, "%s", why != NULL ? why : "out of memory");
-			free(why);
-			return;
-		}
-		free(why);
-		if (r == -2 || v < k->min || v > k->max) {
-			key_error(l, k->name, "%s is out of range (%s to %s)",
-			    r == -2 ? value : units_format_size(v, got, sizeof got),
-			    units_format_size(k->min, lo, sizeof lo),
-			    units_format_size(k->max, hi, sizeof hi));
-			return;
-		}
-		*(size_t *)slot = (size_t)v;
-		return;
 	case KIND_DURATION:
-		if ((r = units_parse_duration(value, &v, &why)) == -1) {
-			key_error(l, k->name, "%s", why != NULL ? why : "out of memory");
-			free(why);
-			return;
-		}
-		free(why);
-		if (r == -2 || v < k->min || v > k->max) {
-			key_error(l, k->name, "%s is out of range (%s to %s)",
-			    r == -2 ? value : units_format_duration(v, got, sizeof got),
-			    units_format_duration(k->min, lo, sizeof lo),
-			    units_format_duration(k->max, hi, sizeof hi));
-			return;
-		}
-		*(uint64_t *)slot = v;
+		set_number(l, k, slot, value);
 		return;
 	case KIND_SOCKET:
 		if (strlen(value) >= sizeof ((struct sockaddr_un *)0)->sun_path) {
