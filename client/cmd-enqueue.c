@@ -198,7 +198,7 @@ const struct cmd cmd_enqueue = {
 	    "and writes its done to the results stream. With --wait, tpctl then waits\n"
 	    "for that result and exits as tpctl run does.\n"
 	    "\n"
-	    "      --redis ADDR         Redis: unix:PATH or HOST:PORT ($TPD_REDIS)\n"
+	    "      --redis ADDR         Redis: unix:PATH or HOST[:PORT] ($TPD_REDIS)\n"
 	    "  -S, --stream STREAM      the stream the source reads (its stream key)\n"
 	    "      --id ID              the entry's own id field, given back with its result\n"
 	    "  -l, --label L            the task's label\n"

@@ -319,7 +319,7 @@ const struct cmd cmd_results = {
 	    "Given ENTRY ids (what tpctl enqueue prints), waits for their results only\n"
 	    "and exits as tpctl wait does for tasks. An interrupt stops the reading.\n"
 	    "\n"
-	    "      --redis ADDR         Redis: unix:PATH or HOST:PORT ($TPD_REDIS)\n"
+	    "      --redis ADDR         Redis: unix:PATH or HOST[:PORT] ($TPD_REDIS)\n"
 	    "  -S, --stream RESULTS     the results stream (a source's results key)\n"
 	    "      --from ID            start after entry ID of the results stream (0: from\n"
 	    "                           its start; default: new results only, or with\n"

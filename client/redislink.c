@@ -1,8 +1,9 @@
 /*
  * redislink.c: tpctl's connection to Redis, for the commands that work
  * with a tpd source's streams (enqueue, results): hiredis's synchronous
- * API, one command at a time. The address is written as tpd.conf's
- * [source NAME] redis key is: unix:PATH, HOST:PORT or [IPV6]:PORT.
+ * API, one command at a time. The address is read as tpd.conf's
+ * [source NAME] redis key is (common/redis-addr.h): unix:PATH, /PATH,
+ * HOST[:PORT] or [IPV6][:PORT], the port 6379 when left out.
  */
 #include "config.h"
 
@@ -13,6 +14,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "redis-addr.h"
 #include "stream-format.h"
 #include "tpctl.h"
 
@@ -30,64 +32,42 @@ redisContext *
 redislink_open(const struct cmd *c, const char *addr, uint64_t timeout_ms, int *code)
 {
 	struct timeval tv = { (time_t)(timeout_ms / 1000), (suseconds_t)(timeout_ms % 1000) * 1000 };
+	struct redis_addr a;
+	char full[REDIS_ADDR_TEXT_MAX], *cause = NULL;
 	redisContext *rc;
-	char host[256];
-	const char *colon;
-	long port;
-	char *end;
 
 	*code = EX_USAGE;
 	if (addr == NULL) {
-		cmd_usage_error(c, "--redis ADDR is needed (unix:PATH or HOST:PORT; or set "
+		cmd_usage_error(c, "--redis ADDR is needed (unix:PATH or HOST[:PORT]; or set "
 		    "TPD_REDIS)");
 		return NULL;
 	}
-	if (strncmp(addr, "unix:", 5) == 0) {
-		if (addr[5] == '\0') {
-			cmd_usage_error(c, "--redis unix: needs the socket's path, as unix:PATH");
+	if (redis_addr_parse(addr, &a, &cause) == -1) {
+		if (cause == NULL) {
+			tpctl_warnx("out of memory");
+			*code = EX_OSERR;
 			return NULL;
 		}
-		rc = timeout_ms > 0 ? redisConnectUnixWithTimeout(addr + 5, tv) :
-		    redisConnectUnix(addr + 5);
-	} else {
-		const char *h = addr;
-		size_t hl;
-
-		if (*addr == '[') {
-			const char *close = strchr(addr, ']');
-			if (close == NULL || close[1] != ':') {
-				cmd_usage_error(c, "--redis %s: expected [IPV6]:PORT", addr);
-				return NULL;
-			}
-			h = addr + 1;
-			hl = (size_t)(close - h);
-			colon = close + 1;
-		} else if ((colon = strrchr(addr, ':')) == NULL) {
-			cmd_usage_error(c, "--redis %s: expected unix:PATH or HOST:PORT", addr);
-			return NULL;
-		} else
-			hl = (size_t)(colon - addr);
-		errno = 0;
-		port = strtol(colon + 1, &end, 10);
-		if (hl == 0 || hl >= sizeof host || *end != '\0' || colon[1] == '\0' ||
-		    errno != 0 || port < 1 || port > 65535) {
-			cmd_usage_error(c, "--redis %s: expected unix:PATH or HOST:PORT (port 1 to "
-			    "65535)", addr);
-			return NULL;
-		}
-		memcpy(host, h, hl);
-		host[hl] = '\0';
-		rc = timeout_ms > 0 ? redisConnectWithTimeout(host, (int)port, tv) :
-		    redisConnect(host, (int)port);
+		cmd_usage_error(c, "--redis %s", cause);
+		free(cause);
+		return NULL;
 	}
+	/* the messages name the port even when it was left out */
+	redis_addr_format(&a, full, sizeof full);
+	if (a.is_unix)
+		rc = timeout_ms > 0 ? redisConnectUnixWithTimeout(a.path, tv) :
+		    redisConnectUnix(a.path);
+	else
+		rc = timeout_ms > 0 ? redisConnectWithTimeout(a.host, a.port, tv) :
+		    redisConnect(a.host, a.port);
 	*code = EX_UNAVAILABLE;
 	if (rc == NULL) {
-		tpctl_warnx("cannot connect to redis at %s: out of memory", addr);
+		tpctl_warnx("cannot connect to redis at %s: out of memory", full);
 		*code = EX_OSERR;
 		return NULL;
 	}
 	if (rc->err != 0) {
-		tpctl_warnx("cannot connect to redis at %s: %s", addr, rc->errstr);
+		tpctl_warnx("cannot connect to redis at %s: %s", full, rc->errstr);
 		redisFree(rc);
 		return NULL;
 	}

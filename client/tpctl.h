@@ -101,9 +101,10 @@ struct redisContext;
 /* The address given, else $TPD_REDIS, else NULL. */
 const char *redislink_address(const char *given);
 /*
- * Connects to addr (unix:PATH, HOST:PORT, [IPV6]:PORT), giving up after
- * timeout_ms (0: never). NULL with *code set (EX_USAGE, EX_UNAVAILABLE;
- * printed) when it cannot.
+ * Connects to addr (common/redis-addr.h's: unix:PATH, /PATH, HOST[:PORT],
+ * [IPV6][:PORT], port 6379 when left out), giving up after timeout_ms (0:
+ * never). NULL with *code set (EX_USAGE, EX_UNAVAILABLE, EX_OSERR; printed,
+ * naming the address with its port) when it cannot.
  */
 struct redisContext *redislink_open(const struct cmd *, const char *addr,
     uint64_t timeout_ms, int *code);

@@ -18,6 +18,7 @@
 
 #include <event2/event.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "daemon.h"
 #include "net/conn.h"
@@ -72,10 +73,7 @@ shutdown_begin(bool now)
 		sources_stop(now);      /* first: a task cancelled by now stays pending */
 		pools_close_all(now ? POOL_NOW : POOL_DRAIN);
 		if (!now && c->shutdown_timeout_ms > 0) {
-			struct timeval tv = {
-				(time_t)(c->shutdown_timeout_ms / 1000),
-				(suseconds_t)(c->shutdown_timeout_ms % 1000) * 1000,
-			};
+			struct timeval tv = clock_timeval_ms(c->shutdown_timeout_ms);
 			evtimer_add(shutdown_timer, &tv);
 		}
 	} else if (now && phase == DAEMON_DRAINING) {
@@ -91,7 +89,7 @@ shutdown_begin(bool now)
 bool
 shutdown_may_leave(void)
 {
-	struct timeval tv = { EXIT_FLUSH_MS / 1000, (EXIT_FLUSH_MS % 1000) * 1000 };
+	struct timeval tv = clock_timeval_ms(EXIT_FLUSH_MS);
 
 	if (leave)
 		return true;

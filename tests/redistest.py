@@ -2,7 +2,7 @@
 
 A Redis starts `redis-server` on a Unix socket in a fresh temporary directory
 (--port 0 --save '' --appendonly no, or with its data kept across a stop and
-start when persist=True), waits for it by connecting (never by sleeping), and
+start when persist=True; listening on 127.0.0.1:tcp_port too when given), waits for it by connecting (never by sleeping), and
 is always stopped and reaped, even when a test fails. A test that needs it
 raises tpdtest.Skip, saying why, only when redis-server cannot start.
 
@@ -111,10 +111,11 @@ def fields(flat):
 
 
 class Redis:
-    def __init__(self, persist=False):
+    def __init__(self, persist=False, tcp_port=0):
         self.dir = tempfile.mkdtemp(prefix="tpdredis-")
         self.sock = os.path.join(self.dir, "redis.sock")
         self.persist = persist
+        self.tcp_port = tcp_port
         self.proc = None
         self.clients = []
         self.start()
@@ -123,7 +124,8 @@ class Redis:
         if shutil.which("redis-server") is None:
             self._cleanup()
             raise Skip("redis-server is not installed (Debian package redis-server)")
-        args = ["redis-server", "--port", "0", "--unixsocket", self.sock,
+        args = ["redis-server", "--port", str(self.tcp_port), "--bind", "127.0.0.1",
+                "--unixsocket", self.sock,
                 "--unixsocketperm", "700", "--dir", self.dir, "--save", "",
                 "--logfile", os.path.join(self.dir, "redis.log")]
         args += ["--appendonly", "yes", "--appendfsync", "always"] if self.persist else \

@@ -122,15 +122,15 @@ BROKEN = [
     ("a source without what it needs, each missing key named at its header",
      "[source jobs]\nclaim_idle = 2s\n",
      ["F:1: [source jobs] type: missing (type = redis-stream)",
-      "F:1: [source jobs] redis: missing: where Redis listens, unix:PATH or HOST:PORT",
+      "F:1: [source jobs] redis: missing: where Redis listens, unix:PATH or HOST[:PORT]",
       "F:1: [source jobs] stream: missing: the stream to read tasks from",
       "F:1: [source jobs] group: missing: the consumer group to read as (created if missing)"]),
     ("a source's values, each bad one named",
-     "[source jobs]\ntype = kafka\nredis = localhost\nstream = a b\ngroup = g\n"
+     "[source jobs]\ntype = kafka\nredis = localhost:redis\nstream = a b\ngroup = g\n"
      "claim_idle = 5\nmax_deliveries = 0\nresults_maxlen = many\npool = no/pool\n"
      "timeout = 1h\nstrem = x\n",
      ['F:2: [source jobs] type: "kafka" is not a source type (the one type is redis-stream)',
-      'F:3: [source jobs] redis: "localhost" is not HOST:PORT (expected unix:PATH or HOST:PORT)',
+      'F:3: [source jobs] redis: "localhost:redis": the port must be a number from 1 to 65535',
       'F:4: [source jobs] stream: "a b": a name without white space or control characters',
       "F:6: [source jobs] claim_idle: 5: add a unit, as 5s or 5ms",
       "F:7: [source jobs] max_deliveries: 0 is out of range (1 to 1000)",
@@ -149,10 +149,11 @@ BROKEN = [
       'F:6: [source a] pool: no pool named "io" (a [pool io] section makes one)',
       'F:7: [source a] results: "s" is the stream tasks are read from: results need a '
       "stream of their own",
-      'F:10: [source b] redis: "127.0.0.1:0": name one host and a port from 1 to 65535',
+      'F:10: [source b] redis: "127.0.0.1:0": the port must be a number from 1 to 65535',
       'F:13: [source b] dead_letter: "t" is the stream tasks are read from: dead letters '
       "need a stream of their own",
-      'F:16: [source c] redis: "*:6379": name one host and a port from 1 to 65535',
+      'F:16: [source c] redis: "*:6379": "*" is not a host name or address (expected '
+      "unix:PATH, HOST[:PORT] or [IPV6][:PORT])",
       'F:20: [source c] dead_letter: "r" is the results stream too: dead letters need a '
       "stream of their own",
       "F:21: [source d/e]: a source name is 1 to 32 letters, digits, '_', '.' or '-'",
@@ -240,6 +241,17 @@ def test_good_files_are_ok():
         rc, out, err, _ = check_file(text)
         check(rc == 0 and out.startswith("configuration OK: ") and err == "",
               "%s: rc %d out %r err %r", what, rc, out, err)
+
+
+def test_redis_address_without_port_is_accepted():
+    # a bare host is Redis's own port, 6379, as tpctl --redis reads it; a socket by its path
+    forms = ["127.0.0.1", "redis.example.net", "[::1]", "/run/redis.sock", "unix:/r.sock",
+             "127.0.0.1:6380", "[::1]:6380"]
+    text = "".join("[source s%d]\ntype = redis-stream\nredis = %s\nstream = s\ngroup = g\n"
+                   % (i, f) for i, f in enumerate(forms))
+    rc, out, err, _ = check_file(text)
+    check(rc == 0 and out.startswith("configuration OK: ") and err == "",
+          "rc %d out %r err %r", rc, out, err)
 
 
 def test_missing_file_is_one_clear_error():

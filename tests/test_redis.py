@@ -5,7 +5,7 @@ result each, never more entries held than a pool takes), a tpd killed mid-stream
 pending entries the other claims (attempt 2, nothing lost), bad entries failed at once,
 a poison entry dead-lettered, Redis stopped and started again with its data (nothing
 lost, local submits go on), SIGHUP adding, changing and removing a source, a drain that
-acks its running tasks, stats' sources, and the README's example. Waits poll Redis or tpd's stats, never sleep
+acks its running tasks, stats' sources, a bare host read as port 6379, and the README's example. Waits poll Redis or tpd's stats, never sleep
 as synchronisation; skipped, saying why, only when redis-server cannot start."""
 import json
 import os
@@ -567,6 +567,22 @@ def test_status_line_names_the_source():
             r.stop()
             eventually(lambda: status(lambda m: m.endswith("; jobs down (0 in flight)")),
                        "STATUS= with the source down")
+
+
+def test_source_redis_without_port_reads_6379():
+    """redis = 127.0.0.1 is Redis's own port, as tpctl --redis reads it; with 6379 taken
+    here the test cannot tell what listens there, and leaves it alone."""
+    import socket
+    s = socket.socket()
+    taken = s.connect_ex(("127.0.0.1", 6379)) == 0
+    s.close()
+    if taken:
+        raise Skip("127.0.0.1:6379 is in use here: the test uses it only when free")
+    with Redis(tcp_port=6379) as r:
+        with tpd(r, source_conf(redis="127.0.0.1")):
+            rc = r.client()
+            add_entries(rc, "jobs", [{"kind": "echo", "value": 1}])
+            eventually(lambda: int(rc.call("XLEN", "jobs:results")) == 1, "its result")
 
 
 def test_readme_example():

@@ -7,11 +7,12 @@ errors: Redis unreachable (69), usage (64). The results are written by the test 
 as a tpd would write them (tests/test_redis.py has the daemon's side)."""
 import json
 import signal
+import socket
 import subprocess
 import time
 
 from redistest import Redis, fields
-from tpdtest import TPCTL, TIMEOUT, check, eventually, run_tests
+from tpdtest import TPCTL, TIMEOUT, Skip, check, eventually, run_tests
 
 
 def tpctl(*args, input=None, env=None):
@@ -93,8 +94,13 @@ def test_enqueue_usage_and_unreachable():
                          "--", "true"), 64, "a queue timeout past what an entry may carry")
         check("--queue-timeout: at most 30d" in p.stderr, "%r", p.stderr)
         check(r.client().call("EXISTS", "j") == 0, "the entry was added")
-        expect(tpctl("enqueue", "--redis", "localhost", "-S", "j", "--", "true"), 64,
-               "a bad address")
+        p = expect(tpctl("enqueue", "--redis", "localhost:redis", "-S", "j", "--", "true"),
+                   64, "a bad address")
+        check("--redis \"localhost:redis\": the port must be a number from 1 to 65535"
+              in p.stderr, "%r", p.stderr)
+        p = expect(tpctl("enqueue", "--redis", "fe80::1", "-S", "j", "--", "true"), 64,
+                   "an IPv6 address without brackets or port")
+        check("an IPv6 address goes in brackets" in p.stderr, "%r", p.stderr)
         p = expect(tpctl("enqueue", "--redis", "unix:" + r.dir + "/nope.sock", "-S", "j", "--",
                          "true"), 69, "no redis there")
         check("cannot connect to redis at unix:" in p.stderr, "%r", p.stderr)
@@ -103,6 +109,36 @@ def test_enqueue_usage_and_unreachable():
         p = expect(tpctl("enqueue", "--redis", r.addr, "-S", "notastream", "--", "true"), 1,
                    "a key of another type")
         check("WRONGTYPE" in p.stderr, "%r", p.stderr)
+
+
+def port_in_use(host, port):
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        return s.connect_ex((host, port)) == 0
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def test_enqueue_redis_without_port_tries_6379():
+    # a bare host is Redis's own port. Never into a Redis this test did not start: with
+    # 6379 taken here, it cannot tell what listens there.
+    if port_in_use("127.0.0.1", 6379):
+        raise Skip("127.0.0.1:6379 is in use here: the test uses it only when free")
+    p = expect(tpctl("--connect-timeout", "5s", "enqueue", "--redis", "127.0.0.1", "-S", "j",
+                     "--", "true"), 69, "nothing on 127.0.0.1:6379")
+    check("cannot connect to redis at 127.0.0.1:6379: " in p.stderr, "%r", p.stderr)
+    if not port_in_use("::1", 6379):
+        p = expect(tpctl("--connect-timeout", "5s", "enqueue", "--redis", "[::1]", "-S", "j",
+                         "--", "true"), 69, "nothing on [::1]:6379")
+        check("cannot connect to redis at [::1]:6379: " in p.stderr, "%r", p.stderr)
+    with Redis(tcp_port=6379) as r:
+        p = expect(tpctl("enqueue", "--redis", "127.0.0.1", "-S", "jobs", "--", "true"), 0,
+                   "enqueue to 127.0.0.1")
+        got = r.client().call("XRANGE", "jobs", "-", "+")
+        check(len(got) == 1 and got[0][0] == p.stdout.strip(), "the entry: %r %r",
+              p.stdout, got)
 
 
 def test_results_printed_as_wait_prints_and_exit_codes():

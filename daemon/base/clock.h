@@ -2,14 +2,16 @@
  * clock.h: the daemon's clocks, in microseconds. Every time tpd measures
  * or compares comes from here: clock_now_us (monotonic: durations,
  * deadlines, queue and run times) or clock_wall_us (the wall clock: what
- * the journal's records keep, a result's age across restarts). Header
- * only, so that anything (the pool built alone, a test, a fuzzer) has it
+ * the journal's records keep, a result's age across restarts), and
+ * clock_timeval_ms, a delay in milliseconds as the struct timeval that
+ * libevent's timers take. Header only, so that anything (the pool built alone, a test, a fuzzer) has it
  * without linking more. Any thread.
  */
 #ifndef TPD_CLOCK_H
 #define TPD_CLOCK_H
 
 #include <stdint.h>
+#include <sys/time.h>
 #include <time.h>
 
 /* clk's time in microseconds (CLOCK_MONOTONIC, CLOCK_REALTIME, CLOCK_BOOTTIME). */
@@ -34,6 +36,18 @@ static inline uint64_t
 clock_wall_us(void)
 {
 	return clock_us(CLOCK_REALTIME);
+}
+
+/* ms milliseconds as a struct timeval (evtimer_add's delay): any ms, a second or more too. */
+static inline struct timeval
+clock_timeval_ms(uint64_t ms)
+{
+	struct timeval tv = {
+		.tv_sec = (time_t)(ms / 1000),
+		.tv_usec = (suseconds_t)(ms % 1000) * 1000,
+	};
+
+	return tv;
 }
 
 #endif

@@ -40,6 +40,7 @@
 
 #include "conf.h"
 #include "base/log.h"
+#include "redis-addr.h"
 #include "units.h"
 #include "wire.h"
 
@@ -175,7 +176,7 @@ enum conf_kind {
 	KIND_LIMIT_CORES, /* uint64_t thousandths of a core, from "0.5", "2" */
 	KIND_DIR,       /* char *, a directory's path; empty = the default */
 	KIND_HOSTPORT,  /* char *, one HOST:PORT; empty = none */
-	KIND_REDIS,     /* char *, unix:PATH or HOST:PORT */
+	KIND_REDIS,     /* char *, common/redis-addr.h's: unix:PATH, HOST[:PORT], ... */
 	KIND_NAME,      /* char *, a Redis key or consumer name (no white space) */
 	KIND_POOL_NAME, /* char *, a pool's name (that it exists is a cross-check) */
 	KIND_ENUM,      /* one word of the row's values table */
@@ -424,7 +425,7 @@ static const struct conf_key conf_keys[] = {
 	{ KEY(SECT_SOURCE, "type", KIND_ENUM, S(type)), .values = &enum_source_type, LIVE,
 	    .doc = "required: the source's type" },
 	{ KEY(SECT_SOURCE, "redis", KIND_REDIS, S(redis)), LIVE,
-	    .doc = "required: where Redis listens, unix:PATH or HOST:PORT" },
+	    .doc = "required: where Redis listens, unix:PATH or HOST[:PORT]" },
 	{ KEY(SECT_SOURCE, "stream", KIND_NAME, S(stream)), LIVE,
 	    .doc = "required: the stream of tasks" },
 	{ KEY(SECT_SOURCE, "group", KIND_NAME, S(group)), LIVE,
@@ -1317,31 +1318,20 @@ set_limit(struct conf_load *l, const struct conf_key *k, void *slot, const char 
 	*(uint64_t *)slot = v;
 }
 
-/* Where Redis listens: unix:PATH, or HOST:PORT (resolved when tpd connects). */
+/*
+ * Where Redis listens, as tpctl's --redis reads it too (common/redis-addr.h:
+ * unix:PATH, /PATH, HOST[:PORT], [IPV6][:PORT]); a host is resolved when tpd
+ * connects.
+ */
 static void
 set_redis(struct conf_load *l, const struct conf_key *k, void *slot, const char *value)
 {
-	char host[256], port[8], *cause = NULL;
+	struct redis_addr a;
+	char *cause = NULL;
 
-	if (strncmp(value, "unix:", 5) == 0) {
-		if (value[5] == '\0') {
-			key_error(l, k->name, "unix: needs the socket's path, as unix:PATH");
-			return;
-		}
-		if (strlen(value + 5) >= sizeof ((struct sockaddr_un *)0)->sun_path) {
-			key_error(l, k->name, "path longer than %zu bytes",
-			    sizeof ((struct sockaddr_un *)0)->sun_path - 1);
-			return;
-		}
-	} else if (conf_split_hostport(value, host, sizeof host, port, sizeof port,
-	    &cause) == -1) {
-		key_error(l, k->name, "%s (expected unix:PATH or HOST:PORT)",
-		    cause ? cause : "out of memory");
+	if (redis_addr_parse(value, &a, &cause) == -1) {
+		key_error(l, k->name, "%s", cause ? cause : "out of memory");
 		free(cause);
-		return;
-	} else if (strcmp(host, "*") == 0 || strcmp(port, "0") == 0) {
-		key_error(l, k->name, "\"%s\": name one host and a port from 1 to 65535",
-		    value);
 		return;
 	}
 	set_string(slot, value);
@@ -2023,7 +2013,7 @@ conf_check_sources(struct conf_load *l, const struct conf *c)
 			source_error(l, sect, "type", "[", "missing (type = redis-stream)");
 		if (s->redis == NULL && seen_find(l, sect, "redis") == NULL)
 			source_error(l, sect, "redis", "[", "missing: where Redis listens, "
-			    "unix:PATH or HOST:PORT");
+			    "unix:PATH or HOST[:PORT]");
 		if (s->stream == NULL && seen_find(l, sect, "stream") == NULL)
 			source_error(l, sect, "stream", "[", "missing: the stream to read "
 			    "tasks from");

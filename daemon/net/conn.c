@@ -89,6 +89,7 @@
 #include <event2/event.h>
 
 #include "base/blob.h"
+#include "base/clock.h"
 #include "conn.h"
 #include "daemon.h"
 #include "framing.h"
@@ -413,8 +414,7 @@ stall_schedule(void)
 		ms = 10;
 	if (ms > 1000)
 		ms = 1000;
-	tv.tv_sec = (time_t)(ms / 1000);
-	tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+	tv = clock_timeval_ms(ms);
 	evtimer_add(stall_ev, &tv);
 }
 

@@ -47,6 +47,7 @@
 #include "net/conn.h"
 #include "daemon.h"
 #include "net/listen.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "metrics.h"
 #include "pool/pools.h"
@@ -522,10 +523,7 @@ accept_error_cb(struct evconnlistener *evl, void *arg)
 static void
 apply_limits(const struct conf *c)
 {
-	struct timeval tv = {
-		(time_t)(c->metrics_timeout_ms / 1000),
-		(suseconds_t)(c->metrics_timeout_ms % 1000) * 1000,
-	};
+	struct timeval tv = clock_timeval_ms(c->metrics_timeout_ms);
 
 	m.max_connections = c->metrics_max_connections;
 	evhttp_set_timeout_tv(m.http, &tv);

@@ -11,10 +11,10 @@
 
 #include <hiredis/adapters/libevent.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/utf8.h"
-#include "conf/conf.h"
-#include "pool/pool.h"
+#include "redis-addr.h"
 #include "redis-link.h"
 #include "units.h"
 
@@ -34,12 +34,9 @@ struct rlink_conn {
 };
 
 struct rlink {
-	struct rlink_settings set;      /* name and addr are copies, owned */
+	struct rlink_settings set;      /* copies, owned: name, and addr written in full */
 	struct event_base *base;
-	bool is_unix;
-	char *path;
-	char host[256];
-	int port;
+	struct redis_addr addr;         /* set.addr, read */
 
 	enum rlink_state state;
 	bool closed;
@@ -51,13 +48,6 @@ struct rlink {
 	char last_error[256];
 	bool have_error;
 };
-
-static void
-tv_ms(struct timeval *tv, uint64_t ms)
-{
-	tv->tv_sec = (time_t)(ms / 1000);
-	tv->tv_usec = (suseconds_t)(ms % 1000) * 1000;
-}
 
 /* ---------------------------------------------------------------- commands */
 
@@ -149,7 +139,7 @@ conn_deadline(struct rlink_conn *c, uint64_t after_ms)
 {
 	struct timeval tv;
 
-	tv_ms(&tv, after_ms);
+	tv = clock_timeval_ms(after_ms);
 	evtimer_add(c->deadline, &tv);
 }
 
@@ -263,7 +253,8 @@ conn_open(struct rlink_conn *c)
 	struct rlink *l = c->l;
 	redisAsyncContext *ac;
 
-	ac = l->is_unix ? redisAsyncConnectUnix(l->path) : redisAsyncConnect(l->host, l->port);
+	ac = l->addr.is_unix ? redisAsyncConnectUnix(l->addr.path) :
+	    redisAsyncConnect(l->addr.host, l->addr.port);
 	if (ac == NULL) {
 		rlink_fail(l, "%s: cannot connect: out of memory", c->role);
 		return -1;
@@ -273,7 +264,7 @@ conn_open(struct rlink_conn *c)
 		redisAsyncFree(ac);
 		return -1;
 	}
-	if (!l->is_unix)
+	if (!l->addr.is_unix)
 		redisEnableKeepAlive(&ac->c);   /* a peer that vanished is noticed */
 	ac->data = c;
 	if (redisLibeventAttach(ac, l->base) != REDIS_OK) {
@@ -379,7 +370,7 @@ rlink_fail(struct rlink *l, const char *fmt, ...)
 	l->set.down(l->set.arg);
 	if (l->backoff_ms == 0)
 		l->backoff_ms = RLINK_BACKOFF_MIN_MS;
-	tv_ms(&tv, l->backoff_ms);
+	tv = clock_timeval_ms(l->backoff_ms);
 	evtimer_add(l->retry_ev, &tv);
 	l->backoff_ms = l->backoff_ms * 2 > l->set.backoff_max_ms ?
 	    (unsigned)l->set.backoff_max_ms : l->backoff_ms * 2;
@@ -425,7 +416,7 @@ struct rlink *
 rlink_new(struct event_base *base, const struct rlink_settings *s, char **cause)
 {
 	struct rlink *l;
-	char port[8];
+	char text[REDIS_ADDR_TEXT_MAX];
 
 	if ((l = calloc(1, sizeof *l)) == NULL)
 		return cause_set(cause, "out of memory"), NULL;
@@ -433,18 +424,12 @@ rlink_new(struct event_base *base, const struct rlink_settings *s, char **cause)
 	l->base = base;
 	l->state = RLINK_CONNECTING;
 	l->set.name = l->set.addr = NULL;
-	if ((l->set.name = strdup(s->name)) == NULL || (l->set.addr = strdup(s->addr)) == NULL)
+	if (redis_addr_parse(s->addr, &l->addr, cause) == -1)
+		goto fail;
+	/* the messages name the port even when the key left it out */
+	redis_addr_format(&l->addr, text, sizeof text);
+	if ((l->set.name = strdup(s->name)) == NULL || (l->set.addr = strdup(text)) == NULL)
 		goto nomem;
-	if (strncmp(s->addr, "unix:", 5) == 0) {
-		l->is_unix = true;
-		if ((l->path = strdup(s->addr + 5)) == NULL)
-			goto nomem;
-	} else {
-		if (conf_split_hostport(s->addr, l->host, sizeof l->host, port, sizeof port,
-		    cause) == -1)
-			goto fail;
-		l->port = atoi(port);
-	}
 	for (int i = 0; i < 2; i++) {
 		l->c[i].l = l;
 		l->c[i].role = i == RLINK_READER ? "reader" : "writer";
@@ -475,7 +460,6 @@ rlink_free(struct rlink *l)
 	}
 	if (l->retry_ev != NULL)
 		event_free(l->retry_ev);
-	free(l->path);
 	free((char *)l->set.name);
 	free((char *)l->set.addr);
 	free(l);

@@ -45,7 +45,7 @@ enum rlink_state {
 
 struct rlink_settings {
 	const char *name;       /* the source's name, for messages */
-	const char *addr;       /* unix:PATH, HOST:PORT or [IPV6]:PORT */
+	const char *addr;       /* common/redis-addr.h's: unix:PATH, HOST[:PORT], ... */
 	uint64_t timeout_ms;    /* a connection owing replies gives up after this */
 	uint64_t reader_slack_ms; /* the reader's replies may take this much longer */
 	uint64_t backoff_max_ms;

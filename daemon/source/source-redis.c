@@ -40,9 +40,9 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/utf8.h"
-#include "pool/pool.h"
 #include "proto/proto.h"
 #include "redis-link.h"
 #include "source-redis.h"
@@ -158,13 +158,6 @@ static bool
 rs_up_now(const struct source_redis *s)
 {
 	return rlink_state(s->link) == RLINK_UP;
-}
-
-static void
-tv_ms(struct timeval *tv, uint64_t ms)
-{
-	tv->tv_sec = (time_t)(ms / 1000);
-	tv->tv_usec = (suseconds_t)(ms % 1000) * 1000;
 }
 
 static char *
@@ -432,7 +425,7 @@ refresh_cb(evutil_socket_t fd, short what, void *arg)
 
 	refresh_claims(s);
 	if (rs_up_now(s)) {
-		tv_ms(&tv, s->conf.claim_idle_ms / 3 > 0 ? s->conf.claim_idle_ms / 3 : 1);
+		tv = clock_timeval_ms(s->conf.claim_idle_ms / 3 > 0 ? s->conf.claim_idle_ms / 3 : 1);
 		evtimer_add(s->refresh_ev, &tv);
 	}
 }
@@ -442,7 +435,7 @@ claim_timer(struct source_redis *s)
 {
 	struct timeval tv;
 
-	tv_ms(&tv, s->conf.claim_idle_ms / 2 > 50 ? s->conf.claim_idle_ms / 2 : 50);
+	tv = clock_timeval_ms(s->conf.claim_idle_ms / 2 > 50 ? s->conf.claim_idle_ms / 2 : 50);
 	evtimer_add(s->claim_ev, &tv);
 }
 
@@ -464,7 +457,7 @@ rs_up(struct source_redis *s)
 	 */
 	snprintf(s->history, sizeof s->history, "0");
 	refresh_claims(s);
-	tv_ms(&tv, s->conf.claim_idle_ms / 3 > 0 ? s->conf.claim_idle_ms / 3 : 1);
+	tv = clock_timeval_ms(s->conf.claim_idle_ms / 3 > 0 ? s->conf.claim_idle_ms / 3 : 1);
 	evtimer_add(s->refresh_ev, &tv);
 	if (!s->stopping)
 		claim_timer(s);
@@ -1094,7 +1087,7 @@ rs_read(struct source_redis *s)
 		return;
 	if ((room = rs_room(s)) == 0) {
 		/* the daemon kicks when a task ends; this covers the rest (a resize) */
-		tv_ms(&tv, RS_POLL_MS);
+		tv = clock_timeval_ms(RS_POLL_MS);
 		evtimer_add(s->poll_ev, &tv);
 		return;
 	}
