@@ -534,6 +534,8 @@ start_tasks(struct daemon *d)
 	if (tasks_init(&cause) == -1)
 		fatalx("%s", cause ? cause : "out of memory");
 	task_set_stream_budget(d->conf.stream_budget);
+	/* a connection held by a full stdin buffer is read again (exec-input.c) */
+	task_set_input_release(conn_input_release);
 }
 
 static void

@@ -72,6 +72,10 @@ conf_init(struct conf *c)
 	c->exec_output_limit_max = 16 * 1024 * 1024;
 	c->exec_kill_grace_ms = 5000;
 	c->stream_budget = 256 * 1024;
+	c->exec_stdin_buffer = 1024 * 1024;
+	c->exec_output_spool = true;
+	c->exec_output_spool_task_bytes = (size_t)1024 * 1024 * 1024;
+	c->exec_output_spool_bytes = (size_t)10 * 1024 * 1024 * 1024;
 	c->journal = true;
 	c->journal_sync = JOURNAL_SYNC_COMMIT;
 	c->journal_sync_interval_ms = 100;
@@ -390,6 +394,12 @@ static const struct conf_key conf_keys[] = {
 	{ SECT_EXEC, "kill_grace", KIND_DURATION, D(exec_kill_grace_ms), 0, 3600 * SEC, 0, NULL },
 	{ SECT_EXEC, "env", KIND_ENV, D(exec_env), 0, 0, 0, NULL },
 	{ SECT_EXEC, "stream_budget", KIND_SIZE, D(stream_budget), 4 * KIB, GIB, 0, NULL },
+	{ SECT_EXEC, "stdin_buffer", KIND_SIZE, D(exec_stdin_buffer), 4 * KIB, GIB, 0, NULL },
+	{ SECT_EXEC, "output_spool", KIND_ONOFF, D(exec_output_spool), 0, 0, 0, NULL },
+	{ SECT_EXEC, "output_spool_task_bytes", KIND_SIZE, D(exec_output_spool_task_bytes), 4 * KIB,
+	    1024 * 1024 * GIB, 0, NULL },
+	{ SECT_EXEC, "output_spool_bytes", KIND_SIZE, D(exec_output_spool_bytes), 4 * KIB,
+	    1024 * 1024 * GIB, 0, NULL },
 	{ SECT_POOL, "size", KIND_COUNT, P(size), 1, CONF_POOL_MAX_LIMIT, 'w', "workers" },
 	{ SECT_POOL, "limit", KIND_COUNT, P(limit), 1, CONF_POOL_MAX_LIMIT, 0, NULL },
 	{ SECT_POOL, "capacity", KIND_COUNT, P(capacity), 1, CONF_POOL_MAX_CAPACITY, 'q', "queue" },

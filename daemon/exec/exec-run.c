@@ -255,6 +255,10 @@ exec_stdin_write(struct exec_run *r)
 	struct exec_task *x = r->x;
 	int *fd = &r->child.stdin_fd;
 
+	if (x->stdin_stream) {
+		exec_input_write(&x->in, fd, r->t->id);
+		return;
+	}
 	while (*fd != -1 && r->stdin_off < x->stdin_len) {
 		ssize_t n = write(*fd, x->stdin_data + r->stdin_off,
 		    x->stdin_len - r->stdin_off);
@@ -484,7 +488,9 @@ exec_wait(struct exec_run *r)
 			at_err = n;
 			pfd[n++] = (struct pollfd){ .fd = r->child.stderr_fd, .events = POLLIN };
 		}
-		if (r->child.stdin_fd != -1) {
+		/* a streamed stdin is watched only while it has bytes (or its end) to give */
+		if (r->child.stdin_fd != -1 &&
+		    (!r->x->stdin_stream || exec_input_ready(&r->x->in))) {
 			at_in = n;
 			pfd[n++] = (struct pollfd){ .fd = r->child.stdin_fd, .events = POLLOUT };
 		}
@@ -735,8 +741,21 @@ exec_prepare(struct exec_run *r, struct spawn_request *req, char **cause)
 	return 0;
 }
 
+static enum pool_state exec_run_input(struct task *t);
+
+/* Any end of the run ends a streamed stdin: later input is refused, its holders released. */
 enum pool_state
 exec_run(struct task *t)
+{
+	struct exec_task *x = t->kind_data;
+	enum pool_state state = exec_run_input(t);
+
+	exec_input_end(&x->in);
+	return state;
+}
+
+static enum pool_state
+exec_run_input(struct task *t)
 {
 	struct exec_task *x = t->kind_data;
 	struct exec_run r = {
@@ -752,7 +771,7 @@ exec_run(struct task *t)
 		.argv = x->argv,
 		.envp = x->env,
 		.cwd = x->cwd,
-		.pipe_stdin = x->stdin_data != NULL,
+		.pipe_stdin = x->stdin_data != NULL || x->stdin_stream,
 		.cgroup_fd = -1,
 	};
 	struct cgroup_usage cu = { 0 };
@@ -783,7 +802,7 @@ exec_run(struct task *t)
 	}
 	if (!r.in_cgroup)
 		pgroup_task_begin(&r.pg, r.child.pid);
-	if (x->stdin_data != NULL) {
+	if (req.pipe_stdin) {
 		/* Writing stdin to a child that closed it must fail with EPIPE, not kill tpd. */
 		sigemptyset(&pipe_set);
 		sigaddset(&pipe_set, SIGPIPE);
@@ -799,7 +818,7 @@ exec_run(struct task *t)
 	pthread_mutex_unlock(&x->wake_lock);
 	if (t->stream)
 		exec_emit_started(&r);
-	if (x->stdin_data != NULL)
+	if (req.pipe_stdin)
 		exec_stdin_write(&r);   /* often all of it fits the pipe at once */
 
 	exec_wait(&r);
@@ -809,7 +828,7 @@ exec_run(struct task *t)
 	pthread_mutex_unlock(&x->wake_lock);
 	exec_wake_close(&r);
 	spawn_close(&r.child);
-	if (x->stdin_data != NULL)
+	if (req.pipe_stdin)
 		pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
 	if (r.in_cgroup)
 		cgroup_task_usage(&r.cg, &cu);

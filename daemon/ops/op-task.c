@@ -1,4 +1,4 @@
-/* op-task.c: the ops about tasks: submit, wait, status, cancel, list. */
+/* op-task.c: the ops about tasks: submit, wait, status, cancel, list, input. */
 #include "config.h"
 
 #include <stdarg.h>
@@ -277,6 +277,53 @@ op_cancel(struct conn *c, struct request *req)
 	tasks_cancel(t);
 	proto_encode_cancelled(&pt, req->id, t->id, tasks_state(t));
 	conn_send_text(c, &pt);
+}
+
+/*
+ * Bytes for a stdin_stream task's stdin (exec-input.c), for its owner and
+ * admins. Answered ok once they are in the task's buffer; when that is
+ * full, this connection is not read any more until the task has taken
+ * enough (conn_input_hold).
+ */
+void
+op_input(struct conn *c, struct request *req)
+{
+	struct proto_input in;
+	struct proto_text pt;
+	struct task *t;
+	size_t buffered = 0;
+	bool dropped = false;
+	char *msg = NULL;
+	int r;
+
+	if (proto_read_input(req, &in, &msg) == -1) {
+		free(in.decoded);
+		ops_bad_request(c, req, msg);
+		return;
+	}
+	if ((t = find_task_id(c, req, in.task, OP_INPUT)) == NULL) {
+		free(in.decoded);
+		return;
+	}
+	if (t->finished)
+		r = cause_set(&msg, "task %llu has ended: its stdin takes no more input",
+		    (unsigned long long)t->id);
+	else if (t->kind->input == NULL)
+		r = cause_set(&msg, "task %llu is a %s task: only an exec task submitted with "
+		    "\"stdin_stream\": true takes input", (unsigned long long)t->id,
+		    t->kind->name);
+	else
+		r = t->kind->input(t, in.data, in.len, in.eof, conn_id(c), &buffered, &dropped,
+		    &msg);
+	free(in.decoded);
+	if (r == -1) {
+		ops_bad_request(c, req, msg);
+		return;
+	}
+	proto_encode_input_ok(&pt, req->id, t->id, buffered, dropped);
+	conn_send_text(c, &pt);
+	if (r == 1)
+		conn_input_hold(c);
 }
 
 /* Whether the connection arg may see t: its owner's or an admin's (auth.c). */

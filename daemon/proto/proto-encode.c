@@ -616,6 +616,40 @@ proto_encode_stats(struct proto_text *pt, json_t *id, const struct proto_stats *
 }
 
 void
+proto_encode_input_ok(struct proto_text *pt, json_t *id, uint64_t task, size_t buffered,
+    bool stdin_closed)
+{
+	pt_event(pt, EV_OK, id, false);
+	pt_key(pt, FIELD_TASK);
+	pt_u64(pt, task);
+	pt_key(pt, FIELD_BUFFERED);
+	pt_u64(pt, buffered);
+	if (stdin_closed) {
+		pt_key(pt, FIELD_STDIN_CLOSED);
+		pt_bool(pt, true);
+	}
+	pt_end(pt);
+}
+
+void
+proto_encode_cut(struct proto_text *pt, json_t *id, uint64_t task, const char *stream,
+    uint64_t kept, uint64_t seen, const char *message)
+{
+	pt_event(pt, EV_CUT, id, false);
+	pt_key(pt, FIELD_TASK);
+	pt_u64(pt, task);
+	pt_key(pt, FIELD_STREAM);
+	pt_cstring(pt, stream);
+	pt_key(pt, FIELD_KEPT);
+	pt_u64(pt, kept);
+	pt_key(pt, FIELD_SEEN);
+	pt_u64(pt, seen);
+	pt_key(pt, FIELD_MESSAGE);
+	pt_cstring(pt, message);
+	pt_end(pt);
+}
+
+void
 proto_encode_cancelled(struct proto_text *pt, json_t *id, uint64_t task, const char *state)
 {
 	pt_event(pt, EV_OK, id, false);

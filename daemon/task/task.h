@@ -61,6 +61,16 @@ struct task_kind {
 	 * kept: the stream is turned on without it).
 	 */
 	void (*follow)(struct task *t, json_t *events);
+	/*
+	 * Loop thread: len bytes for t's stdin (the input op) from connection
+	 * conn, and eof when they are its last. Returns 0 (taken: *buffered
+	 * bytes wait now; *dropped when the program had closed its stdin and
+	 * they were thrown away), 1 (taken, and the buffer is full: the
+	 * caller stops reading conn until task_input_release(conn)), or -1
+	 * with *cause set (bad_request). NULL: the kind takes no input.
+	 */
+	int (*input)(struct task *t, const void *data, size_t len, bool eof, uint64_t conn,
+	    size_t *buffered, bool *dropped, char **cause);
 	/* Loop thread: frees kind_data. May be NULL. */
 	void (*free)(struct task *t);
 	/* run emits "started" itself (exec: when the process starts). */
@@ -221,6 +231,14 @@ void task_stream_taken(struct task *t, size_t weight);
  * seen); a worker waiting for it before the run (start_barrier) goes on.
  */
 void task_start_recorded(struct task *t);
+
+/*
+ * Loop thread: a connection held because a task's stdin buffer was full
+ * may be read again: calls the function set at start (the connection
+ * layer's), which finds it by its number (it may be gone).
+ */
+void task_set_input_release(void (*fn)(uint64_t conn));
+void task_input_release(uint64_t conn);
 
 /* Any thread: wakes every task_emit blocked on its budget (after a cancel, at shutdown). */
 void task_wake_streams(void);
