@@ -8,6 +8,8 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -263,6 +265,9 @@ taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 	case 'i':
 		to->read_stdin = true;
 		return 1;
+	case OPT_STDIN_OPEN:
+		to->stdin_open = true;
+		return 1;
 	case OPT_TASK:
 		json_decref(to->task);
 		to->task = json_loads(arg, JSON_REJECT_DUPLICATES, &jerr);
@@ -434,11 +439,63 @@ taskopt_build(struct taskopt *to, const struct cmd *c, int argc, char **argv,
 			    "text (the wire carries text)", bad);
 	}
 	taskopt_apply(to, task);
-	if (to->read_stdin && (r = taskopt_read_stdin(c, task)) != 0) {
+	if ((to->read_stdin && to->stream_stdin) || to->stdin_open) {
+		if (strcmp(event_str(task, FIELD_KIND, ""), KIND_EXEC) != 0) {
+			json_decref(task);
+			return cmd_usage_error(c, "--stdin: only exec tasks take stdin, and the "
+			    "--task is of kind \"%s\"", event_str(to->task, FIELD_KIND, ""));
+		}
+		json_object_del(task, FIELD_STDIN);
+		json_object_del(task, FIELD_STDIN_BASE64);
+		json_object_set_new(task, FIELD_STDIN_STREAM, json_true());
+	} else if (to->read_stdin && (r = taskopt_read_stdin(c, task)) != 0) {
 		json_decref(task);
 		return r;
 	}
 	*taskp = task;
+	return 0;
+}
+
+int
+taskopt_cwd(const struct taskopt *to, const struct cmd *c, struct tpctl *opt, json_t *task)
+{
+	char here[PATH_MAX], *joined;
+	int code;
+
+	const char *given = event_str(task, FIELD_CWD, NULL);
+
+	if (strcmp(event_str(task, FIELD_KIND, ""), KIND_EXEC) != 0 ||
+	    (given != NULL && (to->cwd == NULL || strcmp(given, to->cwd) != 0)))
+		return 0;       /* a --task's own cwd is sent as written */
+	if ((code = tpctl_resolve(opt)) != 0)
+		return code;
+	if (opt->host != NULL) {
+		/* over TCP the daemon is elsewhere: only an absolute path means anything there */
+		if (to->cwd != NULL && to->cwd[0] != '/')
+			return cmd_usage_error(c, "--cwd %s: a relative directory means nothing on "
+			    "the daemon's host (over TCP): give an absolute path", to->cwd);
+		return 0;
+	}
+	if (to->cwd != NULL && to->cwd[0] == '/')
+		return 0;
+	if (getcwd(here, sizeof here) == NULL) {
+		if (to->cwd != NULL) {
+			tpctl_warnx("--cwd %s: cannot resolve it: the current directory is "
+			    "unknown (%s)", to->cwd, strerror(errno));
+			return EX_OSERR;
+		}
+		tpctl_warnx("the current directory is unknown (%s): the task starts in the "
+		    "daemon's default directory", strerror(errno));
+		return 0;
+	}
+	if (to->cwd == NULL || strcmp(to->cwd, ".") == 0) {
+		json_object_set_new(task, FIELD_CWD, json_string(here));
+		return 0;
+	}
+	if (asprintf(&joined, "%s%s%s", here, strcmp(here, "/") == 0 ? "" : "/", to->cwd) == -1)
+		return EX_OSERR;
+	json_object_set_new(task, FIELD_CWD, json_string(joined));
+	free(joined);
 	return 0;
 }
 
