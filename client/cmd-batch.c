@@ -119,7 +119,8 @@ batch_finish(struct batch *b, struct batch_item *it, enum batch_outcome out,
 		if (event_write_result_output(ev) == -1 && errno == EPIPE) {
 			b->stdout_gone = true;
 			say = false;
-		}
+		} else
+			event_say_truncated(ev);
 	}
 	switch (out) {
 	case OUT_SUCCEEDED:

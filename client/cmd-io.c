@@ -111,3 +111,125 @@ const struct cmd cmd_send = {
 	    "                           /dev/null as FILE: just end it)\n",
 	.exec = send_exec,
 };
+
+int
+log_task(struct session *s, long long id, json_t **done)
+{
+	json_t *req, *ev, *result, *copy, *wrap;
+	bool streamed[2] = { false, false };
+	int64_t rid;
+	int res, code = -1;
+
+	*done = NULL;
+	req = json_pack("{s:s, s:I, s:b, s:s}", FIELD_OP, OP_WAIT, FIELD_TASK, (json_int_t)id,
+	    FIELD_STREAM, 1, FIELD_FROM, FROM_START);
+	if ((rid = session_send_wait(s, req)) == -1)
+		return EX_UNAVAILABLE;
+	while (code == -1) {
+		res = session_next(s, &ev, -1);
+		if (res == LINK_INTERRUPTED) {
+			tpctl_warnx("interrupted: stopped reading task %lld's output", id);
+			return EXIT_SIGNALLED + interrupt_last_signal();
+		}
+		if (res != LINK_EVENT)
+			return session_exit_code(res);
+		if (event_id(ev) != rid) {
+			if (event_id(ev) == -1 && strcmp(event_name(ev), EV_ERROR) == 0)
+				code = event_report_error(link_address(s->link), ev);
+			json_decref(ev);
+			continue;
+		}
+		if (strcmp(event_name(ev), EV_OUTPUT) == 0) {
+			int err = strcmp(event_str(ev, FIELD_STREAM, ""), STREAM_STDERR) == 0;
+			streamed[err] = true;
+			if (!s->opt->json && event_write_output(ev) == -1) {
+				json_decref(ev);
+				return errno == EPIPE ? EXIT_BROKEN_PIPE : EX_IOERR;
+			}
+		} else if (strcmp(event_name(ev), EV_CUT) == 0) {
+			/* never cut without a word */
+			tpctl_warnx("%s", event_str(ev, FIELD_MESSAGE, "part of the output was not kept"));
+		} else if (strcmp(event_name(ev), EV_DONE) == 0) {
+			*done = ev;
+			code = 0;
+			break;
+		} else if (strcmp(event_name(ev), EV_ERROR) == 0) {
+			char what[64];
+			snprintf(what, sizeof what, "task %lld", id);
+			code = event_report_error(what, ev);
+		}
+		json_decref(ev);
+	}
+	if (code != 0 || s->opt->json)
+		return code;
+	/* what was not replayed from a spool (none kept there): the result's, and its cut */
+	result = json_object_get(*done, FIELD_RESULT);
+	if (result == NULL || json_is_null(result) || (streamed[0] && streamed[1]))
+		return 0;
+	copy = json_deep_copy(result);
+	wrap = json_object();
+	if (streamed[0]) {
+		json_object_del(copy, FIELD_STDOUT);
+		json_object_del(copy, FIELD_STDOUT_BASE64);
+	}
+	if (streamed[1]) {
+		json_object_del(copy, FIELD_STDERR);
+		json_object_del(copy, FIELD_STDERR_BASE64);
+	}
+	json_object_set_new(wrap, FIELD_RESULT, copy);
+	json_object_set_new(wrap, FIELD_TASK, json_integer(id));
+	if (event_write_result_output(wrap) == -1) {
+		json_decref(wrap);
+		return errno == EPIPE ? EXIT_BROKEN_PIPE : EX_IOERR;
+	}
+	if (!streamed[0] && !streamed[1])
+		event_say_truncated(wrap);
+	json_decref(wrap);
+	return 0;
+}
+
+static int
+log_exec(struct tpctl *opt, int argc, char **argv)
+{
+	struct session s;
+	long long *ids = NULL;
+	json_t *done;
+	int code, n;
+
+	if ((code = cmd_noopts(&cmd_log, opt, argc, argv)) != -1)
+		return code;
+	n = argc - optind;
+	if (n != 1)
+		return cmd_usage_error(&cmd_log, "one task id expected");
+	if ((code = cmd_parse_task_ids(&cmd_log, 1, argv + optind, &ids)) != 0)
+		return code;
+	if (interrupt_install() == -1) {
+		tpctl_warnx("cannot catch signals: %s", strerror(errno));
+		free(ids);
+		return EX_OSERR;
+	}
+	if ((code = session_open(&s, opt)) != 0) {
+		free(ids);
+		return code;
+	}
+	code = log_task(&s, ids[0], &done);
+	json_decref(done);
+	session_close(&s);
+	free(ids);
+	return code;
+}
+
+const struct cmd cmd_log = {
+	.name = "log",
+	.args = "ID",
+	.summary = "print a task's whole output (stdout to stdout, stderr to stderr)",
+	.help =
+	    "Prints the whole output of task ID, from the start: what the daemon\n"
+	    "spooled under its state_dir ([exec] output_spool), however large, also\n"
+	    "after the task ended and after a restart; stdout to stdout, stderr to\n"
+	    "stderr. A running task is followed to its end (Ctrl-C stops; the task\n"
+	    "goes on). Where the spool does not hold it all (its bounds, or spooling\n"
+	    "off), what is missing is said on stderr, and what the task's result\n"
+	    "kept (its output limit) is printed instead. Exits 0 once printed.\n",
+	.exec = log_exec,
+};

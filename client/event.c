@@ -306,3 +306,16 @@ event_write_output(const json_t *ev)
 
 	return event_write_field(fd, ev, FIELD_DATA, FIELD_DATA_BASE64);
 }
+
+void
+event_say_truncated(const json_t *done)
+{
+	json_t *result = json_object_get(done, FIELD_RESULT);
+	long long task = (long long)event_int(done, FIELD_TASK, -1);
+
+	if (!json_is_true(json_object_get(result, FIELD_TRUNCATED)))
+		return;
+	tpctl_warnx("task %lld: its output was cut at the output limit (--output-limit, "
+	    "[exec] output_limit): tpctl log %lld gives the whole output when the daemon "
+	    "spools it", task, task);
+}

@@ -300,6 +300,14 @@ int feed_read(struct feed *, struct session *);
 /* 1 when ev answers one of the inputs (taken into account; a refusal is printed), else 0. */
 int feed_event(struct feed *, const json_t *ev);
 
+/*
+ * cmd-io.c: prints task id's whole output on s (a wait from the start:
+ * the daemon's spool, else what the result kept), stdout to stdout,
+ * stderr to stderr, a cut said on stderr, following a running task to its
+ * end. 0 with *done set (the caller frees it), or an exit code (printed).
+ */
+int log_task(struct session *s, long long id, json_t **done);
+
 /* taskopt.c: the task options run, submit and batch share. */
 #define TASKOPT_NLIMITS 6               /* --memory ... --file-size */
 struct taskopt {
@@ -471,6 +479,8 @@ char *event_describe_done(const json_t *done);
  * sleep's). Returns 0, or -1 with errno (EPIPE).
  */
 int event_write_result_output(const json_t *done);
+/* A done whose result was cut by the output limit: says so on stderr. */
+void event_say_truncated(const json_t *done);
 /* Writes an output event's data to fd 1 or 2. Returns 0, or -1 with errno. */
 int event_write_output(const json_t *ev);
 /* Writes all of buf to fd, retrying short writes and EINTR. */

@@ -37,6 +37,7 @@
 #include "conf/conf.h"
 #include "daemon.h"
 #include "exec/exec.h"
+#include "exec/spool.h"
 #include "net/listen.h"
 #include "base/log.h"
 #include "obs/metrics.h"
@@ -195,6 +196,11 @@ daemon_reload(void)
 		nc.journal_sync_interval_ms = d->conf.journal_sync_interval_ms;
 		nc.journal_max_bytes = d->conf.journal_max_bytes;
 	}
+	if (nc.exec_output_spool != d->conf.exec_output_spool) {
+		log_warnx("reload: output_spool takes effect at the next start; it stays %s",
+		    d->conf.exec_output_spool ? "on" : "off");
+		nc.exec_output_spool = d->conf.exec_output_spool;
+	}
 	metrics_reload(&nc);
 	reload_pools(&nc);
 	log_set_level(nc.log_level);
@@ -205,6 +211,7 @@ daemon_reload(void)
 	memset(&nc, 0, sizeof nc);  /* its memory belongs to d->conf now */
 	conf_free(&old);
 	exec_configure(&d->conf);   /* tasks already running keep the settings they took */
+	spool_configure(&d->conf);  /* the bounds; on/off takes a restart */
 	sources_reload(&d->conf);   /* after the pools: a new source's pool exists */
 	sources_kick();             /* pools may have grown */
 	log_notice("configuration reloaded: %zu pool%s", d->conf.npools,

@@ -25,10 +25,12 @@
 #include "exec/exec.h"
 #include "obs/health.h"
 #include "net/listen.h"
+#include "ops/replay.h"
 #include "base/log.h"
 #include "task/mailbox.h"
 #include "obs/metrics.h"
 #include "exec/pgroup.h"
+#include "exec/spool.h"
 #include "pool/pools.h"
 #include "sd.h"
 #include "source/sources.h"
@@ -564,6 +566,48 @@ stop_journal(struct daemon *d)
 	durable_stop();
 }
 
+static bool
+spool_known(uint64_t id)
+{
+	return tasks_find(id) != NULL;
+}
+
+static void
+spool_hook_forgotten(struct task *t, void *arg)
+{
+	spool_forget(t->id);
+}
+
+/*
+ * [exec] output_spool: whole outputs under state_dir/spool, which needs
+ * the state_dir that the journal holds (locked, tpd's). With the journal
+ * off there is no such directory: outputs are kept only as far as
+ * output_limit, and the log says so once.
+ */
+static void
+start_spool(struct daemon *d)
+{
+	static const struct tasks_hooks hooks = { .forgotten = spool_hook_forgotten };
+	char dir[4096], *cause = NULL;
+
+	if (!d->conf.exec_output_spool)
+		return;
+	if (!d->conf.journal) {
+		log_info("output_spool is on but journal is off: there is no state_dir to keep "
+		    "whole outputs in; results keep what output_limit allows");
+		return;
+	}
+	if (spool_start(durable_state_dir(&d->conf, dir, sizeof dir), &d->conf, spool_known,
+	    &cause) == -1 || tasks_add_hooks(&hooks, &cause) == -1)
+		fatalx("%s", cause != NULL ? cause : "out of memory");
+}
+
+static void
+stop_spool(struct daemon *d)
+{
+	spool_stop();
+}
+
 static void
 start_exec(struct daemon *d)
 {
@@ -611,6 +655,7 @@ stop_pools(struct daemon *d)
 static void
 stop_conns(struct daemon *d)
 {
+	replay_stop_all();
 	conn_close_all();
 }
 
@@ -767,6 +812,7 @@ static const struct step {
 	{ start_exec, stop_exec },              /* [exec] settings */
 	{ start_pools, stop_pools },            /* the workers start here */
 	{ start_journal, stop_journal },        /* state_dir: the replay */
+	{ start_spool, stop_spool },            /* state_dir/spool: the tasks' whole outputs */
 	{ start_sources, stop_sources },        /* [source NAME]: tasks from Redis streams */
 	{ NULL, stop_conns },                   /* connections come with the listeners */
 	{ start_metrics, stop_metrics },        /* before the listeners: /metrics answers once they do */

@@ -71,6 +71,7 @@
 #include "exec.h"
 #include "base/log.h"
 #include "pgroup.h"
+#include "spool.h"
 #include "proto/proto.h"
 #include "wire.h"
 
@@ -110,6 +111,7 @@ struct exec_run {
 	struct cgroup_task cg;
 	struct pgroup_task pg;  /* containment process */
 	struct rusage ru;       /* the leader's, from wait4 */
+	struct spool_writer spool; /* the whole output, under state_dir (spool.h) */
 
 	/* run_as */
 	struct spawn_creds creds;
@@ -191,6 +193,20 @@ exec_stream_emit(struct exec_run *r, struct exec_stream *s, const char *data,
 	task_emit(r->t, ev, (size_t)len);
 }
 
+uint64_t
+exec_run_spooled(struct exec_run *r, struct task_spool_gap *gap)
+{
+	memset(gap, 0, sizeof *gap);
+	if (r->spool.cut != 0) {
+		gap->cut = true;
+		gap->kept[0] = r->spool.kept[0];
+		gap->kept[1] = r->spool.kept[1];
+		gap->seen[0] = r->out.cap.seen;
+		gap->seen[1] = r->err.cap.seen;
+	}
+	return r->spool.written;
+}
+
 void
 exec_run_kept(struct exec_run *r, json_t *events)
 {
@@ -235,6 +251,7 @@ exec_stream_read(struct exec_run *r, struct exec_stream *s)
 	/* kept and streamed or not in one step: a follower from the start sees each byte once */
 	pthread_mutex_lock(&r->x->wake_lock);
 	capture_add(&s->cap, r->buf, (size_t)n);
+	spool_writer_add(&r->spool, s == &r->err, r->buf, (size_t)n);
 	stream = atomic_load(&r->t->stream);
 	pthread_mutex_unlock(&r->x->wake_lock);
 	/* the stream carries everything read: output_limit bounds only what the result keeps */
@@ -813,6 +830,7 @@ exec_run_input(struct task *t)
 	r.err.fd = &r.child.stderr_fd;
 	capture_init(&r.out.cap, x->output_limit);
 	capture_init(&r.err.cap, x->output_limit);
+	spool_writer_open(&r.spool, t->id);
 	pthread_mutex_lock(&x->wake_lock);
 	x->run = &r;
 	pthread_mutex_unlock(&x->wake_lock);
@@ -824,7 +842,9 @@ exec_run_input(struct task *t)
 	exec_wait(&r);
 	status = exec_finish(&r);
 	pthread_mutex_lock(&x->wake_lock);
+	spool_writer_close(&r.spool, r.out.cap.seen, r.err.cap.seen);
 	x->run = NULL;              /* its output is all in the result from here on */
+	x->run_over = true;
 	pthread_mutex_unlock(&x->wake_lock);
 	exec_wake_close(&r);
 	spawn_close(&r.child);

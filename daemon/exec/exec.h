@@ -113,6 +113,7 @@ struct exec_task {
 	 * stream what was read (exec_run_kept, for a follower from the start).
 	 */
 	struct exec_run *run;
+	bool run_over;                  /* under wake_lock: run is NULL for good */
 };
 
 /* Worker thread: the kind's run (exec-run.c). */
@@ -121,6 +122,8 @@ enum pool_state exec_run(struct task *t);
 /* Under x->wake_lock, any thread: appends the output run has kept so far to events. */
 struct exec_run;
 void exec_run_kept(struct exec_run *run, json_t *events);
+/* Under x->wake_lock: the bytes run has written to its spool file, and what that lacks. */
+uint64_t exec_run_spooled(struct exec_run *run, struct task_spool_gap *gap);
 
 /*
  * exec-input.c. Loop thread: the kind's input hook (task.h). Any thread:

@@ -533,6 +533,28 @@ exec_follow(struct task *t, json_t *events)
 	pthread_mutex_unlock(&x->wake_lock);
 }
 
+static int
+exec_spool_catch_up(struct task *t, uint64_t at, struct task_spool_gap *gap)
+{
+	struct exec_task *x = t->kind_data;
+	int r;
+
+	memset(gap, 0, sizeof *gap);
+	pthread_mutex_lock(&x->wake_lock);
+	if (x->run == NULL) {
+		r = x->run_over ? -1 : 2;
+		if (r == 2)
+			atomic_store(&t->stream, true);
+	} else if (exec_run_spooled(x->run, gap) > at)
+		r = 0;
+	else {
+		atomic_store(&t->stream, true);
+		r = 1;
+	}
+	pthread_mutex_unlock(&x->wake_lock);
+	return r;
+}
+
 static void
 exec_free(struct task *t)
 {
@@ -559,6 +581,7 @@ const struct task_kind task_kind_exec = {
 	.cancel = exec_cancel,
 	.follow = exec_follow,
 	.input = exec_input_add,
+	.spool_catch_up = exec_spool_catch_up,
 	.free = exec_free,
 	.announces_start = true,        /* "started" once the process runs (exec-run.c) */
 	.effects = true,                /* a program: its start is recorded before it runs */

@@ -13,6 +13,8 @@
 #include "journal/durable.h"
 #include "base/log.h"
 #include "ops.h"
+#include "replay.h"
+#include "exec/spool.h"
 #include "pool/pools.h"
 #include "proto/proto.h"
 #include "task/tasks.h"
@@ -221,6 +223,30 @@ op_wait(struct conn *c, struct request *req)
 	}
 	if ((t = find_task_id(c, req, w.task, OP_WAIT)) == NULL)
 		return;
+	if (w.from != NULL && t->kind != NULL && t->kind->spool_catch_up != NULL) {
+		/* the whole output from its spool file, running or finished, after a restart too */
+		const char *dropped;
+		int fd;
+
+		if (!t->finished && conn_waits(c) >= max) {
+			conn_send_error(c, req->id, ERR_BAD_REQUEST, "too many waits pending on "
+			    "this connection: max_subscriptions is %u; wait until some of their "
+			    "tasks finish (or use another connection)", max);
+			return;
+		}
+		if ((fd = spool_open_read(t->id)) != -1) {
+			replay_start(c, req->id, t->id, fd);
+			return;
+		}
+		if ((dropped = spool_dropped(t->id)) != NULL) {
+			struct proto_text pt;
+			char m[320];
+
+			snprintf(m, sizeof m, "task %llu: %s", (unsigned long long)t->id, dropped);
+			proto_encode_cut(&pt, req->id, t->id, NULL, 0, 0, m);
+			conn_send_text(c, &pt);
+		}
+	}
 	if (t->finished) {
 		conn_send_done(c, req->id, t->done_text);
 		return;

@@ -638,8 +638,10 @@ proto_encode_cut(struct proto_text *pt, json_t *id, uint64_t task, const char *s
 	pt_event(pt, EV_CUT, id, false);
 	pt_key(pt, FIELD_TASK);
 	pt_u64(pt, task);
-	pt_key(pt, FIELD_STREAM);
-	pt_cstring(pt, stream);
+	if (stream != NULL) {
+		pt_key(pt, FIELD_STREAM);
+		pt_cstring(pt, stream);
+	}
 	pt_key(pt, FIELD_KEPT);
 	pt_u64(pt, kept);
 	pt_key(pt, FIELD_SEEN);
