@@ -582,12 +582,13 @@ spool_hook_forgotten(struct task *t, void *arg)
  * [exec] output_spool: whole outputs under state_dir/spool, which needs
  * the state_dir that the journal holds (locked, tpd's). With the journal
  * off there is no such directory: outputs are kept only as far as
- * output_limit, and the log says so once.
+ * output_limit, and the log says so once. The directory is opened before
+ * the workers start (a task the journal queues again may start at once),
+ * its files are counted once the journal has brought the registry back.
  */
 static void
-start_spool(struct daemon *d)
+open_spool(struct daemon *d)
 {
-	static const struct tasks_hooks hooks = { .forgotten = spool_hook_forgotten };
 	char dir[4096], *cause = NULL;
 
 	if (!d->conf.exec_output_spool)
@@ -597,8 +598,20 @@ start_spool(struct daemon *d)
 		    "whole outputs in; results keep what output_limit allows");
 		return;
 	}
-	if (spool_start(durable_state_dir(&d->conf, dir, sizeof dir), &d->conf, spool_known,
-	    &cause) == -1 || tasks_add_hooks(&hooks, &cause) == -1)
+	if (spool_start(durable_state_dir(&d->conf, dir, sizeof dir), &d->conf, &cause) == -1)
+		fatalx("%s", cause != NULL ? cause : "out of memory");
+}
+
+static void
+scan_spool(struct daemon *d)
+{
+	static const struct tasks_hooks hooks = { .forgotten = spool_hook_forgotten };
+	char *cause = NULL;
+
+	if (!spool_on())
+		return;
+	spool_scan(spool_known);
+	if (tasks_add_hooks(&hooks, &cause) == -1)
 		fatalx("%s", cause != NULL ? cause : "out of memory");
 }
 
@@ -810,9 +823,10 @@ static const struct step {
 	{ start_mailbox, stop_mailbox },        /* worker -> loop */
 	{ start_tasks, stop_tasks },            /* the registry */
 	{ start_exec, stop_exec },              /* [exec] settings */
+	{ open_spool, stop_spool },             /* state_dir/spool, before any worker */
 	{ start_pools, stop_pools },            /* the workers start here */
 	{ start_journal, stop_journal },        /* state_dir: the replay */
-	{ start_spool, stop_spool },            /* state_dir/spool: the tasks' whole outputs */
+	{ scan_spool, NULL },                   /* state_dir/spool: the files of known tasks */
 	{ start_sources, stop_sources },        /* [source NAME]: tasks from Redis streams */
 	{ NULL, stop_conns },                   /* connections come with the listeners */
 	{ start_metrics, stop_metrics },        /* before the listeners: /metrics answers once they do */

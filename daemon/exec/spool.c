@@ -163,7 +163,7 @@ spool_open_dir(const char *state_dir, char **cause)
  * know (forgotten while tpd was down) and anything that is not a task's
  * file.
  */
-static void
+void
 spool_scan(bool (*known)(uint64_t id))
 {
 	int fd = openat(spool_dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -194,11 +194,20 @@ spool_scan(bool (*known)(uint64_t id))
 				removed++;
 			continue;
 		}
-		if ((e = spool_insert(id)) == NULL)
+		pthread_mutex_lock(&spool_lock);
+		/* a task queued again may have started its file already */
+		if (spool_find(id) != NULL) {
+			pthread_mutex_unlock(&spool_lock);
+			continue;
+		}
+		if ((e = spool_insert(id)) == NULL) {
+			pthread_mutex_unlock(&spool_lock);
 			break;
+		}
 		e->bytes = (uint64_t)st.st_size;
 		e->finished = true;
 		atomic_fetch_add(&spool_total, e->bytes);
+		pthread_mutex_unlock(&spool_lock);
 		kept++;
 	}
 	closedir(dir);
@@ -208,14 +217,10 @@ spool_scan(bool (*known)(uint64_t id))
 }
 
 int
-spool_start(const char *state_dir, const struct conf *c, bool (*known)(uint64_t id),
-    char **cause)
+spool_start(const char *state_dir, const struct conf *c, char **cause)
 {
 	spool_configure(c);
-	if (spool_open_dir(state_dir, cause) == -1)
-		return -1;
-	spool_scan(known);
-	return 0;
+	return spool_open_dir(state_dir, cause);
 }
 
 void

@@ -50,12 +50,16 @@ struct conf;
 
 /*
  * Loop thread, at start once state_dir is tpd's (the journal holds its
- * lock): opens or makes state_dir/spool, and counts the files there;
- * known(id) says which tasks the registry has: the others' files are
- * removed. Returns 0, or -1 with *cause set. Not called: spooling is off.
+ * lock), before any worker: opens or makes state_dir/spool. Returns 0, or
+ * -1 with *cause set. Not called: spooling is off.
  */
-int spool_start(const char *state_dir, const struct conf *c, bool (*known)(uint64_t id),
-    char **cause);
+int spool_start(const char *state_dir, const struct conf *c, char **cause);
+/*
+ * Loop thread, once the registry holds the journal's tasks: counts the
+ * files there; known(id) says which tasks the registry has: the others'
+ * files are removed.
+ */
+void spool_scan(bool (*known)(uint64_t id));
 /* Loop thread: the limits of c (a reload). */
 void spool_configure(const struct conf *c);
 void spool_stop(void);
