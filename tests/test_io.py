@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 
-from tpdtest import TPCTL, TIMEOUT, Client, Daemon, Skip, check, eventually, run_tests
+from tpdtest import SLOW, TPCTL, TIMEOUT, Client, Daemon, Skip, check, eventually, run_tests
 
 
 def tpctl(d, *args, input=None, stdin=None, cwd=None, host=False, timeout=None):
@@ -69,6 +69,9 @@ def test_run_stdin_of_20mb_streams_at_steady_memory():
               "sha256 differs: %r", out)
         print("20 MB via run -i: %.2fs; tpd RSS %d KiB at start, peak %d KiB (+%d); "
               "tpctl peak RSS %d KiB" % (took, base, peak_tpd, peak_tpd - base, peak_tpctl))
+        if SLOW != 1:
+            print("(a sanitizer build keeps freed memory in quarantine: RSS not checked)")
+            return
         # the input is 20480 KiB: a copy of it on either side would show
         check(peak_tpd - base < 12 * 1024, "tpd grew by %d KiB", peak_tpd - base)
         check(peak_tpctl < 12 * 1024, "tpctl peaked at %d KiB", peak_tpctl)
