@@ -33,7 +33,14 @@ struct run {
 	bool verbose;           /* -v: say what the task used */
 	bool follow;            /* tpctl follow: submit_id is the wait's */
 	struct feed feed;       /* -i: tpctl's stdin, streamed to the task */
+	uint64_t accepted_us;   /* when accepted: a task not started a second later is said queued */
+	int64_t ahead;          /* the accepted event's queued */
+	bool started;           /* its started came (or its output, or its done) */
+	bool queued_said;
 };
+
+/* How long a run waits for its task to start before saying it is queued. */
+#define RUN_QUEUED_SAY_MS 1000
 
 static int
 run_cancel(struct run *r)
@@ -202,8 +209,13 @@ run_event(struct run *r, json_t *ev)
 			event_report_error("cancel", ev);
 		return -1;
 	}
+	if (strcmp(name, EV_STARTED) == 0 || strcmp(name, EV_DONE) == 0 ||
+	    strcmp(name, EV_OUTPUT) == 0)
+		r->started = true;
 	if (strcmp(name, EV_ACCEPTED) == 0) {
 		r->task_id = event_int(ev, FIELD_TASK, -1);
+		r->accepted_us = tpctl_now_us();
+		r->ahead = event_int(ev, FIELD_QUEUED, 0);
 		if (r->feed.fd != -1)
 			r->feed.task = r->task_id;      /* its stdin may flow now */
 		if (r->cancel_wanted && run_cancel(r) == -1)
@@ -328,8 +340,21 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 	if ((code = run_begin(&r, opt, req, true)) != 0)
 		goto out;
 	for (code = -1; code == -1;) {
+		int wait = -1;
+
+		if (r.accepted_us != 0 && !r.started && !r.queued_said && !opt->json) {
+			uint64_t at = r.accepted_us + RUN_QUEUED_SAY_MS * 1000, now = tpctl_now_us();
+			wait = now >= at ? 0 : (int)((at - now + 999) / 1000);
+		}
 		link_watch(r.s.link, feed_wants_input(&r.feed) ? r.feed.fd : -1);
-		res = session_next(&r.s, &ev, -1);
+		res = session_next(&r.s, &ev, wait);
+		if (res == LINK_TIMEOUT && wait >= 0) {
+			/* a second without a start: it waits for a worker, say so */
+			r.queued_said = true;
+			tpctl_warnx("task %lld is queued (%lld ahead of it when accepted); "
+			    "waiting for a worker", (long long)r.task_id, (long long)r.ahead);
+			continue;
+		}
 		if (res == LINK_INTERRUPTED) {
 			code = run_interrupted(&r);
 			continue;

@@ -205,7 +205,10 @@ event_describe_done(const json_t *done)
 			    format_bytes(bytes, limit, sizeof limit));
 		else
 			r = asprintf(&s, "killed: it passed its memory limit");
-	} else if (strcmp(state, STATE_TIMED_OUT) == 0)
+	} else if (strcmp(state, STATE_TIMED_OUT) == 0 &&
+	    strncmp(message, "timed out after ", 16) == 0)
+		r = asprintf(&s, "%s", message);  /* the timeout itself, and a SIGKILL after it */
+	else if (strcmp(state, STATE_TIMED_OUT) == 0)
 		r = asprintf(&s, "timed out after %s", buf);
 	else if (*message != '\0' && strcmp(message, state) != 0 &&
 	    strcmp(message, code) != 0)

@@ -12,6 +12,7 @@
 #include "config.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 #include <netinet/in.h>
@@ -115,6 +116,7 @@ link_open_unix(const char *path, uint64_t timeout_ms, int *error, char **cause)
 {
 	struct sockaddr_un sun;
 	struct timeval tv;
+	struct stat st;
 	int fd, saved;
 
 	memset(&sun, 0, sizeof sun);
@@ -144,8 +146,15 @@ link_open_unix(const char *path, uint64_t timeout_ms, int *error, char **cause)
 		if (saved == EAGAIN || saved == EWOULDBLOCK || saved == EINPROGRESS)
 			saved = ETIMEDOUT;
 		*error = saved;
-		*cause = link_xasprintf("cannot connect to %s: %s%s", path,
-		    strerror(saved), link_hint(saved, false));
+		if (saved == ECONNREFUSED && stat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
+			/* a file that is no socket refuses too: say what it is */
+			*cause = link_xasprintf("cannot connect to %s: it is not a socket but a "
+			    "%s (name tpd's socket with -s PATH or TPD_SOCKET)", path,
+			    S_ISDIR(st.st_mode) ? "directory" : S_ISREG(st.st_mode) ?
+			    "regular file" : "file of another kind");
+		else
+			*cause = link_xasprintf("cannot connect to %s: %s%s", path,
+			    strerror(saved), link_hint(saved, false));
 		return -1;
 	}
 	memset(&tv, 0, sizeof tv);

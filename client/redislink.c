@@ -15,6 +15,9 @@
 
 #include "tpctl.h"
 
+/* Redis's own port, for a --redis HOST without one. */
+#define REDISLINK_DEFAULT_PORT 6379
+
 const char *
 redislink_address(const char *given)
 {
@@ -62,16 +65,19 @@ redislink_open(const struct cmd *c, const char *addr, uint64_t timeout_ms, int *
 			hl = (size_t)(close - h);
 			colon = close + 1;
 		} else if ((colon = strrchr(addr, ':')) == NULL) {
-			cmd_usage_error(c, "--redis %s: expected unix:PATH or HOST:PORT", addr);
-			return NULL;
+			/* a host alone: Redis's own port, as redis-cli -h HOST */
+			colon = addr + strlen(addr);
+			hl = strlen(addr);
 		} else
 			hl = (size_t)(colon - addr);
 		errno = 0;
-		port = strtol(colon + 1, &end, 10);
-		if (hl == 0 || hl >= sizeof host || *end != '\0' || colon[1] == '\0' ||
+		end = NULL;
+		port = *colon == '\0' ? REDISLINK_DEFAULT_PORT : strtol(colon + 1, &end, 10);
+		if (hl == 0 || hl >= sizeof host || (end != NULL && *end != '\0') ||
+		    (*colon == ':' && colon[1] == '\0') ||
 		    errno != 0 || port < 1 || port > 65535) {
-			cmd_usage_error(c, "--redis %s: expected unix:PATH or HOST:PORT (port 1 to "
-			    "65535)", addr);
+			cmd_usage_error(c, "--redis %s: expected unix:PATH, HOST or HOST:PORT "
+			    "(port 1 to 65535; 6379 without one)", addr);
 			return NULL;
 		}
 		memcpy(host, h, hl);

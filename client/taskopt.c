@@ -253,6 +253,7 @@ taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 			return -1;
 		}
 		to->output_limit_set = true;
+		to->output_limit_arg = arg;
 		return 1;
 	case OPT_MEMORY:
 	case OPT_CPUS:
@@ -524,6 +525,11 @@ taskopt_refused_limit(const struct taskopt *to, const json_t *task, const json_t
 	json_t *given;
 	size_t k, len;
 
+	if (strcmp(event_error_code(ev), ERR_BAD_REQUEST) == 0 && to->output_limit_set &&
+	    strncmp(msg, "task.output_limit ", 18) == 0 &&
+	    json_integer_value(json_object_get(task, FIELD_OUTPUT_LIMIT)) ==
+	    (json_int_t)to->output_limit)
+		return TASKOPT_NLIMITS;
 	if (to->limits == NULL || strcmp(event_error_code(ev), ERR_BAD_REQUEST) != 0 ||
 	    strncmp(msg, prefix, sizeof prefix - 1) != 0)
 		return -1;
@@ -547,6 +553,14 @@ taskopt_refused_limit(const struct taskopt *to, const json_t *task, const json_t
 int
 taskopt_report_refused(const struct taskopt *to, int k, const json_t *ev)
 {
+	if (k == TASKOPT_NLIMITS) {
+		/* the daemon's words after the field's name: "is 17M, above ..." */
+		const char *msg = event_error_message(ev), *above = strstr(msg, "above ");
+
+		tpctl_warnx("--output-limit %s: %s (%s)", to->output_limit_arg,
+		    above != NULL ? above : msg + 18, event_error_code(ev));
+		return event_exit_for_error(event_error_code(ev));
+	}
 	tpctl_warnx("%s %s: %s (%s)", taskopt_limits[k].option, to->limit_arg[k],
 	    event_error_message(ev), event_error_code(ev));
 	return event_exit_for_error(event_error_code(ev));

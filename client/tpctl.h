@@ -321,6 +321,7 @@ struct taskopt {
 	const char *cwd;                /* --cwd */
 	uint64_t output_limit;          /* --output-limit */
 	bool output_limit_set;
+	const char *output_limit_arg;   /* as given */
 	bool read_stdin;                /* --stdin: send tpctl's stdin */
 	bool stream_stdin;              /* ... as a stream of input requests (run, submit) */
 	bool stdin_open;                /* --stdin-open: stdin_stream, left open for send */
@@ -398,8 +399,8 @@ json_t *taskopt_submit(const struct taskopt *, json_t *task);
 /*
  * The limit an error event refuses (a bad_request about task.limits.NAME:
  * beyond the pool's maximum, or not enforceable there) when it came from
- * the options, task holding the option's value: its index in limit_arg, or
- * -1.
+ * the options, task holding the option's value: its index in limit_arg,
+ * TASKOPT_NLIMITS for --output-limit (task.output_limit), or -1.
  */
 int taskopt_refused_limit(const struct taskopt *, const json_t *task, const json_t *ev);
 /* Prints that refusal in one line naming the option; returns the exit code. */

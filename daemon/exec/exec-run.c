@@ -72,6 +72,7 @@
 #include "base/log.h"
 #include "pgroup.h"
 #include "spool.h"
+#include "units.h"
 #include "proto/proto.h"
 #include "wire.h"
 
@@ -102,6 +103,7 @@ struct exec_run {
 	char *buf;              /* EXEC_READ_SIZE */
 	int wake_fd;
 	bool leader_exited;
+	bool killed_after_grace; /* the leader outlived SIGTERM's grace: SIGKILL ended it */
 	enum exec_end end;
 	uint64_t deadline_us;   /* timeout; 0 = none */
 	uint64_t kill_at_us;    /* after SIGTERM: when the grace period ends */
@@ -569,6 +571,7 @@ exec_finish(struct exec_run *r)
 	int status = 0;
 
 	/* before the reap: until then the leader's pid cannot name another group */
+	r->killed_after_grace = r->end != EXEC_END_EXITED && !r->leader_exited;
 	pgroup_signal(r->child.pid, r->child.pidfd, SIGKILL);
 	if (r->in_cgroup)
 		cgroup_task_kill_wait(&r->cg, wait_ms);
@@ -676,7 +679,7 @@ static enum pool_state
 exec_state(struct exec_run *r, int status, const struct cgroup_usage *cu)
 {
 	struct task *t = r->t;
-	char name[32];
+	char name[32], after[32], grace[32];
 
 	if (r->internal != NULL) {
 		task_set_error(t, ERR_INTERNAL, "%s", r->internal);
@@ -684,8 +687,14 @@ exec_state(struct exec_run *r, int status, const struct cgroup_usage *cu)
 	}
 	switch (r->end) {
 	case EXEC_END_TIMED_OUT:
-		task_set_error(t, ERR_TIMED_OUT, "timed out after %llu ms",
-		    (unsigned long long)(t->timeout_us / 1000));
+		units_format_duration(t->timeout_us / 1000, after, sizeof after);
+		if (r->killed_after_grace) {
+			/* its run_ms is the timeout plus the grace: say both */
+			units_format_duration(r->x->settings->kill_grace_ms, grace, sizeof grace);
+			task_set_error(t, ERR_TIMED_OUT, "timed out after %s; killed (SIGKILL) %s "
+			    "later, as SIGTERM did not end it", after, grace);
+		} else
+			task_set_error(t, ERR_TIMED_OUT, "timed out after %s", after);
 		return POOL_TIMED_OUT;
 	case EXEC_END_CANCELLED:
 		task_set_error(t, ERR_CANCELLED, "cancelled");

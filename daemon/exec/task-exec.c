@@ -41,6 +41,7 @@
 #include "exec.h"
 #include "base/log.h"
 #include "base/utf8.h"
+#include "units.h"
 #include "wire.h"
 
 /* The settings new tasks take; exec_settings_lock guards the pointer. */
@@ -490,8 +491,17 @@ exec_parse(struct task *t, json_t *spec, char **cause)
 
 		if (!json_is_integer(limit) || n < 1 ||
 		    (uint64_t)n > x->settings->output_limit_max) {
-			cause_set(cause, "task.output_limit must be an integer from 1 to %zu",
-			    x->settings->output_limit_max);
+			char max[32], got[32];
+
+			units_format_size(x->settings->output_limit_max, max, sizeof max);
+			if (json_is_integer(limit) && n >= 1)
+				cause_set(cause, "task.output_limit is %s, above the most this "
+				    "daemon allows: %s ([exec] output_limit_max)",
+				    units_format_size((uint64_t)n, got, sizeof got), max);
+			else
+				cause_set(cause, "task.output_limit must be an integer from 1 to "
+				    "%zu (%s, [exec] output_limit_max)",
+				    x->settings->output_limit_max, max);
 			goto fail;
 		}
 		x->output_limit = (size_t)n;

@@ -19,6 +19,7 @@
 #include "proto/proto.h"
 #include "task/tasks.h"
 #include "base/utf8.h"
+#include "units.h"
 #include "wire.h"
 
 static void send_rejected(struct conn *, struct request *, const char *, const char *, ...)
@@ -100,9 +101,16 @@ op_submit(struct conn *c, struct request *req)
 		return;
 	}
 	if ((e = pools_find(sub.pool)) == NULL) {
-		char q[UTF8_QUOTE_SIZE];
-		send_rejected(c, req, ERR_NO_SUCH_POOL, "no pool named \"%s\"",
-		    utf8_quote(q, sub.pool));
+		char q[UTF8_QUOTE_SIZE], names[160] = "";
+		size_t off = 0;
+
+		/* the pools there are, as tpd -n's "did you mean" would help */
+		for (size_t i = 0; i < pools_count() && off < sizeof names; i++)
+			if (!pools_at(i)->removed)
+				off += (size_t)snprintf(names + off, sizeof names - off, "%s%s",
+				    off > 0 ? ", " : "", pools_at(i)->name);
+		send_rejected(c, req, ERR_NO_SUCH_POOL, "no pool named \"%s\" (pools: %s)",
+		    utf8_quote(q, sub.pool), names);
 		return;
 	}
 	cp = conf_pool_find(&daemon_state->conf, e->name);
@@ -169,15 +177,37 @@ find_task_id(struct conn *c, struct request *req, uint64_t id, const char *op)
 
 	if ((t = tasks_find(id)) == NULL) {
 		const struct conf *cf = &daemon_state->conf;
-		if (tasks_was_accepted(id))
+		char ttl[32], bytes[32];
+
+		units_format_duration(cf->result_ttl_ms, ttl, sizeof ttl);
+		units_format_size(cf->result_retain_bytes, bytes, sizeof bytes);
+		switch (tasks_was_accepted(id) ? tasks_forgotten_why(id) : -1) {
+		case TASKS_FORGOT_TTL:
+			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "task %llu finished more "
+			    "than result_ttl (%s) ago and was forgotten", (unsigned long long)id,
+			    ttl);
+			break;
+		case TASKS_FORGOT_COUNT:
+			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "task %llu finished and was "
+			    "forgotten: result_retain keeps the last %u finished tasks",
+			    (unsigned long long)id, cf->result_retain);
+			break;
+		case TASKS_FORGOT_BYTES:
+			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "task %llu finished and was "
+			    "forgotten: the finished tasks kept passed result_retain_bytes (%s)",
+			    (unsigned long long)id, bytes);
+			break;
+		case 0:
 			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "task %llu finished and was "
 			    "forgotten, to stay under the limits on finished tasks: result_ttl "
-			    "(%llu ms), result_retain (%u tasks), result_retain_bytes (%zu bytes)",
-			    (unsigned long long)id, (unsigned long long)cf->result_ttl_ms,
-			    cf->result_retain, cf->result_retain_bytes);
-		else
+			    "(%s), result_retain (%u tasks), result_retain_bytes (%s)",
+			    (unsigned long long)id, ttl, cf->result_retain, bytes);
+			break;
+		default:
 			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "no task %llu: never "
 			    "submitted", (unsigned long long)id);
+			break;
+		}
 		return NULL;
 	}
 	if (!auth_task_allowed(c, t, op, &code, why, sizeof why)) {
