@@ -517,7 +517,10 @@ struct table;
 struct table *table_new(const char *align, const char *const *headers);
 /* Adds a row of as many strings as columns (copied). */
 void table_add(struct table *, const char *const *cells);
+/* Prints the table, columns padded to their display width (format_width). */
 void table_print(const struct table *, FILE *f);
+/* The terminal columns UTF-8 text s takes (a byte that is not UTF-8: one). */
+size_t format_width(const char *s);
 void table_free(struct table *);
 
 /* progress.c: a live progress line on a terminal, cut to its width. */

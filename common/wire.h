@@ -224,6 +224,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_USER_MS          "user_ms"
 #define FIELD_SYSTEM_MS        "system_ms"
 #define FIELD_MAX_RSS_BYTES    "max_rss_bytes"
+#define FIELD_MAX_RSS_UPPER_BOUND "max_rss_upper_bound" /* max_rss_bytes counts the daemon's pages too */
 
 /* an exec task's limits: the fields of task.limits (doc/exec.md) */
 #define FIELD_LIMITS           "limits"

@@ -689,5 +689,59 @@ def test_a_queued_run_says_so_after_a_second():
             busy.wait(TIMEOUT)
 
 
+def test_peak_under_process_containment_is_an_upper_bound():
+    """Under process containment the peak of `true` was the daemon's own (72-89 MiB)."""
+    with Daemon() as d:
+        containment = d.client().request({"op": "stats"})["containment"]
+        p = expect(tpctl(d, "run", "-v", "--", "true"), 0, "run -v")
+        if containment == "process":
+            check(b", peak at most " in p.stderr, "%r", p.stderr)
+        else:
+            check(b", peak at most " not in p.stderr and b", peak " in p.stderr, "%r", p.stderr)
+
+
+def test_batch_checks_kinds_and_fields_before_submitting_anything():
+    """Only the daemon checked kinds and fields: the lines before a bad one ran."""
+    with Daemon() as d:
+        path = write_file(d, "jobs", "true\n" + sleep_task(1) + "\n"
+                          '{"kind":"sleep","msx":5}\n{"kind":"nope"}\n'
+                          '{"kind":"exec"}\necho fine\n')
+        p = expect(tpctl(d, "batch", "--no-progress", path), 65, "bad lines")
+        err = p.stderr.decode()
+        check(':3: "msx" is not a field of a sleep task' in err and
+              ':4: unknown task kind "nope" (kinds: exec, echo, sleep, spin, fail)' in err and
+              ':5: an exec task needs "argv"' in err and "nothing submitted" in err, "%r", err)
+        check(d.client().stats()["accepted"] == 0, "nothing was submitted")
+
+
+def display_width(text):
+    """The columns a terminal gives text: East Asian wide and emoji 2, combining marks 0."""
+    import unicodedata
+    return sum(0 if unicodedata.combining(ch) else
+               2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
+
+
+def test_tables_pad_by_display_width_and_status_has_lists_columns():
+    """A label with "é" and an emoji shifted the columns (bytes were counted);
+    status and list had different columns (RUN and RAN, blank and -, no times)."""
+    with Daemon() as d:
+        labels = ["plain", "\u00e9t\u00e9", "\U0001F600 smile", "e\u0301"]
+        for label in labels:
+            expect(tpctl(d, "run", "--label", label, "--", "true"), 0, label)
+        expect(tpctl(d, "submit", "--detach", "--task", sleep_task()), 0, "a sleep")
+        out_list = expect(tpctl(d, "list"), 0, "list").stdout.decode().splitlines()
+        ids = [str(i) for i in range(1, 6)]
+        out_status = expect(tpctl(d, "status", *ids), 0, "status").stdout.decode().splitlines()
+        for out in (out_list, out_status):
+            cols = {display_width(line[:line.index("default")]) for line in out[1:]}
+            check(len(cols) == 1, "the POOL column moves: %r\n%s", cols, "\n".join(out))
+            check(out[0].split()[:7] == ["TASK", "LABEL", "POOL", "STATE", "QUEUED", "RUN",
+                                         "OWNER"], "%r", out[0])
+        sleeping = [l for l in out_status if "sleep" in l or l.split()[0] == "5"][0].split()
+        check(sleeping[1] == "-" and sleeping[3] in ("running", "queued"), "%r", sleeping)
+        check(sleeping[3] == "queued" or sleeping[5] != "-", "a running task's time: %r",
+              sleeping)
+
+
 if __name__ == "__main__":
     run_tests(globals())

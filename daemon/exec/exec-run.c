@@ -632,8 +632,13 @@ exec_usage(struct exec_run *r, const struct cgroup_usage *cu)
 	}
 	if (cu->memory_peak != 0)
 		rss = cu->memory_peak;
-	return json_pack("{s:f, s:f, s:I}", FIELD_USER_MS, user_ms, FIELD_SYSTEM_MS, system_ms,
-	    FIELD_MAX_RSS_BYTES, (json_int_t)rss);
+	/*
+	 * ru_maxrss counts the daemon's pages the program shared until its
+	 * execve (doc/exec.md): then the figure is only an upper bound.
+	 */
+	return json_pack("{s:f, s:f, s:I, s:b}", FIELD_USER_MS, user_ms, FIELD_SYSTEM_MS,
+	    system_ms, FIELD_MAX_RSS_BYTES, (json_int_t)rss, FIELD_MAX_RSS_UPPER_BOUND,
+	    cu->memory_peak == 0);
 }
 
 /*

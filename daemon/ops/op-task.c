@@ -15,6 +15,7 @@
 #include "ops.h"
 #include "replay.h"
 #include "exec/spool.h"
+#include "pool/pool.h"
 #include "pool/pools.h"
 #include "proto/proto.h"
 #include "task/tasks.h"
@@ -317,6 +318,11 @@ op_status(struct conn *c, struct request *req)
 	if (t == NULL)
 		return;
 	tasks_view(t, &view);
+	if (!t->finished && t->pool_entry != NULL) {
+		/* as list shows them: the times so far */
+		pool_job_times(t->pool_entry->pool, &t->job, &view.queued_us, &view.run_us);
+		view.times_so_far = true;
+	}
 	proto_encode_status(&pt, req->id, &view);
 	conn_send_text(c, &pt);
 }

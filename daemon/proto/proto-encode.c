@@ -426,7 +426,7 @@ proto_encode_status(struct proto_text *pt, json_t *id, const struct proto_task *
 		pt_key(pt, FIELD_LABEL);
 		pt_cstring(pt, v->label);
 	}
-	if (v->finished) {
+	if (v->finished || v->times_so_far) {
 		pt_key(pt, FIELD_QUEUED_MS);
 		pt_ms(pt, v->queued_us);
 		pt_key(pt, FIELD_RUN_MS);

@@ -214,6 +214,7 @@ struct proto_task {
 	const char *state;          /* STATE_*: queued, running or its terminal state */
 	unsigned queued_ahead;      /* accepted: tasks ahead of it in the queue */
 	bool finished;              /* queued_us and run_us are known */
+	bool times_so_far;          /* ... or, for an unfinished task, its times until now */
 	uint64_t queued_us;
 	uint64_t run_us;
 	uint32_t attempt;           /* done: its run's number (journal on), 0 = not said */
