@@ -412,6 +412,13 @@ batch_exec(struct tpctl *opt, int argc, char **argv)
 		taskopt_free(&to);
 		return 0;
 	}
+	/* each line runs where tpctl is, as with run (over the Unix socket) */
+	for (size_t i = 0; i < b.n; i++)
+		if ((code = taskopt_cwd(&to, &cmd_batch, opt, b.items[i].task)) != 0) {
+			batch_items_free(b.items, b.n);
+			taskopt_free(&to);
+			return code;
+		}
 	if (interrupt_install() == -1 || (b.retry = calloc(b.n, sizeof *b.retry)) == NULL) {
 		tpctl_warnx("cannot set up: %s", strerror(errno));
 		batch_items_free(b.items, b.n);

@@ -247,7 +247,8 @@ def test_usage_in_wait_status_and_run_verbose():
         # --json prints the usage as the daemon sent it; the line is its rounding
         p = expect(tpctl(d, "--json", "wait", task), 0, "--json wait")
         raw = json.loads(p.stdout)["result"]["usage"]
-        check(set(raw) == {"user_ms", "system_ms", "max_rss_bytes"}, "%r", raw)
+        check(set(raw) == {"user_ms", "system_ms", "max_rss_bytes", "max_rss_upper_bound"},
+              "%r", raw)
         check(abs(raw["user_ms"] / 1000 - usage[0]) <= 0.005 and
               abs(raw["system_ms"] / 1000 - usage[1]) <= 0.005, "%r vs %r", raw, usage)
         check(abs(raw["max_rss_bytes"] - usage[2]) <= usage[3] + 1, "%r vs %r", raw, usage)
