@@ -71,7 +71,6 @@ task_per_id(struct session *s, const struct cmd *c, const char *op, int n,
 
 struct status_rows {
 	json_t *events;         /* the status events, in the order asked */
-	json_t *keys;           /* extra columns, in the order first seen */
 	json_t *usage;          /* each row's usage, or null */
 	size_t *fetch;          /* the rows whose usage is asked for */
 };
@@ -80,26 +79,12 @@ static void
 status_collect(void *arg, long long task, json_t *ev)
 {
 	struct status_rows *rows = arg;
-	const char *key;
 	json_t *v;
-	size_t i;
 
 	(void)task;
 	json_array_append(rows->events, ev);
 	v = json_object_get(ev, FIELD_USAGE);
 	json_array_append(rows->usage, json_is_object(v) ? v : json_null());
-	json_object_foreach(ev, key, v) {
-		if (strcmp(key, FIELD_EVENT) == 0 || strcmp(key, FIELD_ID) == 0 ||
-		    strcmp(key, FIELD_TASK) == 0 || strcmp(key, FIELD_STATE) == 0 ||
-		    strcmp(key, FIELD_USAGE) == 0)
-			continue;
-		for (i = 0; i < json_array_size(rows->keys); i++)
-			if (strcmp(json_string_value(json_array_get(rows->keys, i)),
-			    key) == 0)
-				break;
-		if (i == json_array_size(rows->keys))
-			json_array_append_new(rows->keys, json_string(key));
-	}
 }
 
 /* A state whose task has ended, so that a wait is answered at once, and may have run. */
@@ -204,7 +189,7 @@ status_print(struct status_rows *rows)
 static int
 status_exec(struct tpctl *opt, int argc, char **argv)
 {
-	struct status_rows rows = { NULL, NULL, NULL, NULL };
+	struct status_rows rows = { NULL, NULL, NULL };
 	struct session s;
 	long long *ids;
 	int code, fetched;
@@ -219,7 +204,6 @@ status_exec(struct tpctl *opt, int argc, char **argv)
 		return code;
 	}
 	rows.events = json_array();
-	rows.keys = json_array();
 	rows.usage = json_array();
 	code = task_per_id(&s, &cmd_status, OP_STATUS, argc - optind, ids,
 	    status_collect, &rows);
@@ -232,7 +216,6 @@ status_exec(struct tpctl *opt, int argc, char **argv)
 	if (!opt->json && json_array_size(rows.events) > 0)
 		status_print(&rows);
 	json_decref(rows.events);
-	json_decref(rows.keys);
 	json_decref(rows.usage);
 	free(ids);
 	return code;
