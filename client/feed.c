@@ -133,7 +133,8 @@ feed_event(struct feed *f, const json_t *ev)
 	f->inflight -= f->lens[at];
 	if (strcmp(event_name(ev), EV_ERROR) == 0) {
 		/* the task ended, or is not ours: the rest of the input has nowhere to go */
-		if (!f->failed && !f->quiet_refusal)
+		if (!f->failed && (!f->quiet_refusal ||
+		    strcmp(event_error_code(ev), ERR_BAD_REQUEST) != 0))
 			f->code = event_report_error("input", ev);
 		else if (!f->failed)
 			f->code = event_exit_for_error(event_error_code(ev));

@@ -279,7 +279,7 @@ struct feed {
 	bool send_eof;          /* end the task's stdin when the input ends */
 	bool failed;            /* an input was refused (printed): code says how to exit */
 	bool closed_said;       /* the task closed its stdin (said once) */
-	bool quiet_refusal;     /* a refused input is not printed (run: the task ended) */
+	bool quiet_refusal;     /* a bad_request input is not printed (run: the task ended) */
 	bool read_failed;       /* reading the input failed (printed) */
 	int code;
 	uint64_t total;         /* bytes read */
