@@ -257,6 +257,20 @@ def test_journal_off_keeps_what_the_result_kept_and_says_a_cut():
         check("journal is off" in d.read_log(), "the log says spooling is off")
 
 
+def test_batch_says_when_a_result_was_cut():
+    """batch printed the first output_limit bytes, exit 0, without a word."""
+    with Daemon() as d:
+        path = os.path.join(d.dir, "jobs")
+        with open(path, "w") as f:
+            f.write("sh -c \"head -c 5000 /dev/zero | tr '\\\\0' b\"\n")
+        p = tpctl(d, "batch", "--no-progress", "--output-limit", "1000", path)
+        check(p.returncode == 0 and p.stdout == b"b" * 1000, "%r", p.stdout[-50:])
+        check(b"cut at the output limit" in p.stderr and b"tpctl log 1" in p.stderr,
+              "%r", p.stderr)
+        p = tpctl(d, "log", "1")
+        check(p.stdout == b"b" * 5000, "the spool has it all: %d", len(p.stdout))
+
+
 # ---------------------------------------------------------------- cwd
 
 def test_run_sends_its_own_directory_and_resolves_a_relative_c():
