@@ -89,8 +89,11 @@ def test_enqueue_usage_and_unreachable():
         expect(tpctl("enqueue", "--redis", r.addr, "-S", "j"), 64, "no command")
         expect(tpctl("enqueue", "--redis", r.addr, "-S", "j", "--results", "x", "--", "true"),
                64, "--results without --wait")
-        expect(tpctl("enqueue", "--redis", "localhost", "-S", "j", "--", "true"), 64,
+        # a host alone is Redis's own port 6379 (test_tpctl_polish); a bad port is not
+        expect(tpctl("enqueue", "--redis", "localhost:", "-S", "j", "--", "true"), 64,
                "a bad address")
+        expect(tpctl("enqueue", "--redis", "localhost:99999", "-S", "j", "--", "true"), 64,
+               "a port out of range")
         p = expect(tpctl("enqueue", "--redis", "unix:" + r.dir + "/nope.sock", "-S", "j", "--",
                          "true"), 69, "no redis there")
         check("cannot connect to redis at unix:" in p.stderr, "%r", p.stderr)
