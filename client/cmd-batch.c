@@ -95,8 +95,13 @@ batch_say_done(struct batch *b, const struct batch_item *it, const json_t *ev)
 {
 	char *what = event_describe_done(ev);
 
-	tpctl_warnx("%s:%zu: task %lld %s: %s", b->name, it->line,
-	    (long long)it->task_id, what != NULL ? what : "failed", it->text);
+	/* the line, unless the message already names it ("no such program: X") */
+	if (what != NULL && it->text != NULL && strstr(what, it->text) != NULL)
+		tpctl_warnx("%s:%zu: task %lld %s", b->name, it->line, (long long)it->task_id,
+		    what);
+	else
+		tpctl_warnx("%s:%zu: task %lld %s: %s", b->name, it->line,
+		    (long long)it->task_id, what != NULL ? what : "failed", it->text);
 	free(what);
 }
 

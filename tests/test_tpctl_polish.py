@@ -743,5 +743,16 @@ def test_tables_pad_by_display_width_and_status_has_lists_columns():
               sleeping)
 
 
+def test_batch_names_a_missing_program_once():
+    """batch said "no such program: nosuchprog: nosuchprog"."""
+    with Daemon() as d:
+        path = write_file(d, "jobs", "nosuchprog\nsh -c 'exit 3'\n")
+        p = expect(tpctl(d, "batch", "--no-progress", path), 1, "failures")
+        err = p.stderr.decode()
+        check(":1: task 1 failed: no such program: nosuchprog\n" in err, "%r", err)
+        check(":2: task 2 failed with exit status 3" in err and "sh -c 'exit 3'" in err,
+              "the line where the message does not name it: %r", err)
+
+
 if __name__ == "__main__":
     run_tests(globals())
