@@ -15,9 +15,12 @@
  *     gets no "started", only its failed done).
  *  2. Wait. Output is kept up to output_limit bytes per stream (capture.c);
  *     later bytes are read and thrown away, so the child never blocks on a
- *     full pipe. With stream: true each kept chunk is also sent as an
- *     "output" event at once, so the concatenated events of a stream are
- *     exactly the result's capture of it.
+ *     full pipe. With stream: true each chunk read is also sent as an
+ *     "output" event at once. Every chunk also goes to the task's spool
+ *     file (spool.c) within its bounds, in the same step under wake_lock,
+ *     so a follower from the start finds each byte in the file or in a
+ *     later event. A streamed stdin (exec-input.c) is written as input
+ *     requests bring it; the pipe is watched only while there is some.
  *  3. The end comes when the child (the group's leader) exits, or the
  *     timeout passes or cancel is asked: then the whole group gets SIGTERM
  *     (and SIGCONT, for stopped members), and the wait goes on for the
