@@ -458,11 +458,11 @@ const struct cmd cmd_follow = {
 	    "Follows task ID from this connection, whoever submitted it: copies its\n"
 	    "stdout and stderr as they arrive, from now on, and exits as run does\n"
 	    "(its exit status, 124 timed out, 128+N signal N, 1 failed). A finished\n"
-	    "task's kept output is printed at once. Ctrl-C stops following (130);\n"
+	    "task's output is printed at once. Ctrl-C stops following (130);\n"
 	    "the task goes on.\n"
 	    "\n"
-	    "  -a, --from-start         first the output the task has kept so far\n"
-	    "                           (up to its output limit), then what follows\n"
+	    "  -a, --from-start         first the task's whole output so far (the\n"
+	    "                           daemon's spool, as tpctl log), then what follows\n"
 	    "  -v, --verbose            at the end, say on stderr what the task used\n",
 	.exec = follow_exec,
 };
