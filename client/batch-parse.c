@@ -147,13 +147,73 @@ batch_line_task(const char *line, const char **bad, char **badbuf)
 	return task;
 }
 
+/*
+ * The kinds and their fields, as the daemon takes them (doc/protocol.md,
+ * doc/exec.md): a batch checks every line before submitting any, so that a
+ * typo on line 900 does not leave 899 tasks submitted. Types and values
+ * are the daemon's to check.
+ */
+static const struct {
+	const char *kind;
+	const char *required;
+	const char *fields[10];
+} batch_kinds[] = {
+	{ KIND_EXEC, FIELD_ARGV, { FIELD_ARGV, FIELD_ENV, FIELD_CWD, FIELD_STDIN,
+	    FIELD_STDIN_BASE64, FIELD_STDIN_STREAM, FIELD_OUTPUT_LIMIT, FIELD_LIMITS, NULL } },
+	{ KIND_ECHO, NULL, { FIELD_VALUE, NULL } },
+	{ KIND_SLEEP, FIELD_MS, { FIELD_MS, NULL } },
+	{ KIND_SPIN, FIELD_MS, { FIELD_MS, NULL } },
+	{ KIND_FAIL, NULL, { FIELD_MESSAGE, NULL } },
+};
+
+/* NULL when task's kind and fields are ones the daemon takes, else why not (in buf). */
+static const char *
+batch_check_task(const json_t *task, char *buf, size_t len)
+{
+	const char *kind = json_string_value(json_object_get(task, FIELD_KIND)), *key;
+	json_t *v;
+	size_t k, i, off = 0;
+
+	for (k = 0; k < sizeof batch_kinds / sizeof batch_kinds[0]; k++)
+		if (strcmp(kind, batch_kinds[k].kind) == 0)
+			break;
+	if (k == sizeof batch_kinds / sizeof batch_kinds[0]) {
+		off = (size_t)snprintf(buf, len, "unknown task kind \"%s\" (kinds:", kind);
+		for (k = 0; k < sizeof batch_kinds / sizeof batch_kinds[0] && off < len; k++)
+			off += (size_t)snprintf(buf + off, len - off, "%s %s", k > 0 ? "," : "",
+			    batch_kinds[k].kind);
+		if (off < len)
+			snprintf(buf + off, len - off, ")");
+		return buf;
+	}
+	json_object_foreach((json_t *)task, key, v) {
+		if (strcmp(key, FIELD_KIND) == 0 || strcmp(key, FIELD_TIMEOUT_MS) == 0)
+			continue;
+		for (i = 0; batch_kinds[k].fields[i] != NULL; i++)
+			if (strcmp(key, batch_kinds[k].fields[i]) == 0)
+				break;
+		if (batch_kinds[k].fields[i] == NULL) {
+			snprintf(buf, len, "\"%s\" is not a field of a%s %s task", key,
+			    kind[0] == 'e' ? "n" : "", kind);
+			return buf;
+		}
+	}
+	if (batch_kinds[k].required != NULL &&
+	    json_object_get(task, batch_kinds[k].required) == NULL) {
+		snprintf(buf, len, "a%s %s task needs \"%s\"", kind[0] == 'e' ? "n" : "", kind,
+		    batch_kinds[k].required);
+		return buf;
+	}
+	return NULL;
+}
+
 int
 batch_read(FILE *f, const char *name, const struct taskopt *to,
     struct batch_item **itemsp, size_t *np)
 {
 	struct batch_item *items = NULL, *nitems;
 	size_t n = 0, cap = 0, lineno = 0, linecap = 0, len;
-	char *line = NULL, *badbuf;
+	char *line = NULL, *badbuf, why[256];
 	const char *bad;
 	ssize_t got;
 	json_t *task;
@@ -180,6 +240,12 @@ batch_read(FILE *f, const char *name, const struct taskopt *to,
 			continue;
 		}
 		taskopt_apply(to, task);
+		if ((bad = batch_check_task(task, why, sizeof why)) != NULL) {
+			tpctl_warnx("%s:%zu: %s", name, lineno, bad);
+			json_decref(task);
+			errors++;
+			continue;
+		}
 		if (n == cap) {
 			cap = cap == 0 ? 64 : cap * 2;
 			if ((nitems = realloc(items, cap * sizeof *items)) == NULL) {

@@ -95,8 +95,13 @@ batch_say_done(struct batch *b, const struct batch_item *it, const json_t *ev)
 {
 	char *what = event_describe_done(ev);
 
-	tpctl_warnx("%s:%zu: task %lld %s: %s", b->name, it->line,
-	    (long long)it->task_id, what != NULL ? what : "failed", it->text);
+	/* the line, unless the message already names it ("no such program: X") */
+	if (what != NULL && it->text != NULL && strstr(what, it->text) != NULL)
+		tpctl_warnx("%s:%zu: task %lld %s", b->name, it->line, (long long)it->task_id,
+		    what);
+	else
+		tpctl_warnx("%s:%zu: task %lld %s: %s", b->name, it->line,
+		    (long long)it->task_id, what != NULL ? what : "failed", it->text);
 	free(what);
 }
 
@@ -119,7 +124,8 @@ batch_finish(struct batch *b, struct batch_item *it, enum batch_outcome out,
 		if (event_write_result_output(ev) == -1 && errno == EPIPE) {
 			b->stdout_gone = true;
 			say = false;
-		}
+		} else
+			event_say_truncated(ev);
 	}
 	switch (out) {
 	case OUT_SUCCEEDED:
@@ -411,6 +417,13 @@ batch_exec(struct tpctl *opt, int argc, char **argv)
 		taskopt_free(&to);
 		return 0;
 	}
+	/* each line runs where tpctl is, as with run (over the Unix socket) */
+	for (size_t i = 0; i < b.n; i++)
+		if ((code = taskopt_cwd(&to, &cmd_batch, opt, b.items[i].task)) != 0) {
+			batch_items_free(b.items, b.n);
+			taskopt_free(&to);
+			return code;
+		}
 	if (interrupt_install() == -1 || (b.retry = calloc(b.n, sizeof *b.retry)) == NULL) {
 		tpctl_warnx("cannot set up: %s", strerror(errno));
 		batch_items_free(b.items, b.n);

@@ -67,8 +67,9 @@ list_time(const json_t *task, const char *key, bool shown)
 static void
 list_print(const json_t *ev)
 {
+	/* the same columns as status's (cmd-task.c) */
 	static const char *const headers[] = { "TASK", "LABEL", "POOL", "STATE", "QUEUED",
-	    "RAN", "OWNER" };
+	    "RUN", "OWNER" };
 	json_t *tasks = json_object_get(ev, FIELD_TASKS), *t;
 	struct table *table;
 	char *cells[7];

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include "tpctl.h"
 #include "wire.h"
@@ -31,7 +32,15 @@ struct run {
 	bool streamed[2];       /* an output event came for stdout, stderr */
 	bool verbose;           /* -v: say what the task used */
 	bool follow;            /* tpctl follow: submit_id is the wait's */
+	struct feed feed;       /* -i: tpctl's stdin, streamed to the task */
+	uint64_t accepted_us;   /* when accepted: a task not started a second later is said queued */
+	int64_t ahead;          /* the accepted event's queued */
+	bool started;           /* its started came (or its output, or its done) */
+	bool queued_said;
 };
+
+/* How long a run waits for its task to start before saying it is queued. */
+#define RUN_QUEUED_SAY_MS 1000
 
 static int
 run_cancel(struct run *r)
@@ -43,6 +52,21 @@ run_cancel(struct run *r)
 		return 0;
 	req = json_pack("{s:s, s:I}", FIELD_OP, OP_CANCEL, FIELD_TASK,
 	    (json_int_t)r->task_id);
+	if (feed_busy(&r->feed)) {
+		/*
+		 * The daemon may not be reading this connection (the task's stdin
+		 * buffer is full, and a task that is not reading keeps it so):
+		 * the cancel goes on a connection of its own.
+		 */
+		json_t *reply = NULL;
+		int code = session_once(r->s.opt, "cancel", req, &reply);
+		json_decref(reply);
+		if (code != 0)
+			return -1;
+		r->cancel_sent = true;
+		r->feed.fd = -1;
+		return 0;
+	}
 	if (session_send(&r->s, req) == -1)
 		return -1;
 	r->cancel_sent = true;
@@ -177,14 +201,23 @@ run_event(struct run *r, json_t *ev)
 
 	if (id == -1 && strcmp(name, EV_ERROR) == 0)
 		return event_report_error(link_address(r->s.link), ev);
+	if (feed_event(&r->feed, ev))
+		return -1;      /* an input's answer (a refusal: the task has ended) */
 	if (id != r->submit_id) {
 		/* the cancel's answer: an error there is worth a word */
 		if (strcmp(name, EV_ERROR) == 0)
 			event_report_error("cancel", ev);
 		return -1;
 	}
+	if (strcmp(name, EV_STARTED) == 0 || strcmp(name, EV_DONE) == 0 ||
+	    strcmp(name, EV_OUTPUT) == 0)
+		r->started = true;
 	if (strcmp(name, EV_ACCEPTED) == 0) {
 		r->task_id = event_int(ev, FIELD_TASK, -1);
+		r->accepted_us = tpctl_now_us();
+		r->ahead = event_int(ev, FIELD_QUEUED, 0);
+		if (r->feed.fd != -1)
+			r->feed.task = r->task_id;      /* its stdin may flow now */
 		if (r->cancel_wanted && run_cancel(r) == -1)
 			return EX_UNAVAILABLE;
 	} else if (strcmp(name, EV_OUTPUT) == 0) {
@@ -232,12 +265,29 @@ run_begin(struct run *r, struct tpctl *opt, json_t *req, bool owed)
 	return 0;
 }
 
+/*
+ * A command's stdin that is a pipe or a file stays with tpctl unless -i
+ * sends it: one line says so, since `tpctl run -- sort < file` reads as if
+ * it would.
+ */
+static void
+run_stdin_hint(void)
+{
+	struct stat st;
+
+	if (fstat(STDIN_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) ||
+	    (S_ISREG(st.st_mode) && st.st_size > 0)))
+		tpctl_warnx("hint: stdin is a %s, and the task does not get it: give -i "
+		    "(--stdin) to send it", S_ISFIFO(st.st_mode) ? "pipe" : "file");
+}
+
 static int
 run_exec(struct tpctl *opt, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		CMD_LONGOPTS_COMMON, TASKOPT_LONGOPTS,
 		{ "stdin", no_argument, NULL, 'i' },
+		{ "stdin-open", no_argument, NULL, OPT_STDIN_OPEN },
 		{ "task", required_argument, NULL, OPT_TASK },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ NULL, 0, NULL, 0 }
@@ -249,6 +299,7 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 	int ch, code, res;
 
 	taskopt_init(&to);
+	to.stream_stdin = true;
 	while ((ch = cmd_getopt(&cmd_run, opt, argc, argv,
 	    "+:h" TASKOPT_SHORTOPTS "iv", longopts)) != -1) {
 		if (ch == 'v') {
@@ -269,20 +320,48 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 		taskopt_free(&to);
 		return code;
 	}
+	if ((code = taskopt_cwd(&to, &cmd_run, opt, task)) != 0) {
+		json_decref(task);
+		taskopt_free(&to);
+		return code;
+	}
+	if (!to.read_stdin && !to.stdin_open)
+		run_stdin_hint();
 	memset(&r, 0, sizeof r);
 	r.task_id = -1;
 	r.to = &to;
 	r.task = json_incref(task);
 	r.verbose = verbose;
+	feed_init(&r.feed, to.read_stdin ? STDIN_FILENO : -1, !to.stdin_open);
+	r.feed.quiet_refusal = true;
 	req = taskopt_submit(&to, task);
 	json_object_set_new(req, FIELD_STREAM, json_true());
 
 	if ((code = run_begin(&r, opt, req, true)) != 0)
 		goto out;
 	for (code = -1; code == -1;) {
-		res = session_next(&r.s, &ev, -1);
+		int wait = -1;
+
+		if (r.accepted_us != 0 && !r.started && !r.queued_said && !opt->json) {
+			uint64_t at = r.accepted_us + RUN_QUEUED_SAY_MS * 1000, now = tpctl_now_us();
+			wait = now >= at ? 0 : (int)((at - now + 999) / 1000);
+		}
+		link_watch(r.s.link, feed_wants_input(&r.feed) ? r.feed.fd : -1);
+		res = session_next(&r.s, &ev, wait);
+		if (res == LINK_TIMEOUT && wait >= 0) {
+			/* a second without a start: it waits for a worker, say so */
+			r.queued_said = true;
+			tpctl_warnx("task %lld is queued (%lld ahead of it when accepted); "
+			    "waiting for a worker", (long long)r.task_id, (long long)r.ahead);
+			continue;
+		}
 		if (res == LINK_INTERRUPTED) {
 			code = run_interrupted(&r);
+			continue;
+		}
+		if (res == LINK_INPUT) {
+			if ((code = feed_read(&r.feed, &r.s)) == 0)
+				code = -1;
 			continue;
 		}
 		if (res != LINK_EVENT) {
@@ -300,6 +379,7 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 	}
 	session_close(&r.s);
 out:
+	feed_free(&r.feed);
 	json_decref(r.task);
 	taskopt_free(&to);
 	return code;
@@ -322,6 +402,7 @@ follow_exec(struct tpctl *opt, int argc, char **argv)
 	int ch, code, res;
 
 	memset(&r, 0, sizeof r);
+	feed_init(&r.feed, -1, false);
 	while ((ch = cmd_getopt(&cmd_follow, opt, argc, argv, "+:hav", longopts)) != -1) {
 		if (ch == 'v')
 			r.verbose = true;
@@ -377,11 +458,11 @@ const struct cmd cmd_follow = {
 	    "Follows task ID from this connection, whoever submitted it: copies its\n"
 	    "stdout and stderr as they arrive, from now on, and exits as run does\n"
 	    "(its exit status, 124 timed out, 128+N signal N, 1 failed). A finished\n"
-	    "task's kept output is printed at once. Ctrl-C stops following (130);\n"
+	    "task's output is printed at once. Ctrl-C stops following (130);\n"
 	    "the task goes on.\n"
 	    "\n"
-	    "  -a, --from-start         first the output the task has kept so far\n"
-	    "                           (up to its output limit), then what follows\n"
+	    "  -a, --from-start         first the task's whole output so far (the\n"
+	    "                           daemon's spool, as tpctl log), then what follows\n"
 	    "  -v, --verbose            at the end, say on stderr what the task used\n",
 	.exec = follow_exec,
 };
@@ -398,7 +479,10 @@ const struct cmd cmd_run = {
 	    "to end; a second one exits at once.\n"
 	    "\n"
 	    TASKOPT_HELP
-	    "  -i, --stdin              send tpctl's stdin to the command (text or binary)\n"
+	    "  -i, --stdin              stream tpctl's stdin to the command (text or\n"
+	    "                           binary, any size, paced by the command)\n"
+	    "      --stdin-open         leave the command's stdin open (after -i's input)\n"
+	    "                           for tpctl send, until send --eof\n"
 	    "      --task JSON          run this task object instead of a command,\n"
 	    "                           e.g. '{\"kind\":\"sleep\",\"ms\":500}'; a kind\n"
 	    "                           but exec prints its result as one JSON line\n"

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tpctl.h"
 #include "wire.h"
@@ -32,18 +33,22 @@ submit_exec(struct tpctl *opt, int argc, char **argv)
 	static const struct option longopts[] = {
 		CMD_LONGOPTS_COMMON, TASKOPT_LONGOPTS,
 		{ "stdin", no_argument, NULL, 'i' },
+		{ "stdin-open", no_argument, NULL, OPT_STDIN_OPEN },
 		{ "task", required_argument, NULL, OPT_TASK },
 		{ "detach", no_argument, NULL, 'd' },
 		{ NULL, 0, NULL, 0 }
 	};
 	struct taskopt to;
 	struct session s;
+	struct feed f;
 	json_t *task, *req, *ev;
 	int64_t id, task_id = -1;
 	bool detach = false;
 	int ch, code, res, k;
 
 	taskopt_init(&to);
+	to.stream_stdin = true;
+	feed_init(&f, -1, true);
 	while ((ch = cmd_getopt(&cmd_submit, opt, argc, argv,
 	    "+:h" TASKOPT_SHORTOPTS "id", longopts)) != -1) {
 		if (ch == 'd') {
@@ -61,6 +66,11 @@ submit_exec(struct tpctl *opt, int argc, char **argv)
 		taskopt_free(&to);
 		return code;
 	}
+	if ((code = taskopt_cwd(&to, &cmd_submit, opt, task)) != 0)
+		goto out;
+	if (to.read_stdin)
+		f.fd = STDIN_FILENO;
+	f.send_eof = !to.stdin_open;
 	req = taskopt_submit(&to, json_incref(task));
 	if (detach)
 		json_object_set_new(req, FIELD_DETACH, json_true());
@@ -81,7 +91,13 @@ submit_exec(struct tpctl *opt, int argc, char **argv)
 		goto out;
 	}
 	for (code = -1; code == -1;) {
+		link_watch(s.link, feed_wants_input(&f) ? f.fd : -1);
 		res = session_next(&s, &ev, -1);
+		if (res == LINK_INPUT) {
+			if ((code = feed_read(&f, &s)) == 0)
+				code = detach && !feed_busy(&f) ? 0 : -1;
+			continue;
+		}
 		if (res == LINK_INTERRUPTED) {
 			interrupt_take();
 			if (task_id >= 0)
@@ -95,6 +111,13 @@ submit_exec(struct tpctl *opt, int argc, char **argv)
 			code = session_exit_code(res);
 			break;
 		}
+		if (feed_event(&f, ev)) {
+			/* detached: done once the whole input is taken */
+			if (detach && task_id >= 0 && !feed_busy(&f))
+				code = f.failed ? f.code : 0;
+			json_decref(ev);
+			continue;
+		}
 		if (event_id(ev) != id && event_id(ev) != -1) {
 			json_decref(ev);
 			continue;
@@ -105,7 +128,8 @@ submit_exec(struct tpctl *opt, int argc, char **argv)
 				printf("%lld\n", (long long)task_id);
 				fflush(stdout);
 			}
-			if (detach)
+			f.task = task_id;
+			if (detach && !feed_busy(&f))
 				code = 0;
 		} else if (strcmp(event_name(ev), EV_DONE) == 0)
 			code = submit_done(ev, task_id, opt->json);
@@ -119,6 +143,7 @@ submit_exec(struct tpctl *opt, int argc, char **argv)
 	}
 	session_close(&s);
 out:
+	feed_free(&f);
 	json_decref(task);
 	taskopt_free(&to);
 	return code;
@@ -137,7 +162,11 @@ const struct cmd cmd_submit = {
 	    "\n"
 	    "  -d, --detach             do not wait: the daemon sends no done\n"
 	    TASKOPT_HELP
-	    "  -i, --stdin              send tpctl's stdin to the command (text or binary)\n"
+	    "  -i, --stdin              stream tpctl's stdin to the command (text or\n"
+	    "                           binary, any size); with --detach tpctl leaves\n"
+	    "                           once all of it is sent\n"
+	    "      --stdin-open         leave the command's stdin open (after -i's input)\n"
+	    "                           for tpctl send, until send --eof\n"
 	    "      --task JSON          submit this task object instead of a command,\n"
 	    "                           e.g. '{\"kind\":\"sleep\",\"ms\":500}'\n",
 	.exec = submit_exec,

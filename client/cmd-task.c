@@ -71,7 +71,6 @@ task_per_id(struct session *s, const struct cmd *c, const char *op, int n,
 
 struct status_rows {
 	json_t *events;         /* the status events, in the order asked */
-	json_t *keys;           /* extra columns, in the order first seen */
 	json_t *usage;          /* each row's usage, or null */
 	size_t *fetch;          /* the rows whose usage is asked for */
 };
@@ -80,26 +79,12 @@ static void
 status_collect(void *arg, long long task, json_t *ev)
 {
 	struct status_rows *rows = arg;
-	const char *key;
 	json_t *v;
-	size_t i;
 
 	(void)task;
 	json_array_append(rows->events, ev);
 	v = json_object_get(ev, FIELD_USAGE);
 	json_array_append(rows->usage, json_is_object(v) ? v : json_null());
-	json_object_foreach(ev, key, v) {
-		if (strcmp(key, FIELD_EVENT) == 0 || strcmp(key, FIELD_ID) == 0 ||
-		    strcmp(key, FIELD_TASK) == 0 || strcmp(key, FIELD_STATE) == 0 ||
-		    strcmp(key, FIELD_USAGE) == 0)
-			continue;
-		for (i = 0; i < json_array_size(rows->keys); i++)
-			if (strcmp(json_string_value(json_array_get(rows->keys, i)),
-			    key) == 0)
-				break;
-		if (i == json_array_size(rows->keys))
-			json_array_append_new(rows->keys, json_string(key));
-	}
 }
 
 /* A state whose task has ended, so that a wait is answered at once, and may have run. */
@@ -158,76 +143,53 @@ status_fetch_usage(struct session *s, struct status_rows *rows)
 	return code;
 }
 
+/*
+ * The same columns and conventions as list's (cmd-list.c): TASK (right),
+ * LABEL, POOL, STATE, QUEUED, RUN (times so far for an unfinished task, "-"
+ * for what is not there), OWNER, and what it used last, the widest.
+ */
 static void
 status_print(struct status_rows *rows)
 {
-	size_t nkeys = json_array_size(rows->keys), ncols, i, r;
-	char used[FORMAT_USAGE_LEN];
+	static const char *const headers[] = { "TASK", "LABEL", "POOL", "STATE", "QUEUED",
+	    "RUN", "OWNER", "USAGE" };
+	static const char *const keys[] = { FIELD_TASK, FIELD_LABEL, FIELD_POOL, FIELD_STATE,
+	    FIELD_QUEUED_MS, FIELD_RUN_MS, FIELD_OWNER };
+	char used[FORMAT_USAGE_LEN], *cells[8];
 	bool have_usage = false;
-	const char **cells;
-	char *align, **owned;
 	struct table *t;
 	json_t *ev, *usage;
+	size_t i, r, ncols;
 
 	json_array_foreach(rows->usage, r, usage)
 		have_usage = have_usage || !json_is_null(usage);
-	/* TASK, STATE, a column per other field, and USAGE last: it is the widest */
-	ncols = 2 + nkeys + (have_usage ? 1 : 0);
-	cells = calloc(ncols, sizeof *cells);
-	align = calloc(ncols + 1, 1);
-	owned = calloc(ncols, sizeof *owned);
-	if (cells == NULL || align == NULL || owned == NULL)
-		goto out;
-	memset(align, 'l', ncols);
-	cells[0] = "TASK";
-	cells[1] = "STATE";
-	for (i = 2; i < 2 + nkeys; i++) {
-		const char *key = json_string_value(json_array_get(rows->keys, i - 2));
-		size_t klen = strlen(key);
-		char *h, *p;
-		/* "run_ms" is shown as a duration under RUN */
-		if (klen > 3 && strcmp(key + klen - 3, "_ms") == 0)
-			klen -= 3;
-		h = strndup(key, klen);
-		for (p = h; p != NULL && *p != '\0'; p++)
-			*p = *p >= 'a' && *p <= 'z' ? (char)(*p - 'a' + 'A') : *p;
-		owned[i] = h;
-		cells[i] = h;
-	}
-	if (have_usage)
-		cells[ncols - 1] = "USAGE";
-	if ((t = table_new(align, cells)) == NULL)
-		goto out;
-	for (i = 2; i < 2 + nkeys; i++)
-		free(owned[i]);
+	ncols = have_usage ? 8 : 7;
+	if ((t = table_new(have_usage ? "rlllrrll" : "rlllrrl", headers)) == NULL)
+		return;
 	json_array_foreach(rows->events, r, ev) {
-		owned[0] = format_cell(FIELD_TASK, json_object_get(ev, FIELD_TASK));
-		owned[1] = strdup(event_str(ev, FIELD_STATE, "?"));
-		for (i = 2; i < 2 + nkeys; i++) {
-			const char *key = json_string_value(json_array_get(rows->keys, i - 2));
-			json_t *v = json_object_get(ev, key);
-			owned[i] = v != NULL ? format_cell(key, v) : strdup("");
+		for (i = 0; i < 7; i++) {
+			json_t *v = json_object_get(ev, keys[i]);
+			/* a queued task has not run: "-", as list says */
+			if (i == 5 && strcmp(event_str(ev, FIELD_STATE, ""), STATE_QUEUED) == 0)
+				v = NULL;
+			cells[i] = v != NULL && !(json_is_string(v) && *json_string_value(v) ==
+			    '\0') ? format_cell(keys[i], v) : strdup("-");
 		}
 		if (have_usage)
-			owned[ncols - 1] = strdup(format_usage(json_array_get(rows->usage, r),
+			cells[7] = strdup(format_usage(json_array_get(rows->usage, r),
 			    used, sizeof used) != NULL ? used : "");
-		table_add(t, (const char *const *)owned);
+		table_add(t, (const char *const *)cells);
 		for (i = 0; i < ncols; i++)
-			free(owned[i]);
+			free(cells[i]);
 	}
 	table_print(t, stdout);
 	table_free(t);
-	memset(owned, 0, ncols * sizeof *owned);
-out:
-	free(cells);
-	free(align);
-	free(owned);
 }
 
 static int
 status_exec(struct tpctl *opt, int argc, char **argv)
 {
-	struct status_rows rows = { NULL, NULL, NULL, NULL };
+	struct status_rows rows = { NULL, NULL, NULL };
 	struct session s;
 	long long *ids;
 	int code, fetched;
@@ -242,7 +204,6 @@ status_exec(struct tpctl *opt, int argc, char **argv)
 		return code;
 	}
 	rows.events = json_array();
-	rows.keys = json_array();
 	rows.usage = json_array();
 	code = task_per_id(&s, &cmd_status, OP_STATUS, argc - optind, ids,
 	    status_collect, &rows);
@@ -255,7 +216,6 @@ status_exec(struct tpctl *opt, int argc, char **argv)
 	if (!opt->json && json_array_size(rows.events) > 0)
 		status_print(&rows);
 	json_decref(rows.events);
-	json_decref(rows.keys);
 	json_decref(rows.usage);
 	free(ids);
 	return code;

@@ -123,7 +123,27 @@ wait_exec(struct tpctl *opt, int argc, char **argv)
 	}
 	if ((code = session_open(&s, opt)) != 0)
 		goto out;
-	code = pipeline_run(&s, (size_t)n, true, wait_request, wait_answer, &w);
+	if (w.output && !w.json) {
+		/* one task after the other, each one's whole output (tpctl log), in order */
+		for (i = 0; i < n && code == 0; i++) {
+			json_t *done;
+
+			if ((code = log_task(&s, w.items[i].task, &done)) != 0) {
+				if (code == EXIT_BROKEN_PIPE || code >= EXIT_SIGNALLED ||
+				    code == EX_UNAVAILABLE) {
+					session_close(&s);
+					goto out;
+				}
+				w.items[i].code = code;
+				code = 0;
+				continue;
+			}
+			wait_print(done, w.items[i].task, true);
+			w.items[i].code = event_task_exit_code(done);
+			json_decref(done);
+		}
+	} else
+		code = pipeline_run(&s, (size_t)n, true, wait_request, wait_answer, &w);
 	session_close(&s);
 	if (code != 0)
 		goto out;
@@ -151,8 +171,9 @@ const struct cmd cmd_wait = {
 	    "128+N signal N, 1 failed); with several, 0 when all succeeded, else 1.\n"
 	    "An interrupt stops the waiting; the tasks go on.\n"
 	    "\n"
-	    "  -o, --output             print the output each task captured instead\n"
-	    "                           of its line (then, on stderr, a line for a\n"
-	    "                           task that did not succeed)\n",
+	    "  -o, --output             print each task's whole output instead of its\n"
+	    "                           line, one task after the other (as tpctl log;\n"
+	    "                           then, on stderr, a line for a task that did not\n"
+	    "                           succeed)\n",
 	.exec = wait_exec,
 };

@@ -205,7 +205,10 @@ event_describe_done(const json_t *done)
 			    format_bytes(bytes, limit, sizeof limit));
 		else
 			r = asprintf(&s, "killed: it passed its memory limit");
-	} else if (strcmp(state, STATE_TIMED_OUT) == 0)
+	} else if (strcmp(state, STATE_TIMED_OUT) == 0 &&
+	    strncmp(message, "timed out after ", 16) == 0)
+		r = asprintf(&s, "%s", message);  /* the timeout itself, and a SIGKILL after it */
+	else if (strcmp(state, STATE_TIMED_OUT) == 0)
 		r = asprintf(&s, "timed out after %s", buf);
 	else if (*message != '\0' && strcmp(message, state) != 0 &&
 	    strcmp(message, code) != 0)
@@ -305,4 +308,17 @@ event_write_output(const json_t *ev)
 	int fd = strcmp(stream, STREAM_STDERR) == 0 ? STDERR_FILENO : STDOUT_FILENO;
 
 	return event_write_field(fd, ev, FIELD_DATA, FIELD_DATA_BASE64);
+}
+
+void
+event_say_truncated(const json_t *done)
+{
+	json_t *result = json_object_get(done, FIELD_RESULT);
+	long long task = (long long)event_int(done, FIELD_TASK, -1);
+
+	if (!json_is_true(json_object_get(result, FIELD_TRUNCATED)))
+		return;
+	tpctl_warnx("task %lld: its output was cut at the output limit (--output-limit, "
+	    "[exec] output_limit): tpctl log %lld gives the whole output when the daemon "
+	    "spools it", task, task);
 }

@@ -8,8 +8,10 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <locale.h>
 #include <stdlib.h>
 #include <string.h>
+#include <wchar.h>
 
 #include "tpctl.h"
 #include "units.h"
@@ -107,7 +109,9 @@ format_usage(const json_t *usage, char *buf, size_t len)
 	rss = json_object_get(usage, FIELD_MAX_RSS_BYTES);
 	if (json_is_integer(rss) && json_integer_value(rss) >= 0 && n >= 0 &&
 	    (size_t)n < len)
-		snprintf(buf + n, len - (size_t)n, ", peak %s",
+		snprintf(buf + n, len - (size_t)n, ", peak %s%s",
+		    json_is_true(json_object_get(usage, FIELD_MAX_RSS_UPPER_BOUND)) ?
+		    "at most " : "",
 		    format_bytes((uint64_t)json_integer_value(rss), peak, sizeof peak));
 	return buf;
 }
@@ -180,6 +184,59 @@ table_add(struct table *t, const char *const *cells)
 	t->nrows++;
 }
 
+size_t
+format_width(const char *s)
+{
+	static locale_t utf8;
+	static bool tried;
+	locale_t old;
+	mbstate_t st;
+	size_t w = 0, left = strlen(s), n;
+	wchar_t wc;
+	int cw;
+
+	/* the columns a terminal gives s: an accent 1, an emoji or a CJK character 2 */
+	if (!tried) {
+		tried = true;
+		utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+	}
+	if (utf8 == (locale_t)0)
+		return left;
+	old = uselocale(utf8);
+	memset(&st, 0, sizeof st);
+	while (left > 0) {
+		n = mbrtowc(&wc, s, left, &st);
+		if (n == (size_t)-1 || n == (size_t)-2 || n == 0) {
+			/* a byte that is not UTF-8 shows as one replacement */
+			memset(&st, 0, sizeof st);
+			w++;
+			s++;
+			left--;
+			continue;
+		}
+		cw = wcwidth(wc);
+		w += cw < 0 ? 1 : (size_t)cw;
+		s += n;
+		left -= n;
+	}
+	uselocale(old);
+	return w;
+}
+
+/* Writes cell padded with blanks to width columns (on the left when right). */
+static void
+table_pad(FILE *f, const char *cell, size_t width, bool right)
+{
+	size_t w = format_width(cell);
+
+	if (!right)
+		fputs(cell, f);
+	for (; w < width; w++)
+		fputc(' ', f);
+	if (right)
+		fputs(cell, f);
+}
+
 void
 table_print(const struct table *t, FILE *f)
 {
@@ -191,7 +248,7 @@ table_print(const struct table *t, FILE *f)
 	for (r = 0; r < t->nrows; r++)
 		for (c = 0; c < t->ncols; c++) {
 			cell = t->cells[r * t->ncols + c];
-			w = cell != NULL ? strlen(cell) : 0;
+			w = cell != NULL ? format_width(cell) : 0;
 			if (w > width[c])
 				width[c] = w;
 		}
@@ -208,11 +265,11 @@ table_print(const struct table *t, FILE *f)
 			if (c > 0)
 				fputs("  ", f);
 			if (t->align[c] == 'r')
-				fprintf(f, "%*s", (int)width[c], cell);
+				table_pad(f, cell, width[c], true);
 			else if (c + 1 == ncols)
 				fputs(cell, f);     /* no trailing blanks */
 			else
-				fprintf(f, "%-*s", (int)width[c], cell);
+				table_pad(f, cell, width[c], false);
 		}
 		fputc('\n', f);
 	}

@@ -12,6 +12,7 @@
 #include "config.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 #include <netinet/in.h>
@@ -49,6 +50,7 @@ struct link {
 	size_t outoff;          /* bytes of out already sent */
 
 	uint64_t last_io_us;    /* when bytes last moved either way */
+	int watch_fd;           /* link_watch's, or -1 */
 };
 
 static char *link_xasprintf(const char *, ...) __attribute__((format(printf, 1, 2)));
@@ -114,6 +116,7 @@ link_open_unix(const char *path, uint64_t timeout_ms, int *error, char **cause)
 {
 	struct sockaddr_un sun;
 	struct timeval tv;
+	struct stat st;
 	int fd, saved;
 
 	memset(&sun, 0, sizeof sun);
@@ -143,8 +146,15 @@ link_open_unix(const char *path, uint64_t timeout_ms, int *error, char **cause)
 		if (saved == EAGAIN || saved == EWOULDBLOCK || saved == EINPROGRESS)
 			saved = ETIMEDOUT;
 		*error = saved;
-		*cause = link_xasprintf("cannot connect to %s: %s%s", path,
-		    strerror(saved), link_hint(saved, false));
+		if (saved == ECONNREFUSED && stat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
+			/* a file that is no socket refuses too: say what it is */
+			*cause = link_xasprintf("cannot connect to %s: it is not a socket but a "
+			    "%s (name tpd's socket with -s PATH or TPD_SOCKET)", path,
+			    S_ISDIR(st.st_mode) ? "directory" : S_ISREG(st.st_mode) ?
+			    "regular file" : "file of another kind");
+		else
+			*cause = link_xasprintf("cannot connect to %s: %s%s", path,
+			    strerror(saved), link_hint(saved, false));
 		return -1;
 	}
 	memset(&tv, 0, sizeof tv);
@@ -318,6 +328,7 @@ link_open(const char *path, const char *fallback, const char *host,
 		return NULL;
 	}
 	lk->fd = fd;
+	lk->watch_fd = -1;
 	lk->last_io_us = tpctl_now_us();
 	return lk;
 }
@@ -512,9 +523,9 @@ link_poll_ms(uint64_t deadline_us, int timeout_ms)
 int
 link_recv(struct link *lk, json_t **ev, int timeout_ms, char **cause)
 {
-	struct pollfd pfd[2];
+	struct pollfd pfd[3];
 	uint64_t deadline;
-	int n, r, nfds;
+	int n, r, nfds, at_watch;
 
 	*ev = NULL;
 	lk->line = NULL;     /* the last line returned is no longer needed */
@@ -541,7 +552,15 @@ link_recv(struct link *lk, json_t **ev, int timeout_ms, char **cause)
 			pfd[1].revents = 0;
 			nfds = 2;
 		}
-		n = poll(pfd, nfds, link_poll_ms(deadline, timeout_ms));
+		at_watch = -1;
+		if (lk->watch_fd != -1) {
+			at_watch = nfds;
+			pfd[nfds].fd = lk->watch_fd;
+			pfd[nfds].events = POLLIN;
+			pfd[nfds].revents = 0;
+			nfds++;
+		}
+		n = poll(pfd, (nfds_t)nfds, link_poll_ms(deadline, timeout_ms));
 		if (n == -1 && errno == EINTR)
 			continue;   /* the handler wrote to the pipe: poll sees it next */
 		if (n == -1) {
@@ -550,7 +569,7 @@ link_recv(struct link *lk, json_t **ev, int timeout_ms, char **cause)
 		}
 		if (n == 0)
 			return LINK_TIMEOUT;
-		if (nfds == 2 && (pfd[1].revents & POLLIN))
+		if (interrupt_fd() != -1 && (pfd[1].revents & POLLIN))
 			return LINK_INTERRUPTED;
 		if ((pfd[0].revents & POLLOUT) &&
 		    (r = link_write_some(lk, cause)) != 0)
@@ -558,7 +577,19 @@ link_recv(struct link *lk, json_t **ev, int timeout_ms, char **cause)
 		if ((pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) &&
 		    (r = link_read_some(lk, cause)) != 0)
 			return r;
+		/* events first: they may close the window this input would go in */
+		if (at_watch != -1 && pfd[at_watch].revents != 0 &&
+		    (r = link_take_line(lk, ev, cause)) == 0)
+			return LINK_INPUT;
+		if (at_watch != -1 && pfd[at_watch].revents != 0)
+			return r;
 	}
+}
+
+void
+link_watch(struct link *lk, int fd)
+{
+	lk->watch_fd = fd;
 }
 
 int

@@ -8,6 +8,8 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -251,6 +253,7 @@ taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 			return -1;
 		}
 		to->output_limit_set = true;
+		to->output_limit_arg = arg;
 		return 1;
 	case OPT_MEMORY:
 	case OPT_CPUS:
@@ -262,6 +265,9 @@ taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 		    -1 : 1;
 	case 'i':
 		to->read_stdin = true;
+		return 1;
+	case OPT_STDIN_OPEN:
+		to->stdin_open = true;
 		return 1;
 	case OPT_TASK:
 		json_decref(to->task);
@@ -434,11 +440,63 @@ taskopt_build(struct taskopt *to, const struct cmd *c, int argc, char **argv,
 			    "text (the wire carries text)", bad);
 	}
 	taskopt_apply(to, task);
-	if (to->read_stdin && (r = taskopt_read_stdin(c, task)) != 0) {
+	if ((to->read_stdin && to->stream_stdin) || to->stdin_open) {
+		if (strcmp(event_str(task, FIELD_KIND, ""), KIND_EXEC) != 0) {
+			json_decref(task);
+			return cmd_usage_error(c, "--stdin: only exec tasks take stdin, and the "
+			    "--task is of kind \"%s\"", event_str(to->task, FIELD_KIND, ""));
+		}
+		json_object_del(task, FIELD_STDIN);
+		json_object_del(task, FIELD_STDIN_BASE64);
+		json_object_set_new(task, FIELD_STDIN_STREAM, json_true());
+	} else if (to->read_stdin && (r = taskopt_read_stdin(c, task)) != 0) {
 		json_decref(task);
 		return r;
 	}
 	*taskp = task;
+	return 0;
+}
+
+int
+taskopt_cwd(const struct taskopt *to, const struct cmd *c, struct tpctl *opt, json_t *task)
+{
+	char here[PATH_MAX], *joined;
+	int code;
+
+	const char *given = event_str(task, FIELD_CWD, NULL);
+
+	if (strcmp(event_str(task, FIELD_KIND, ""), KIND_EXEC) != 0 ||
+	    (given != NULL && (to->cwd == NULL || strcmp(given, to->cwd) != 0)))
+		return 0;       /* a --task's own cwd is sent as written */
+	if ((code = tpctl_resolve(opt)) != 0)
+		return code;
+	if (opt->host != NULL) {
+		/* over TCP the daemon is elsewhere: only an absolute path means anything there */
+		if (to->cwd != NULL && to->cwd[0] != '/')
+			return cmd_usage_error(c, "--cwd %s: a relative directory means nothing on "
+			    "the daemon's host (over TCP): give an absolute path", to->cwd);
+		return 0;
+	}
+	if (to->cwd != NULL && to->cwd[0] == '/')
+		return 0;
+	if (getcwd(here, sizeof here) == NULL) {
+		if (to->cwd != NULL) {
+			tpctl_warnx("--cwd %s: cannot resolve it: the current directory is "
+			    "unknown (%s)", to->cwd, strerror(errno));
+			return EX_OSERR;
+		}
+		tpctl_warnx("the current directory is unknown (%s): the task starts in the "
+		    "daemon's default directory", strerror(errno));
+		return 0;
+	}
+	if (to->cwd == NULL || strcmp(to->cwd, ".") == 0) {
+		json_object_set_new(task, FIELD_CWD, json_string(here));
+		return 0;
+	}
+	if (asprintf(&joined, "%s%s%s", here, strcmp(here, "/") == 0 ? "" : "/", to->cwd) == -1)
+		return EX_OSERR;
+	json_object_set_new(task, FIELD_CWD, json_string(joined));
+	free(joined);
 	return 0;
 }
 
@@ -467,6 +525,11 @@ taskopt_refused_limit(const struct taskopt *to, const json_t *task, const json_t
 	json_t *given;
 	size_t k, len;
 
+	if (strcmp(event_error_code(ev), ERR_BAD_REQUEST) == 0 && to->output_limit_set &&
+	    strncmp(msg, "task.output_limit ", 18) == 0 &&
+	    json_integer_value(json_object_get(task, FIELD_OUTPUT_LIMIT)) ==
+	    (json_int_t)to->output_limit)
+		return TASKOPT_NLIMITS;
 	if (to->limits == NULL || strcmp(event_error_code(ev), ERR_BAD_REQUEST) != 0 ||
 	    strncmp(msg, prefix, sizeof prefix - 1) != 0)
 		return -1;
@@ -490,6 +553,14 @@ taskopt_refused_limit(const struct taskopt *to, const json_t *task, const json_t
 int
 taskopt_report_refused(const struct taskopt *to, int k, const json_t *ev)
 {
+	if (k == TASKOPT_NLIMITS) {
+		/* the daemon's words after the field's name: "is 17M, above ..." */
+		const char *msg = event_error_message(ev), *above = strstr(msg, "above ");
+
+		tpctl_warnx("--output-limit %s: %s (%s)", to->output_limit_arg,
+		    above != NULL ? above : msg + 18, event_error_code(ev));
+		return event_exit_for_error(event_error_code(ev));
+	}
 	tpctl_warnx("%s %s: %s (%s)", taskopt_limits[k].option, to->limit_arg[k],
 	    event_error_message(ev), event_error_code(ev));
 	return event_exit_for_error(event_error_code(ev));

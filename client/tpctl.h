@@ -92,7 +92,7 @@ int cmd_parse_task_ids(const struct cmd *, int argc, char **argv, long long **id
 /* The commands. */
 extern const struct cmd cmd_run, cmd_submit, cmd_wait, cmd_status, cmd_cancel,
     cmd_stats, cmd_resize, cmd_shutdown, cmd_ping, cmd_batch, cmd_top, cmd_list,
-    cmd_follow;
+    cmd_follow, cmd_send, cmd_log;
 /* The commands that work with a tpd source's Redis streams (hiredis). */
 extern const struct cmd cmd_enqueue, cmd_results;
 
@@ -154,6 +154,7 @@ enum link_result {
 	LINK_LOST = -1,         /* closed, reset or failed I/O: *cause says which */
 	LINK_BAD = -2,          /* the daemon sent a line tpctl cannot read */
 	LINK_INTERRUPTED = -3,  /* a signal arrived (interrupt.c) */
+	LINK_INPUT = 2,         /* the fd given to link_watch can be read */
 };
 
 /*
@@ -178,6 +179,11 @@ int link_recv(struct link *, json_t **ev, int timeout_ms, char **cause);
 const char *link_last_line(const struct link *, size_t *len);
 /* Sends everything queued, waiting at most timeout_ms. */
 int link_flush(struct link *, int timeout_ms, char **cause);
+/*
+ * link_recv also waits for fd to be readable (or at its end), returning
+ * LINK_INPUT then, when no whole event is there; -1: none.
+ */
+void link_watch(struct link *, int fd);
 /* When bytes last moved either way (tpctl_now_us), or when it was opened. */
 uint64_t link_last_io_us(const struct link *);
 
@@ -273,6 +279,44 @@ typedef int (*pipeline_answer_fn)(void *arg, size_t i, json_t *ev);
 int pipeline_run(struct session *, size_t n, bool waits,
     pipeline_request_fn request, pipeline_answer_fn answer, void *arg);
 
+/* feed.c: a task's stdin fed from a descriptor as input requests (run -i, send). */
+#define FEED_MAX_PENDING 64
+struct feed {
+	int fd;                 /* the input; -1 at its end, or once it is of no use */
+	const char *name;       /* for messages; NULL: stdin */
+	int64_t task;           /* -1 until known: nothing is read before */
+	bool send_eof;          /* end the task's stdin when the input ends */
+	bool failed;            /* an input was refused (printed): code says how to exit */
+	bool closed_said;       /* the task closed its stdin (said once) */
+	bool quiet_refusal;     /* a bad_request input is not printed (run: the task ended) */
+	bool read_failed;       /* reading the input failed (printed) */
+	int code;
+	uint64_t total;         /* bytes read */
+	size_t inflight;        /* bytes sent, not yet answered */
+	int64_t ids[FEED_MAX_PENDING];  /* the unanswered inputs' ids and sizes */
+	size_t lens[FEED_MAX_PENDING];
+	uint64_t nsent, nanswered;
+	char *buf;
+};
+void feed_init(struct feed *, int fd, bool send_eof);
+void feed_free(struct feed *);
+/* Whether to watch the input now (a task, room in the window, not at its end). */
+bool feed_wants_input(const struct feed *);
+/* Input left to send or answers to come. */
+bool feed_busy(const struct feed *);
+/* The input is readable: sends a chunk (or the eof). 0, or an exit code (printed). */
+int feed_read(struct feed *, struct session *);
+/* 1 when ev answers one of the inputs (taken into account; a refusal is printed), else 0. */
+int feed_event(struct feed *, const json_t *ev);
+
+/*
+ * cmd-io.c: prints task id's whole output on s (a wait from the start:
+ * the daemon's spool, else what the result kept), stdout to stdout,
+ * stderr to stderr, a cut said on stderr, following a running task to its
+ * end. 0 with *done set (the caller frees it), or an exit code (printed).
+ */
+int log_task(struct session *s, long long id, json_t **done);
+
 /* taskopt.c: the task options run, submit and batch share. */
 #define TASKOPT_NLIMITS 6               /* --memory ... --file-size */
 struct taskopt {
@@ -286,7 +330,10 @@ struct taskopt {
 	const char *cwd;                /* --cwd */
 	uint64_t output_limit;          /* --output-limit */
 	bool output_limit_set;
+	const char *output_limit_arg;   /* as given */
 	bool read_stdin;                /* --stdin: send tpctl's stdin */
+	bool stream_stdin;              /* ... as a stream of input requests (run, submit) */
+	bool stdin_open;                /* --stdin-open: stdin_stream, left open for send */
 	json_t *task;                   /* --task JSON, or NULL */
 	json_t *limits;                 /* --memory, --cpus, ...: task.limits, or NULL */
 	const char *limit_arg[TASKOPT_NLIMITS]; /* each limit option's value as given */
@@ -295,6 +342,7 @@ struct taskopt {
 #define OPT_OUTPUT_LIMIT  1002
 #define OPT_TASK          1003
 #define OPT_LABEL         1004
+#define OPT_STDIN_OPEN    1005
 /* The limit options, in the order of limit_arg (taskopt.c's table). */
 #define OPT_LIMIT_FIRST   1100
 #define OPT_MEMORY        1100
@@ -348,13 +396,20 @@ json_t *taskopt_exec_task(char **argv, int argc, char **bad);
 /* The task: --task, or exec of argv; 0 or an exit code (printed). */
 int taskopt_build(struct taskopt *, const struct cmd *, int argc, char **argv,
     json_t **task);
+/*
+ * The exec task's directory as tpctl sends it: over the Unix socket its
+ * own current directory by default, and a relative --cwd made absolute
+ * against it; over TCP a relative --cwd is a usage error and no default is
+ * sent. 0 or an exit code (printed).
+ */
+int taskopt_cwd(const struct taskopt *, const struct cmd *, struct tpctl *, json_t *task);
 /* A submit request carrying task (taken). */
 json_t *taskopt_submit(const struct taskopt *, json_t *task);
 /*
  * The limit an error event refuses (a bad_request about task.limits.NAME:
  * beyond the pool's maximum, or not enforceable there) when it came from
- * the options, task holding the option's value: its index in limit_arg, or
- * -1.
+ * the options, task holding the option's value: its index in limit_arg,
+ * TASKOPT_NLIMITS for --output-limit (task.output_limit), or -1.
  */
 int taskopt_refused_limit(const struct taskopt *, const json_t *task, const json_t *ev);
 /* Prints that refusal in one line naming the option; returns the exit code. */
@@ -434,6 +489,8 @@ char *event_describe_done(const json_t *done);
  * sleep's). Returns 0, or -1 with errno (EPIPE).
  */
 int event_write_result_output(const json_t *done);
+/* A done whose result was cut by the output limit: says so on stderr. */
+void event_say_truncated(const json_t *done);
 /* Writes an output event's data to fd 1 or 2. Returns 0, or -1 with errno. */
 int event_write_output(const json_t *ev);
 /* Writes all of buf to fd, retrying short writes and EINTR. */
@@ -469,7 +526,10 @@ struct table;
 struct table *table_new(const char *align, const char *const *headers);
 /* Adds a row of as many strings as columns (copied). */
 void table_add(struct table *, const char *const *cells);
+/* Prints the table, columns padded to their display width (format_width). */
 void table_print(const struct table *, FILE *f);
+/* The terminal columns UTF-8 text s takes (a byte that is not UTF-8: one). */
+size_t format_width(const char *s);
 void table_free(struct table *);
 
 /* progress.c: a live progress line on a terminal, cut to its width. */

@@ -117,10 +117,22 @@ units_parse_duration(const char *s, uint64_t *ms, char **cause)
 	if (s == NULL || (unit = units_number_scan(s, &n)) == NULL)
 		goto bad;
 	if (*unit == '\0') {
-		if (!n.zero)
+		uint64_t in_s, in_ms;
+		bool s_ok, ms_ok;
+
+		if (n.zero) {
+			*ms = 0;
+			return 0;
+		}
+		/* suggest only what would be taken: 1.5 is 1.5s, never 1.5ms */
+		s_ok = units_number_value(&n, SEC, &in_s) == 0;
+		ms_ok = units_number_value(&n, 1, &in_ms) == 0;
+		if (s_ok && ms_ok)
 			return units_fail(cause, -1, "%s: add a unit, as %ss or %sms", s, s, s);
-		*ms = 0;
-		return 0;
+		if (s_ok)
+			return units_fail(cause, -1, "%s: add a unit, as %ss", s, s);
+		return units_fail(cause, -1, "%s: add a unit (ms, s, min, h, d), for a whole "
+		    "number of milliseconds", s);
 	}
 	for (size_t i = 0; i < sizeof duration_units / sizeof duration_units[0]; i++)
 		if (strcmp(unit, duration_units[i].name) == 0)

@@ -28,6 +28,7 @@
 #define OP_RESIZE   "resize"
 #define OP_SHUTDOWN "shutdown"
 #define OP_LIST     "list"
+#define OP_INPUT    "input"    /* feed a stdin_stream task's stdin */
 
 /* events */
 #define EV_HELLO    "hello"
@@ -42,6 +43,7 @@
 #define EV_STATUS   "status"
 #define EV_STATS    "stats"
 #define EV_LIST     "list"
+#define EV_CUT      "cut"      /* a replay from the spool is missing bytes */
 
 /* terminal states in done, and the states status reports before them */
 #define STATE_QUEUED    "queued"
@@ -197,6 +199,12 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_CWD              "cwd"
 #define FIELD_STDIN            "stdin"
 #define FIELD_STDIN_BASE64     "stdin_base64"   /* binary stdin, instead of stdin */
+#define FIELD_STDIN_STREAM     "stdin_stream"   /* stdin comes by input requests */
+#define FIELD_EOF              "eof"            /* input: the end of the stdin */
+#define FIELD_BUFFERED         "buffered"       /* input's ok: bytes waiting for the program */
+#define FIELD_KEPT             "kept"           /* cut: bytes replayed */
+#define FIELD_SEEN             "seen"           /* cut: bytes the task wrote */
+#define FIELD_STDIN_CLOSED     "stdin_closed"   /* input's ok: the program closed its stdin */
 #define FIELD_OUTPUT_LIMIT     "output_limit"
 #define FIELD_VALUE            "value"
 #define FIELD_MS               "ms"
@@ -216,6 +224,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_USER_MS          "user_ms"
 #define FIELD_SYSTEM_MS        "system_ms"
 #define FIELD_MAX_RSS_BYTES    "max_rss_bytes"
+#define FIELD_MAX_RSS_UPPER_BOUND "max_rss_upper_bound" /* max_rss_bytes counts the daemon's pages too */
 
 /* an exec task's limits: the fields of task.limits (doc/exec.md) */
 #define FIELD_LIMITS           "limits"

@@ -37,6 +37,7 @@
 #include "conf/conf.h"
 #include "daemon.h"
 #include "exec/exec.h"
+#include "exec/spool.h"
 #include "net/listen.h"
 #include "base/log.h"
 #include "obs/metrics.h"
@@ -162,6 +163,7 @@ daemon_reload(void)
 	memset(&nc, 0, sizeof nc);  /* its memory belongs to d->conf now */
 	conf_free(&old);
 	exec_configure(&d->conf);   /* tasks already running keep the settings they took */
+	spool_configure(&d->conf);  /* the bounds; on/off takes a restart */
 	sources_reload(&d->conf);   /* after the pools: a new source's pool exists */
 	sources_kick();             /* pools may have grown */
 	log_notice("configuration reloaded: %zu pool%s", d->conf.npools,

@@ -27,11 +27,13 @@
 #include "exec/exec.h"
 #include "obs/health.h"
 #include "net/listen.h"
+#include "ops/replay.h"
 #include "base/log.h"
 #include "task/mailbox.h"
 #include "obs/metrics.h"
 #include "exec/pgroup.h"
 #include "ops/ops.h"
+#include "exec/spool.h"
 #include "pool/pools.h"
 #include "reload.h"
 #include "sd.h"
@@ -504,6 +506,8 @@ start_tasks(struct daemon *d)
 	if (tasks_init(&cause) == -1)
 		fatalx("%s", cause ? cause : "out of memory");
 	task_set_stream_budget(d->conf.stream_budget);
+	/* a connection held by a full stdin buffer is read again (exec-input.c) */
+	task_set_input_release(conn_input_release);
 }
 
 static void
@@ -541,6 +545,61 @@ stop_journal(struct daemon *d)
 	conn_set_gate(NULL);
 	durable_stop();
 	durable_set_seen_hook(NULL);
+}
+
+static bool
+spool_known(uint64_t id)
+{
+	return tasks_find(id) != NULL;
+}
+
+static void
+spool_hook_forgotten(struct task *t, void *arg)
+{
+	spool_forget(t->id);
+}
+
+/*
+ * [exec] output_spool: whole outputs under state_dir/spool, which needs
+ * the state_dir that the journal holds (locked, tpd's). With the journal
+ * off there is no such directory: outputs are kept only as far as
+ * output_limit, and the log says so once. The directory is opened before
+ * the workers start (a task the journal queues again may start at once),
+ * its files are counted once the journal has brought the registry back.
+ */
+static void
+open_spool(struct daemon *d)
+{
+	char dir[4096], *cause = NULL;
+
+	if (!d->conf.exec_output_spool)
+		return;
+	if (!d->conf.journal) {
+		log_info("output_spool is on but journal is off: there is no state_dir to keep "
+		    "whole outputs in; results keep what output_limit allows");
+		return;
+	}
+	if (spool_start(durable_state_dir(&d->conf, dir, sizeof dir), &d->conf, &cause) == -1)
+		fatalx("%s", cause != NULL ? cause : "out of memory");
+}
+
+static void
+scan_spool(struct daemon *d)
+{
+	static const struct tasks_hooks hooks = { .forgotten = spool_hook_forgotten };
+	char *cause = NULL;
+
+	if (!spool_on())
+		return;
+	spool_scan(spool_known);
+	if (tasks_add_hooks(&hooks, &cause) == -1)
+		fatalx("%s", cause != NULL ? cause : "out of memory");
+}
+
+static void
+stop_spool(struct daemon *d)
+{
+	spool_stop();
 }
 
 static void
@@ -597,6 +656,7 @@ start_conns(struct daemon *d)
 static void
 stop_conns(struct daemon *d)
 {
+	replay_stop_all();
 	conn_close_all();
 }
 
@@ -749,8 +809,10 @@ static const struct step {
 	{ start_mailbox, stop_mailbox },        /* worker -> loop */
 	{ start_tasks, stop_tasks },            /* the registry */
 	{ start_exec, stop_exec },              /* [exec] settings */
+	{ open_spool, stop_spool },             /* state_dir/spool, before any worker */
 	{ start_pools, stop_pools },            /* the workers start here */
 	{ start_journal, stop_journal },        /* state_dir: the replay */
+	{ scan_spool, NULL },                   /* state_dir/spool: the files of known tasks */
 	{ start_sources, stop_sources },        /* [source NAME]: tasks from Redis streams */
 	{ start_conns, stop_conns },            /* connections come with the listeners */
 	{ start_metrics, stop_metrics },        /* before the listeners: /metrics answers once they do */

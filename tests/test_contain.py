@@ -451,7 +451,7 @@ def test_usage_is_plausible():
                   "its cgroup's history: %r" % (mode, u))
             done = run(c, sh("sleep 1000", timeout_ms=100))
             check(done["state"] == "timed_out" and set(done["result"]["usage"]) ==
-                  {"user_ms", "system_ms", "max_rss_bytes"}, "%r", done)
+                  {"user_ms", "system_ms", "max_rss_bytes", "max_rss_upper_bound"}, "%r", done)
     with_mode("process", body)
     with_mode("cgroup", body)
     print("checked: usage: 250 ms of CPU reported as >= 150 ms user, also from a child, "

@@ -143,9 +143,14 @@ def test_follow_a_finished_task_answers_its_done_at_once():
         rid, acc = s.submit({"kind": "exec", "argv": ["echo", "hi"]})
         s.done(rid)
         f = d.client()
-        for extra in ({}, {"from": "start"}):
-            ev = f.request(dict(op="wait", task=acc["task"], stream=True, **extra))
-            check(ev["event"] == "done" and ev["result"]["stdout"] == "hi\n", "%r", ev)
+        ev = f.request(dict(op="wait", task=acc["task"], stream=True))
+        check(ev["event"] == "done" and ev["result"]["stdout"] == "hi\n", "%r", ev)
+        # from the start: its spooled output first, then the done
+        rid = f.send(dict(op="wait", task=acc["task"], stream=True, **{"from": "start"}))
+        ev = f.recv_id(rid)
+        check(ev["event"] == "output" and ev["data"] == "hi\n", "%r", ev)
+        ev = f.recv_id(rid)
+        check(ev["event"] == "done" and ev["result"]["stdout"] == "hi\n", "%r", ev)
 
 
 def test_follow_bad_fields():

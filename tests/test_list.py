@@ -252,7 +252,7 @@ def test_tpctl_label_and_list_table():
         check(code == 0, "%r", err)
         lines = out.splitlines()
         print(out)
-        check(lines[0].split() == ["TASK", "LABEL", "POOL", "STATE", "QUEUED", "RAN",
+        check(lines[0].split() == ["TASK", "LABEL", "POOL", "STATE", "QUEUED", "RUN",
                                    "OWNER"], "the header: %r", lines)
         rows = [l.split() for l in lines[1:]]
         check([r[0] for r in rows] == [queued_id, long_id, "1"], "newest first: %r", rows)

@@ -278,8 +278,11 @@ def test_submit_status_cancel_wait():
         eventually(lambda: task_state(d, long_task) == "running", "the sleep runs")
         p = expect(tpctl(d, "status", str(long_task)), 0, "status")
         lines = p.stdout.decode().splitlines()
-        check(lines[0].split()[:2] == ["TASK", "STATE"], "%r", lines)
-        check(lines[1].split()[:2] == [str(long_task), "running"], "%r", lines)
+        # list's columns: TASK LABEL POOL STATE QUEUED RUN OWNER, "-" for none
+        check(lines[0].split()[:4] == ["TASK", "LABEL", "POOL", "STATE"], "%r", lines)
+        row = lines[1].split()
+        check([row[0], row[1], row[3]] == [str(long_task), "-", "running"], "%r", lines)
+        check(row[5] != "-", "a running task's time so far: %r", lines)
         expect(tpctl(d, "cancel", str(long_task)), 0, "cancel")
         p = expect(tpctl(d, "wait", str(long_task)), 1, "wait for a cancelled task")
         check(b"cancelled" in p.stdout, "%r", p.stdout)
@@ -301,8 +304,8 @@ def test_submit_status_cancel_wait():
         check(b"no_such_task" in p.stderr, "%r", p.stderr)
         p = expect(tpctl(d, "status", str(echo_task), str(fail_task)), 0, "status of two")
         rows = [l.split() for l in p.stdout.decode().splitlines()[1:]]
-        check([r[:2] for r in rows] == [[str(echo_task), "succeeded"],
-                                        [str(fail_task), "failed"]], "%r", rows)
+        check([[r[0], r[3]] for r in rows] == [[str(echo_task), "succeeded"],
+                                                [str(fail_task), "failed"]], "%r", rows)
         expect(tpctl(d, "cancel", "999999"), 1, "cancel no such task")
         expect(tpctl(d, "cancel", str(echo_task)), 0, "cancel a finished task: idempotent")
         check(task_state(d, echo_task) == "succeeded", "left as it was")

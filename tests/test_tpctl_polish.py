@@ -594,5 +594,165 @@ def test_token_messages_say_what_to_do_in_one_line():
         shutil.rmtree(tmp)
 
 
+# ---------------------------------------------------------------- words that name the cause
+
+def test_duration_hint_suggests_only_forms_that_are_taken():
+    """--timeout 1.5 suggested 1.5ms, which is then refused (not a whole ms)."""
+    p = expect(tpctl(None, "-s", "/nonexistent", "run", "--timeout", "1.5", "--", "true"), 64,
+               "--timeout 1.5")
+    check(b"1.5s" in p.stderr and b"1.5ms" not in p.stderr, "%r", p.stderr)
+    expect(tpctl(None, "-s", "/nonexistent", "run", "--timeout", "1.5ms", "--", "true"), 64,
+           "and 1.5ms is refused")
+
+
+def test_timeout_then_sigkill_says_both_times():
+    """A task that outlived SIGTERM said "timed out after 6s" for --timeout 1s."""
+    with Daemon(start=False) as d:
+        d.args += ["-c", write_file(d, "tpd.conf", "[exec]\nkill_grace = 1s\n")]
+        d.start()
+        p = expect(tpctl(d, "run", "--timeout", "1s", "--", "sh", "-c", "trap '' TERM; sleep 30"),
+                   124, "ignores SIGTERM")
+        check(b"timed out after 1s; killed (SIGKILL) 1s later" in p.stderr, "%r", p.stderr)
+        p = expect(tpctl(d, "run", "--timeout", "1s", "--", "sleep", "30"), 124, "SIGTERM ends it")
+        check(p.stderr.endswith(b"timed out after 1s\n"), "%r", p.stderr)
+
+
+def test_output_limit_refusal_names_the_option_and_the_max():
+    """--output-limit 17M answered with raw bytes and no option name."""
+    with Daemon() as d:
+        p = expect(tpctl(d, "run", "--output-limit", "17M", "--", "true"), 1, "17M")
+        line = p.stderr.decode()
+        check(line.startswith("tpctl: --output-limit 17M:") and "16M" in line and
+              "output_limit_max" in line and "16777216" not in line, "%r", line)
+
+
+def test_forgotten_task_names_the_limit_that_applied():
+    with Daemon(start=False) as d:
+        d.args += ["-c", write_file(d, "tpd.conf", "[daemon]\nresult_retain = 1\n")]
+        d.start()
+        expect(tpctl(d, "run", "--", "true"), 0, "one")
+        expect(tpctl(d, "run", "--", "true"), 0, "two")
+        p = expect(tpctl(d, "wait", "1"), 1, "forgotten")
+        msg = p.stderr.decode()
+        check("result_retain keeps the last 1" in msg and "result_ttl" not in msg and
+              "result_retain_bytes" not in msg, "%r", msg)
+
+
+def test_a_regular_file_as_socket_says_not_a_socket():
+    with tempfile.NamedTemporaryFile() as f:
+        p = expect(tpctl(None, "-s", f.name, "ping"), 69, "a file")
+        check(b"not a socket but a regular file" in p.stderr and
+              b"is left" not in p.stderr, "%r", p.stderr)
+
+
+def test_unknown_pool_lists_the_pools():
+    with Daemon() as d:
+        p = expect(tpctl(d, "run", "--pool", "nopool", "--", "true"), 1, "unknown pool")
+        check(b'no pool named "nopool" (pools: default)' in p.stderr, "%r", p.stderr)
+
+
+def test_redis_host_without_a_port_takes_6379():
+    import socket
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", 6379))
+    except OSError as e:
+        s.close()
+        raise Skip("127.0.0.1:6379 is taken (%s): cannot stand in for Redis there" % e)
+    s.listen(1)
+    try:
+        p = subprocess.Popen([TPCTL, "enqueue", "--redis", "127.0.0.1", "--stream", "s", "--",
+                              "true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        s.settimeout(TIMEOUT)
+        conn, _ = s.accept()        # it came to 6379
+        conn.close()
+        _, err = p.communicate(timeout=TIMEOUT)
+        check(p.returncode != 64 and b"expected" not in err, "%d %r", p.returncode, err)
+    finally:
+        s.close()
+
+
+def test_a_queued_run_says_so_after_a_second():
+    """A run waiting for a worker showed nothing for seconds."""
+    with Daemon(workers=1) as d:
+        busy = subprocess.Popen([TPCTL, "-s", d.sock, "run", "--", "sleep", "2"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        try:
+            c = d.client()
+            eventually(lambda: c.stats()["busy"] == 1, "the worker is busy")
+            p = expect(tpctl(d, "run", "--", "true"), 0, "queued")
+            check(b"is queued (0 ahead of it when accepted)" in p.stderr, "%r", p.stderr)
+            p = expect(tpctl(d, "run", "--", "true"), 0, "not queued")
+            check(b"queued" not in p.stderr, "%r", p.stderr)
+        finally:
+            busy.wait(TIMEOUT)
+
+
+def test_peak_under_process_containment_is_an_upper_bound():
+    """Under process containment the peak of `true` was the daemon's own (72-89 MiB)."""
+    with Daemon() as d:
+        containment = d.client().request({"op": "stats"})["containment"]
+        p = expect(tpctl(d, "run", "-v", "--", "true"), 0, "run -v")
+        if containment == "process":
+            check(b", peak at most " in p.stderr, "%r", p.stderr)
+        else:
+            check(b", peak at most " not in p.stderr and b", peak " in p.stderr, "%r", p.stderr)
+
+
+def test_batch_checks_kinds_and_fields_before_submitting_anything():
+    """Only the daemon checked kinds and fields: the lines before a bad one ran."""
+    with Daemon() as d:
+        path = write_file(d, "jobs", "true\n" + sleep_task(1) + "\n"
+                          '{"kind":"sleep","msx":5}\n{"kind":"nope"}\n'
+                          '{"kind":"exec"}\necho fine\n')
+        p = expect(tpctl(d, "batch", "--no-progress", path), 65, "bad lines")
+        err = p.stderr.decode()
+        check(':3: "msx" is not a field of a sleep task' in err and
+              ':4: unknown task kind "nope" (kinds: exec, echo, sleep, spin, fail)' in err and
+              ':5: an exec task needs "argv"' in err and "nothing submitted" in err, "%r", err)
+        check(d.client().stats()["accepted"] == 0, "nothing was submitted")
+
+
+def display_width(text):
+    """The columns a terminal gives text: East Asian wide and emoji 2, combining marks 0."""
+    import unicodedata
+    return sum(0 if unicodedata.combining(ch) else
+               2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
+
+
+def test_tables_pad_by_display_width_and_status_has_lists_columns():
+    """A label with "é" and an emoji shifted the columns (bytes were counted);
+    status and list had different columns (RUN and RAN, blank and -, no times)."""
+    with Daemon() as d:
+        labels = ["plain", "\u00e9t\u00e9", "\U0001F600 smile", "e\u0301"]
+        for label in labels:
+            expect(tpctl(d, "run", "--label", label, "--", "true"), 0, label)
+        expect(tpctl(d, "submit", "--detach", "--task", sleep_task()), 0, "a sleep")
+        out_list = expect(tpctl(d, "list"), 0, "list").stdout.decode().splitlines()
+        ids = [str(i) for i in range(1, 6)]
+        out_status = expect(tpctl(d, "status", *ids), 0, "status").stdout.decode().splitlines()
+        for out in (out_list, out_status):
+            cols = {display_width(line[:line.index("default")]) for line in out[1:]}
+            check(len(cols) == 1, "the POOL column moves: %r\n%s", cols, "\n".join(out))
+            check(out[0].split()[:7] == ["TASK", "LABEL", "POOL", "STATE", "QUEUED", "RUN",
+                                         "OWNER"], "%r", out[0])
+        sleeping = [l for l in out_status if "sleep" in l or l.split()[0] == "5"][0].split()
+        check(sleeping[1] == "-" and sleeping[3] in ("running", "queued"), "%r", sleeping)
+        check(sleeping[3] == "queued" or sleeping[5] != "-", "a running task's time: %r",
+              sleeping)
+
+
+def test_batch_names_a_missing_program_once():
+    """batch said "no such program: nosuchprog: nosuchprog"."""
+    with Daemon() as d:
+        path = write_file(d, "jobs", "nosuchprog\nsh -c 'exit 3'\n")
+        p = expect(tpctl(d, "batch", "--no-progress", path), 1, "failures")
+        err = p.stderr.decode()
+        check(":1: task 1 failed: no such program: nosuchprog\n" in err, "%r", err)
+        check(":2: task 2 failed with exit status 3" in err and "sh -c 'exit 3'" in err,
+              "the line where the message does not name it: %r", err)
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -30,7 +30,10 @@ static const struct {
 	const char *why;
 } bad_durations[] = {
 	{ "5", -1, "5: add a unit, as 5s or 5ms" },
-	{ "1.5", -1, "1.5: add a unit, as 1.5s or 1.5ms" },
+	/* only forms that are taken: 1.5ms is not a whole number of milliseconds */
+	{ "1.5", -1, "1.5: add a unit, as 1.5s" },
+	{ "0.0001", -1, "0.0001: add a unit (ms, s, min, h, d), for a whole number of "
+	    "milliseconds" },
 	{ "", -1, "\"\" is not a duration (like 500ms, 5s, 2min, 1h, 1d)" },
 	{ "soon", -1, "\"soon\" is not a duration (like 500ms, 5s, 2min, 1h, 1d)" },
 	{ "5 s", -1, "\"5 s\" is not a duration (like 500ms, 5s, 2min, 1h, 1d)" },

@@ -123,6 +123,10 @@ struct conf {
 	char *exec_env[CONF_MAX_ENV];   /* base environment, "NAME=value" */
 	size_t nexec_env;
 	size_t stream_budget;           /* bytes of output events a task may have in flight, 256 KiB */
+	size_t exec_stdin_buffer;       /* a streamed stdin's bytes held per task, 1 MiB */
+	bool exec_output_spool;         /* keep whole outputs under state_dir; default on */
+	size_t exec_output_spool_task_bytes; /* most spooled per task, 1 GiB */
+	size_t exec_output_spool_bytes; /* most spooled in all, 10 GiB */
 
 	/* [pool NAME]; pools[0] is always "default" */
 	struct conf_pool pools[CONF_MAX_POOLS];

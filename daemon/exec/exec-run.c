@@ -15,9 +15,12 @@
  *     gets no "started", only its failed done).
  *  2. Wait. Output is kept up to output_limit bytes per stream (capture.c);
  *     later bytes are read and thrown away, so the child never blocks on a
- *     full pipe. With stream: true each kept chunk is also sent as an
- *     "output" event at once, so the concatenated events of a stream are
- *     exactly the result's capture of it.
+ *     full pipe. With stream: true each chunk read is also sent as an
+ *     "output" event at once. Every chunk also goes to the task's spool
+ *     file (spool.c) within its bounds, in the same step under wake_lock,
+ *     so a follower from the start finds each byte in the file or in a
+ *     later event. A streamed stdin (exec-input.c) is written as input
+ *     requests bring it; the pipe is watched only while there is some.
  *  3. The end comes when the child (the group's leader) exits, or the
  *     timeout passes or cancel is asked: then the whole group gets SIGTERM
  *     (and SIGCONT, for stopped members), and the wait goes on for the
@@ -71,6 +74,8 @@
 #include "exec.h"
 #include "base/log.h"
 #include "pgroup.h"
+#include "spool.h"
+#include "units.h"
 #include "proto/proto.h"
 #include "wire.h"
 
@@ -101,6 +106,7 @@ struct exec_run {
 	char *buf;              /* EXEC_READ_SIZE */
 	int wake_fd;
 	bool leader_exited;
+	bool killed_after_grace; /* the leader outlived SIGTERM's grace: SIGKILL ended it */
 	enum exec_end end;
 	uint64_t deadline_us;   /* timeout; 0 = none */
 	uint64_t kill_at_us;    /* after SIGTERM: when the grace period ends */
@@ -110,6 +116,7 @@ struct exec_run {
 	struct cgroup_task cg;
 	struct pgroup_task pg;  /* containment process */
 	struct rusage ru;       /* the leader's, from wait4 */
+	struct spool_writer spool; /* the whole output, under state_dir (spool.h) */
 
 	/* run_as */
 	struct spawn_creds creds;
@@ -191,6 +198,20 @@ exec_stream_emit(struct exec_run *r, struct exec_stream *s, const char *data,
 	task_emit(r->t, ev, (size_t)len);
 }
 
+uint64_t
+exec_run_spooled(struct exec_run *r, struct task_spool_gap *gap)
+{
+	memset(gap, 0, sizeof *gap);
+	if (r->spool.cut != 0) {
+		gap->cut = true;
+		gap->kept[0] = r->spool.kept[0];
+		gap->kept[1] = r->spool.kept[1];
+		gap->seen[0] = r->out.cap.seen;
+		gap->seen[1] = r->err.cap.seen;
+	}
+	return r->spool.written;
+}
+
 void
 exec_run_kept(struct exec_run *r, json_t *events)
 {
@@ -235,6 +256,7 @@ exec_stream_read(struct exec_run *r, struct exec_stream *s)
 	/* kept and streamed or not in one step: a follower from the start sees each byte once */
 	pthread_mutex_lock(&r->x->wake_lock);
 	capture_add(&s->cap, r->buf, (size_t)n);
+	spool_writer_add(&r->spool, s == &r->err, r->buf, (size_t)n);
 	stream = atomic_load(&r->t->stream);
 	pthread_mutex_unlock(&r->x->wake_lock);
 	/* the stream carries everything read: output_limit bounds only what the result keeps */
@@ -255,6 +277,10 @@ exec_stdin_write(struct exec_run *r)
 	struct exec_task *x = r->x;
 	int *fd = &r->child.stdin_fd;
 
+	if (x->stdin_stream) {
+		exec_input_write(&x->in, fd, r->t->id);
+		return;
+	}
 	while (*fd != -1 && r->stdin_off < x->stdin_len) {
 		ssize_t n = write(*fd, x->stdin_data + r->stdin_off,
 		    x->stdin_len - r->stdin_off);
@@ -484,7 +510,9 @@ exec_wait(struct exec_run *r)
 			at_err = n;
 			pfd[n++] = (struct pollfd){ .fd = r->child.stderr_fd, .events = POLLIN };
 		}
-		if (r->child.stdin_fd != -1) {
+		/* a streamed stdin is watched only while it has bytes (or its end) to give */
+		if (r->child.stdin_fd != -1 &&
+		    (!r->x->stdin_stream || exec_input_ready(&r->x->in))) {
 			at_in = n;
 			pfd[n++] = (struct pollfd){ .fd = r->child.stdin_fd, .events = POLLOUT };
 		}
@@ -546,6 +574,7 @@ exec_finish(struct exec_run *r)
 	int status = 0;
 
 	/* before the reap: until then the leader's pid cannot name another group */
+	r->killed_after_grace = r->end != EXEC_END_EXITED && !r->leader_exited;
 	pgroup_signal(r->child.pid, r->child.pidfd, SIGKILL);
 	if (r->in_cgroup)
 		cgroup_task_kill_wait(&r->cg, wait_ms);
@@ -606,8 +635,13 @@ exec_usage(struct exec_run *r, const struct cgroup_usage *cu)
 	}
 	if (cu->memory_peak != 0)
 		rss = cu->memory_peak;
-	return json_pack("{s:f, s:f, s:I}", FIELD_USER_MS, user_ms, FIELD_SYSTEM_MS, system_ms,
-	    FIELD_MAX_RSS_BYTES, (json_int_t)rss);
+	/*
+	 * ru_maxrss counts the daemon's pages the program shared until its
+	 * execve (doc/exec.md): then the figure is only an upper bound.
+	 */
+	return json_pack("{s:f, s:f, s:I, s:b}", FIELD_USER_MS, user_ms, FIELD_SYSTEM_MS,
+	    system_ms, FIELD_MAX_RSS_BYTES, (json_int_t)rss, FIELD_MAX_RSS_UPPER_BOUND,
+	    cu->memory_peak == 0);
 }
 
 /*
@@ -653,7 +687,7 @@ static enum pool_state
 exec_state(struct exec_run *r, int status, const struct cgroup_usage *cu)
 {
 	struct task *t = r->t;
-	char name[32];
+	char name[32], after[32], grace[32];
 
 	if (r->internal != NULL) {
 		task_set_error(t, ERR_INTERNAL, "%s", r->internal);
@@ -661,8 +695,14 @@ exec_state(struct exec_run *r, int status, const struct cgroup_usage *cu)
 	}
 	switch (r->end) {
 	case EXEC_END_TIMED_OUT:
-		task_set_error(t, ERR_TIMED_OUT, "timed out after %llu ms",
-		    (unsigned long long)(t->timeout_us / 1000));
+		units_format_duration(t->timeout_us / 1000, after, sizeof after);
+		if (r->killed_after_grace) {
+			/* its run_ms is the timeout plus the grace: say both */
+			units_format_duration(r->x->settings->kill_grace_ms, grace, sizeof grace);
+			task_set_error(t, ERR_TIMED_OUT, "timed out after %s; killed (SIGKILL) %s "
+			    "later, as SIGTERM did not end it", after, grace);
+		} else
+			task_set_error(t, ERR_TIMED_OUT, "timed out after %s", after);
 		return POOL_TIMED_OUT;
 	case EXEC_END_CANCELLED:
 		task_set_error(t, ERR_CANCELLED, "cancelled");
@@ -735,8 +775,21 @@ exec_prepare(struct exec_run *r, struct spawn_request *req, char **cause)
 	return 0;
 }
 
+static enum pool_state exec_run_input(struct task *t);
+
+/* Any end of the run ends a streamed stdin: later input is refused, its holders released. */
 enum pool_state
 exec_run(struct task *t)
+{
+	struct exec_task *x = t->kind_data;
+	enum pool_state state = exec_run_input(t);
+
+	exec_input_end(&x->in);
+	return state;
+}
+
+static enum pool_state
+exec_run_input(struct task *t)
 {
 	struct exec_task *x = t->kind_data;
 	struct exec_run r = {
@@ -752,7 +805,7 @@ exec_run(struct task *t)
 		.argv = x->argv,
 		.envp = x->env,
 		.cwd = x->cwd,
-		.pipe_stdin = x->stdin_data != NULL,
+		.pipe_stdin = x->stdin_data != NULL || x->stdin_stream,
 		.cgroup_fd = -1,
 	};
 	struct cgroup_usage cu = { 0 };
@@ -783,7 +836,7 @@ exec_run(struct task *t)
 	}
 	if (!r.in_cgroup)
 		pgroup_task_begin(&r.pg, r.child.pid);
-	if (x->stdin_data != NULL) {
+	if (req.pipe_stdin) {
 		/* Writing stdin to a child that closed it must fail with EPIPE, not kill tpd. */
 		sigemptyset(&pipe_set);
 		sigaddset(&pipe_set, SIGPIPE);
@@ -794,22 +847,25 @@ exec_run(struct task *t)
 	r.err.fd = &r.child.stderr_fd;
 	capture_init(&r.out.cap, x->output_limit);
 	capture_init(&r.err.cap, x->output_limit);
+	spool_writer_open(&r.spool, t->id);
 	pthread_mutex_lock(&x->wake_lock);
 	x->run = &r;
 	pthread_mutex_unlock(&x->wake_lock);
 	if (t->stream)
 		exec_emit_started(&r);
-	if (x->stdin_data != NULL)
+	if (req.pipe_stdin)
 		exec_stdin_write(&r);   /* often all of it fits the pipe at once */
 
 	exec_wait(&r);
 	status = exec_finish(&r);
 	pthread_mutex_lock(&x->wake_lock);
+	spool_writer_close(&r.spool, r.out.cap.seen, r.err.cap.seen);
 	x->run = NULL;              /* its output is all in the result from here on */
+	x->run_over = true;
 	pthread_mutex_unlock(&x->wake_lock);
 	exec_wake_close(&r);
 	spawn_close(&r.child);
-	if (x->stdin_data != NULL)
+	if (req.pipe_stdin)
 		pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
 	if (r.in_cgroup)
 		cgroup_task_usage(&r.cg, &cu);

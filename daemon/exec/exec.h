@@ -19,6 +19,7 @@
 #include <sys/types.h>
 
 #include "conf/conf.h"
+#include "task/mailbox.h"
 #include "task/task.h"
 
 /* Loop thread: takes copies of c's [exec] settings; NULL drops them. */
@@ -27,6 +28,7 @@ void exec_configure(const struct conf *c);
 /* Immutable once published; freed with the last reference. */
 struct exec_settings {
 	atomic_uint refs;
+	size_t stdin_buffer;            /* a streamed stdin's bytes held per task */
 	size_t output_limit;            /* default per-stream capture */
 	size_t output_limit_max;        /* most a request may ask for */
 	uint64_t kill_grace_ms;         /* SIGTERM -> SIGKILL */
@@ -54,6 +56,29 @@ const char *exec_limit_unenforceable(const struct cgroup_info *ci, enum conf_lim
  */
 void exec_enforce(const struct cgroup_info *ci, struct conf_enforce *out);
 
+/*
+ * A streamed stdin (stdin_stream: true; exec-input.c): the bytes input
+ * requests brought that the program has not read yet. The loop thread
+ * appends (exec_input_add), the worker writes them to the pipe
+ * (exec_input_write). Past limit bytes the connections that sent them are
+ * held (not read) until the worker has taken the buffer down to half of
+ * it: a mail (mailbox.h) hands their release to the loop thread. lock is a
+ * leaf: nothing else is taken under it.
+ */
+#define EXEC_INPUT_HOLDERS 4
+struct exec_input {
+	pthread_mutex_t lock;
+	unsigned char *buf;
+	size_t off, len, cap;           /* bytes [off, len) wait */
+	size_t limit;                   /* stdin_buffer */
+	bool eof;                       /* an input with eof came: no more */
+	bool over;                      /* the run ended: no more */
+	bool program_closed;            /* the program closed its stdin: input is dropped */
+	uint64_t held[EXEC_INPUT_HOLDERS]; /* connections not read meanwhile; 0: free */
+	bool mail_posted;
+	struct mail mail;
+};
+
 /* One exec task's inputs (loop thread, parse) and wake-up fd (run/cancel). */
 struct exec_task {
 	struct exec_settings *settings; /* a reference */
@@ -62,6 +87,8 @@ struct exec_task {
 	char *cwd;                      /* NULL: the daemon's */
 	unsigned char *stdin_data;      /* NULL: stdin is /dev/null */
 	size_t stdin_len;
+	bool stdin_stream;              /* stdin comes by input requests (in) */
+	struct exec_input in;
 	size_t output_limit;            /* per stream */
 	uint64_t limits[CONF_NLIMITS];  /* in force; CONF_NO_LIMIT: none */
 
@@ -86,6 +113,7 @@ struct exec_task {
 	 * stream what was read (exec_run_kept, for a follower from the start).
 	 */
 	struct exec_run *run;
+	bool run_over;                  /* under wake_lock: run is NULL for good */
 };
 
 /* Worker thread: the kind's run (exec-run.c). */
@@ -94,5 +122,21 @@ enum pool_state exec_run(struct task *t);
 /* Under x->wake_lock, any thread: appends the output run has kept so far to events. */
 struct exec_run;
 void exec_run_kept(struct exec_run *run, json_t *events);
+/* Under x->wake_lock: the bytes run has written to its spool file, and what that lacks. */
+uint64_t exec_run_spooled(struct exec_run *run, struct task_spool_gap *gap);
+
+/*
+ * exec-input.c. Loop thread: the kind's input hook (task.h). Any thread:
+ * init and destroy. Worker: whether the pipe has bytes (or its end) to take,
+ * writing them, and the end of the run (no more input, holders released).
+ */
+void exec_input_init(struct exec_input *in, size_t limit);
+void exec_input_destroy(struct exec_input *in);
+int exec_input_add(struct task *t, const void *data, size_t len, bool eof, uint64_t conn,
+    size_t *buffered, bool *dropped, char **cause);
+bool exec_input_ready(struct exec_input *in);
+/* Writes what the pipe takes; closes *fd at the end of the input or when the program closed it. */
+void exec_input_write(struct exec_input *in, int *fd, uint64_t task);
+void exec_input_end(struct exec_input *in);
 
 #endif

@@ -13,6 +13,8 @@
  *   stdin         string: the child's stdin (else /dev/null)
  *   stdin_base64  the same, base64-encoded, for binary input (tpd extension;
  *                 excludes stdin)
+ *   stdin_stream  true: stdin comes by input requests (exec-input.c); excludes
+ *                 stdin and stdin_base64
  *   output_limit  integer, 1..[exec] output_limit_max: bytes kept per stream
  *   limits        object: memory_bytes, cpu_cores, pids, open_files,
  *                 cpu_seconds, file_bytes; each replaces the pool's limit_*
@@ -39,6 +41,7 @@
 #include "exec.h"
 #include "base/log.h"
 #include "base/utf8.h"
+#include "units.h"
 #include "wire.h"
 
 /* The settings new tasks take; exec_settings_lock guards the pointer. */
@@ -78,6 +81,7 @@ exec_settings_new(const struct conf *c)
 	if (s->output_limit > s->output_limit_max)
 		s->output_limit = s->output_limit_max;
 	s->kill_grace_ms = c->exec_kill_grace_ms;
+	s->stdin_buffer = c->exec_stdin_buffer;
 	if ((s->env = calloc(c->nexec_env + 1, sizeof *s->env)) == NULL)
 		goto fail;
 	for (size_t i = 0; i < c->nexec_env; i++)
@@ -407,7 +411,7 @@ static void exec_free(struct task *t);
 static int
 exec_parse(struct task *t, json_t *spec, char **cause)
 {
-	json_t *argv = NULL, *env = NULL, *cwd = NULL, *in = NULL, *in64 = NULL;
+	json_t *argv = NULL, *env = NULL, *cwd = NULL, *in = NULL, *in64 = NULL, *instream = NULL;
 	json_t *limit = NULL, *limits = NULL, *value;
 	struct exec_task *x;
 	const char *key;
@@ -426,6 +430,8 @@ exec_parse(struct task *t, json_t *spec, char **cause)
 			in = value;
 		else if (strcmp(key, FIELD_STDIN_BASE64) == 0)
 			in64 = value;
+		else if (strcmp(key, FIELD_STDIN_STREAM) == 0)
+			instream = value;
 		else if (strcmp(key, FIELD_OUTPUT_LIMIT) == 0)
 			limit = value;
 		else if (strcmp(key, FIELD_LIMITS) == 0)
@@ -445,8 +451,23 @@ exec_parse(struct task *t, json_t *spec, char **cause)
 	x->wake_fd = -1;
 	t->kind_data = x;
 	if ((x->settings = exec_settings_get()) == NULL) {
+		exec_input_init(&x->in, 0);
 		cause_set(cause, "out of memory");
 		goto fail;
+	}
+	exec_input_init(&x->in, x->settings->stdin_buffer);
+	if (instream != NULL) {
+		if (!json_is_boolean(instream)) {
+			cause_set(cause, "task.stdin_stream must be true or false");
+			goto fail;
+		}
+		x->stdin_stream = json_is_true(instream);
+		if (x->stdin_stream && (in != NULL || in64 != NULL)) {
+			cause_set(cause, "task.stdin_stream excludes task.%s: the input comes "
+			    "either whole with the submit or by input requests",
+			    in != NULL ? FIELD_STDIN : FIELD_STDIN_BASE64);
+			goto fail;
+		}
 	}
 	if (exec_parse_argv(x, argv, cause) == -1 ||
 	    exec_parse_env(x, env, cause) == -1 ||
@@ -470,8 +491,17 @@ exec_parse(struct task *t, json_t *spec, char **cause)
 
 		if (!json_is_integer(limit) || n < 1 ||
 		    (uint64_t)n > x->settings->output_limit_max) {
-			cause_set(cause, "task.output_limit must be an integer from 1 to %zu",
-			    x->settings->output_limit_max);
+			char max[32], got[32];
+
+			units_format_size(x->settings->output_limit_max, max, sizeof max);
+			if (json_is_integer(limit) && n >= 1)
+				cause_set(cause, "task.output_limit is %s, above the most this "
+				    "daemon allows: %s ([exec] output_limit_max)",
+				    units_format_size((uint64_t)n, got, sizeof got), max);
+			else
+				cause_set(cause, "task.output_limit must be an integer from 1 to "
+				    "%zu (%s, [exec] output_limit_max)",
+				    x->settings->output_limit_max, max);
 			goto fail;
 		}
 		x->output_limit = (size_t)n;
@@ -513,6 +543,28 @@ exec_follow(struct task *t, json_t *events)
 	pthread_mutex_unlock(&x->wake_lock);
 }
 
+static int
+exec_spool_catch_up(struct task *t, uint64_t at, struct task_spool_gap *gap)
+{
+	struct exec_task *x = t->kind_data;
+	int r;
+
+	memset(gap, 0, sizeof *gap);
+	pthread_mutex_lock(&x->wake_lock);
+	if (x->run == NULL) {
+		r = x->run_over ? -1 : 2;
+		if (r == 2)
+			atomic_store(&t->stream, true);
+	} else if (exec_run_spooled(x->run, gap) > at)
+		r = 0;
+	else {
+		atomic_store(&t->stream, true);
+		r = 1;
+	}
+	pthread_mutex_unlock(&x->wake_lock);
+	return r;
+}
+
 static void
 exec_free(struct task *t)
 {
@@ -526,6 +578,7 @@ exec_free(struct task *t)
 	free(x->cwd);
 	free(x->user);
 	free(x->stdin_data);
+	exec_input_destroy(&x->in);
 	pthread_mutex_destroy(&x->wake_lock);
 	free(x);
 	t->kind_data = NULL;
@@ -537,6 +590,8 @@ const struct task_kind task_kind_exec = {
 	.run = exec_run,
 	.cancel = exec_cancel,
 	.follow = exec_follow,
+	.input = exec_input_add,
+	.spool_catch_up = exec_spool_catch_up,
 	.free = exec_free,
 	.announces_start = true,        /* "started" once the process runs (exec-run.c) */
 	.effects = true,                /* a program: its start is recorded before it runs */

@@ -126,6 +126,7 @@ struct conn {
 	bool closing;          /* the peer ended its input: close once nothing is owed */
 	bool output_broken;    /* writing failed: answers are dropped, input still read */
 	bool paused;           /* output over max_output_buffer: requests are not read */
+	bool input_held;       /* a task's stdin buffer is full: requests are not read */
 	bool dispatching;      /* a line of it is being handled */
 	short events;          /* what the event is armed for: EV_READ, EV_WRITE */
 	uint8_t peer_family;   /* TCP peers: AF_INET or AF_INET6 (see conn_peer) */
@@ -983,6 +984,26 @@ conn_pause_input(struct conn *c)
 	conn_set_events(c, (short)(c->events & ~EV_READ));
 }
 
+void
+conn_input_hold(struct conn *c)
+{
+	c->input_held = true;
+	if (!c->dispatching)
+		conn_pause_input(c);
+}
+
+void
+conn_input_release(uint64_t id)
+{
+	struct conn *c = conn_find(id);
+
+	if (c == NULL || !c->input_held)
+		return;
+	c->input_held = false;
+	if (c->paused && conn_out_drained(c))
+		conn_resume_input(c);
+}
+
 /* Writing failed: the client can no longer receive, but what it sent before going still counts. */
 static void
 conn_output_failed(struct conn *c, int err)
@@ -1104,7 +1125,7 @@ conn_line(void *arg, enum framing_event ev, const char *line, size_t len)
 	}
 	if (c->dead || c->closing)
 		return FRAMING_STOP;
-	if (conn_out_full(c)) {
+	if (conn_out_full(c) || c->input_held) {
 		conn_pause_input(c);
 		return FRAMING_PAUSE;
 	}
@@ -1140,7 +1161,7 @@ conn_resume_input(struct conn *c)
 {
 	enum framing_result r;
 
-	if (!c->paused || c->dispatching || c->dead)
+	if (!c->paused || c->dispatching || c->dead || c->input_held)
 		return;
 	c->paused = false;
 	lines_this_read = 0;
@@ -1163,7 +1184,7 @@ conn_read(struct conn *c)
 {
 	ssize_t n;
 
-	if (conn_out_full(c)) {
+	if (conn_out_full(c) || c->input_held) {
 		/* answers from elsewhere (dones) filled it: read again once it drains */
 		conn_pause_input(c);
 		return;

@@ -119,6 +119,14 @@ void conn_send_stream(struct conn *, struct proto_text *, conn_sent_fn sent, uin
 void conn_send_error(struct conn *, json_t *id, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/*
+ * Input flow control (a task's stdin buffer is full, exec-input.c): c's
+ * requests are not read from the end of the current one until
+ * conn_input_release with c's number (c may be gone by then).
+ */
+void conn_input_hold(struct conn *);
+void conn_input_release(uint64_t id);
+
 /* Closes now (unsent output is dropped). Safe inside callbacks: freeing is deferred. */
 void conn_close(struct conn *, const char *why);
 

@@ -1,4 +1,4 @@
-/* op-task.c: the ops about tasks: submit, wait, status, cancel, list. */
+/* op-task.c: the ops about tasks: submit, wait, status, cancel, list, input. */
 #include "config.h"
 
 #include <stdarg.h>
@@ -13,10 +13,14 @@
 #include "journal/durable.h"
 #include "base/log.h"
 #include "ops.h"
+#include "replay.h"
+#include "exec/spool.h"
+#include "pool/pool.h"
 #include "pool/pools.h"
 #include "proto/proto.h"
 #include "task/tasks.h"
 #include "base/utf8.h"
+#include "units.h"
 #include "wire.h"
 
 static void send_rejected(struct conn *, struct request *, const char *, const char *, ...)
@@ -98,9 +102,16 @@ op_submit(struct conn *c, struct request *req)
 		return;
 	}
 	if ((e = pools_find(sub.pool)) == NULL) {
-		char q[UTF8_QUOTE_SIZE];
-		send_rejected(c, req, ERR_NO_SUCH_POOL, "no pool named \"%s\"",
-		    utf8_quote(q, sub.pool));
+		char q[UTF8_QUOTE_SIZE], names[160] = "";
+		size_t off = 0;
+
+		/* the pools there are, as tpd -n's "did you mean" would help */
+		for (size_t i = 0; i < pools_count() && off < sizeof names; i++)
+			if (!pools_at(i)->removed)
+				off += (size_t)snprintf(names + off, sizeof names - off, "%s%s",
+				    off > 0 ? ", " : "", pools_at(i)->name);
+		send_rejected(c, req, ERR_NO_SUCH_POOL, "no pool named \"%s\" (pools: %s)",
+		    utf8_quote(q, sub.pool), names);
 		return;
 	}
 	cp = conf_pool_find(&daemon_state->conf, e->name);
@@ -167,15 +178,37 @@ find_task_id(struct conn *c, struct request *req, uint64_t id, const char *op)
 
 	if ((t = tasks_find(id)) == NULL) {
 		const struct conf *cf = &daemon_state->conf;
-		if (tasks_was_accepted(id))
+		char ttl[32], bytes[32];
+
+		units_format_duration(cf->result_ttl_ms, ttl, sizeof ttl);
+		units_format_size(cf->result_retain_bytes, bytes, sizeof bytes);
+		switch (tasks_was_accepted(id) ? tasks_forgotten_why(id) : -1) {
+		case TASKS_FORGOT_TTL:
+			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "task %llu finished more "
+			    "than result_ttl (%s) ago and was forgotten", (unsigned long long)id,
+			    ttl);
+			break;
+		case TASKS_FORGOT_COUNT:
+			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "task %llu finished and was "
+			    "forgotten: result_retain keeps the last %u finished tasks",
+			    (unsigned long long)id, cf->result_retain);
+			break;
+		case TASKS_FORGOT_BYTES:
+			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "task %llu finished and was "
+			    "forgotten: the finished tasks kept passed result_retain_bytes (%s)",
+			    (unsigned long long)id, bytes);
+			break;
+		case 0:
 			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "task %llu finished and was "
 			    "forgotten, to stay under the limits on finished tasks: result_ttl "
-			    "(%llu ms), result_retain (%u tasks), result_retain_bytes (%zu bytes)",
-			    (unsigned long long)id, (unsigned long long)cf->result_ttl_ms,
-			    cf->result_retain, cf->result_retain_bytes);
-		else
+			    "(%s), result_retain (%u tasks), result_retain_bytes (%s)",
+			    (unsigned long long)id, ttl, cf->result_retain, bytes);
+			break;
+		default:
 			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "no task %llu: never "
 			    "submitted", (unsigned long long)id);
+			break;
+		}
 		return NULL;
 	}
 	if (!auth_task_allowed(c, t, op, &code, why, sizeof why)) {
@@ -221,6 +254,30 @@ op_wait(struct conn *c, struct request *req)
 	}
 	if ((t = find_task_id(c, req, w.task, OP_WAIT)) == NULL)
 		return;
+	if (w.from != NULL && t->kind != NULL && t->kind->spool_catch_up != NULL) {
+		/* the whole output from its spool file, running or finished, after a restart too */
+		const char *dropped;
+		int fd;
+
+		if (!t->finished && conn_waits(c) >= max) {
+			conn_send_error(c, req->id, ERR_BAD_REQUEST, "too many waits pending on "
+			    "this connection: max_subscriptions is %u; wait until some of their "
+			    "tasks finish (or use another connection)", max);
+			return;
+		}
+		if ((fd = spool_open_read(t->id)) != -1) {
+			replay_start(c, req->id, t->id, fd);
+			return;
+		}
+		if ((dropped = spool_dropped(t->id)) != NULL) {
+			struct proto_text pt;
+			char m[320];
+
+			snprintf(m, sizeof m, "task %llu: %s", (unsigned long long)t->id, dropped);
+			proto_encode_cut(&pt, req->id, t->id, NULL, 0, 0, m);
+			conn_send_text(c, &pt);
+		}
+	}
 	if (t->finished) {
 		conn_send_done(c, req->id, t->done_text);
 		return;
@@ -261,6 +318,11 @@ op_status(struct conn *c, struct request *req)
 	if (t == NULL)
 		return;
 	tasks_view(t, &view);
+	if (!t->finished && t->pool_entry != NULL) {
+		/* as list shows them: the times so far */
+		pool_job_times(t->pool_entry->pool, &t->job, &view.queued_us, &view.run_us);
+		view.times_so_far = true;
+	}
 	proto_encode_status(&pt, req->id, &view);
 	conn_send_text(c, &pt);
 }
@@ -277,6 +339,53 @@ op_cancel(struct conn *c, struct request *req)
 	tasks_cancel(t);
 	proto_encode_cancelled(&pt, req->id, t->id, tasks_state(t));
 	conn_send_text(c, &pt);
+}
+
+/*
+ * Bytes for a stdin_stream task's stdin (exec-input.c), for its owner and
+ * admins. Answered ok once they are in the task's buffer; when that is
+ * full, this connection is not read any more until the task has taken
+ * enough (conn_input_hold).
+ */
+void
+op_input(struct conn *c, struct request *req)
+{
+	struct proto_input in;
+	struct proto_text pt;
+	struct task *t;
+	size_t buffered = 0;
+	bool dropped = false;
+	char *msg = NULL;
+	int r;
+
+	if (proto_read_input(req, &in, &msg) == -1) {
+		free(in.decoded);
+		ops_bad_request(c, req, msg);
+		return;
+	}
+	if ((t = find_task_id(c, req, in.task, OP_INPUT)) == NULL) {
+		free(in.decoded);
+		return;
+	}
+	if (t->finished)
+		r = cause_set(&msg, "task %llu has ended: its stdin takes no more input",
+		    (unsigned long long)t->id);
+	else if (t->kind->input == NULL)
+		r = cause_set(&msg, "task %llu is a %s task: only an exec task submitted with "
+		    "\"stdin_stream\": true takes input", (unsigned long long)t->id,
+		    t->kind->name);
+	else
+		r = t->kind->input(t, in.data, in.len, in.eof, conn_id(c), &buffered, &dropped,
+		    &msg);
+	free(in.decoded);
+	if (r == -1) {
+		ops_bad_request(c, req, msg);
+		return;
+	}
+	proto_encode_input_ok(&pt, req->id, t->id, buffered, dropped);
+	conn_send_text(c, &pt);
+	if (r == 1)
+		conn_input_hold(c);
 }
 
 /* Whether the connection arg may see t: its owner's or an admin's (auth.c). */

@@ -34,6 +34,7 @@ static const struct op ops[] = {
 	{ OP_RESIZE, op_resize, CONN_ROLE_ADMIN },
 	{ OP_SHUTDOWN, op_shutdown, CONN_ROLE_ADMIN },
 	{ OP_LIST, op_list, CONN_ROLE_SUBMIT },
+	{ OP_INPUT, op_input, CONN_ROLE_SUBMIT },
 };
 
 void

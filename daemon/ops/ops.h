@@ -29,6 +29,7 @@ void op_wait(struct conn *, struct request *);
 void op_status(struct conn *, struct request *);
 void op_cancel(struct conn *, struct request *);
 void op_list(struct conn *, struct request *);
+void op_input(struct conn *, struct request *);
 void op_stats(struct conn *, struct request *);
 void op_resize(struct conn *, struct request *);
 void op_shutdown(struct conn *, struct request *);

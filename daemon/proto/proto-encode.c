@@ -427,7 +427,7 @@ proto_encode_status(struct proto_text *pt, json_t *id, const struct proto_task *
 		pt_key(pt, FIELD_LABEL);
 		pt_cstring(pt, v->label);
 	}
-	if (v->finished) {
+	if (v->finished || v->times_so_far) {
 		pt_key(pt, FIELD_QUEUED_MS);
 		pt_ms(pt, v->queued_us);
 		pt_key(pt, FIELD_RUN_MS);
@@ -567,6 +567,42 @@ proto_encode_stats(struct proto_text *pt, json_t *id, const struct proto_stats *
 	}
 	pt_key(pt, FIELD_TCP_AUTH);
 	pt_cstring(pt, st->tcp_auth);
+	pt_end(pt);
+}
+
+void
+proto_encode_input_ok(struct proto_text *pt, json_t *id, uint64_t task, size_t buffered,
+    bool stdin_closed)
+{
+	pt_event(pt, EV_OK, id, false);
+	pt_key(pt, FIELD_TASK);
+	pt_u64(pt, task);
+	pt_key(pt, FIELD_BUFFERED);
+	pt_u64(pt, buffered);
+	if (stdin_closed) {
+		pt_key(pt, FIELD_STDIN_CLOSED);
+		pt_bool(pt, true);
+	}
+	pt_end(pt);
+}
+
+void
+proto_encode_cut(struct proto_text *pt, json_t *id, uint64_t task, const char *stream,
+    uint64_t kept, uint64_t seen, const char *message)
+{
+	pt_event(pt, EV_CUT, id, false);
+	pt_key(pt, FIELD_TASK);
+	pt_u64(pt, task);
+	if (stream != NULL) {
+		pt_key(pt, FIELD_STREAM);
+		pt_cstring(pt, stream);
+	}
+	pt_key(pt, FIELD_KEPT);
+	pt_u64(pt, kept);
+	pt_key(pt, FIELD_SEEN);
+	pt_u64(pt, seen);
+	pt_key(pt, FIELD_MESSAGE);
+	pt_cstring(pt, message);
 	pt_end(pt);
 }
 

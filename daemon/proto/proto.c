@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base64.h"
 #include "proto.h"
 #include "base/utf8.h"
 #include "wire.h"
@@ -327,6 +328,8 @@ static const char *const list_fields[] = { FIELD_OP, FIELD_ID, FIELD_STATE, FIEL
 static const char *const task_ref_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, NULL };
 static const char *const wait_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, FIELD_STREAM,
     FIELD_FROM, NULL };
+static const char *const input_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, FIELD_DATA,
+    FIELD_DATA_BASE64, FIELD_EOF, NULL };
 static const char *const resize_fields[] = { FIELD_OP, FIELD_ID, FIELD_SIZE, FIELD_POOL,
     NULL };
 static const char *const shutdown_fields[] = { FIELD_OP, FIELD_ID, FIELD_MODE, NULL };
@@ -346,6 +349,7 @@ static const struct {
 	{ OP_RESIZE, resize_fields, "a resize request" },
 	{ OP_SHUTDOWN, shutdown_fields, "a shutdown request" },
 	{ OP_LIST, list_fields, "a list request" },
+	{ OP_INPUT, input_fields, "an input request" },
 };
 
 const char *const *
@@ -526,6 +530,44 @@ proto_read_wait(const struct request *req, struct proto_wait *out, char **msg)
 	if (out->from != NULL && !out->stream)
 		return cause_set(msg, "field \"%s\" needs \"%s\": true", FIELD_FROM,
 		    FIELD_STREAM);
+	return 0;
+}
+
+int
+proto_read_input(const struct request *req, struct proto_input *out, char **msg)
+{
+	json_t *root = req->root, *text, *b64;
+
+	memset(out, 0, sizeof *out);
+	if (check_request(req, NULL, msg) == -1 ||
+	    proto_get_task_id(root, FIELD_TASK, &out->task, msg) == -1 ||
+	    proto_get_bool(root, FIELD_EOF, &out->eof, msg) == -1)
+		return -1;
+	text = json_object_get(root, FIELD_DATA);
+	b64 = json_object_get(root, FIELD_DATA_BASE64);
+	if (text != NULL && b64 != NULL)
+		return cause_set(msg, "fields \"%s\" and \"%s\" exclude each other", FIELD_DATA,
+		    FIELD_DATA_BASE64);
+	if (text != NULL) {
+		if (!json_is_string(text))
+			return cause_set(msg, "field \"%s\" must be a string, not %s", FIELD_DATA,
+			    type_name(text));
+		out->data = json_string_value(text);
+		out->len = json_string_length(text);
+	} else if (b64 != NULL) {
+		if (!json_is_string(b64))
+			return cause_set(msg, "field \"%s\" must be a string, not %s",
+			    FIELD_DATA_BASE64, type_name(b64));
+		out->decoded = base64_decode(json_string_value(b64), json_string_length(b64),
+		    &out->len);
+		if (out->decoded == NULL)
+			return cause_set(msg, errno == ENOMEM ? "out of memory" :
+			    "field \"%s\" is not valid base64", FIELD_DATA_BASE64);
+		out->data = (const char *)out->decoded;
+	}
+	if (out->data == NULL && !out->eof)
+		return cause_set(msg, "an input request needs \"%s\", \"%s\" or \"%s\": true",
+		    FIELD_DATA, FIELD_DATA_BASE64, FIELD_EOF);
 	return 0;
 }
 

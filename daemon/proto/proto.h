@@ -96,6 +96,19 @@ struct proto_wait {
 };
 int proto_read_wait(const struct request *, struct proto_wait *, char **msg);
 
+/*
+ * input: bytes for a stdin_stream task's stdin (data, or data_base64
+ * decoded: malloc'd, the caller frees it), and whether they are its last.
+ */
+struct proto_input {
+	uint64_t task;
+	const char *data;           /* borrowed from the request, or NULL */
+	size_t len;
+	unsigned char *decoded;     /* data_base64's bytes (data points here too) */
+	bool eof;
+};
+int proto_read_input(const struct request *, struct proto_input *, char **msg);
+
 /* status and cancel: the task they name. */
 int proto_read_task_ref(const struct request *, uint64_t *task, char **msg);
 
@@ -199,6 +212,7 @@ struct proto_task {
 	const char *state;          /* STATE_*: queued, running or its terminal state */
 	unsigned queued_ahead;      /* accepted: tasks ahead of it in the queue */
 	bool finished;              /* queued_us and run_us are known */
+	bool times_so_far;          /* ... or, for an unfinished task, its times until now */
 	uint64_t queued_us;
 	uint64_t run_us;
 	uint32_t attempt;           /* done: its run's number (journal on), 0 = not said */
@@ -247,6 +261,15 @@ void proto_encode_error(struct proto_text *, json_t *id, const char *code, const
 void proto_encode_status(struct proto_text *, json_t *id, const struct proto_task *);
 void proto_encode_stats(struct proto_text *, json_t *id, const struct proto_stats *);
 /* ok to cancel: the task and its state after the cancel. */
+/* input's answer: the bytes the task's stdin buffer holds now; stdin_closed when dropped. */
+void proto_encode_input_ok(struct proto_text *, json_t *id, uint64_t task, size_t buffered,
+    bool stdin_closed);
+/*
+ * cut: a replay of stream of task (wait from "start") is missing bytes:
+ * kept were replayed of the seen the task wrote; message says why.
+ */
+void proto_encode_cut(struct proto_text *, json_t *id, uint64_t task, const char *stream,
+    uint64_t kept, uint64_t seen, const char *message);
 void proto_encode_cancelled(struct proto_text *, json_t *id, uint64_t task, const char *state);
 /* ok to resize: the pool, its new target and its workers now. */
 void proto_encode_resized(struct proto_text *, json_t *id, const char *pool, unsigned target,

@@ -80,6 +80,21 @@ task_set_handlers(const struct task_handlers *h)
 	handlers = *h;
 }
 
+static void (*task_input_release_fn)(uint64_t);
+
+void
+task_set_input_release(void (*fn)(uint64_t conn))
+{
+	task_input_release_fn = fn;
+}
+
+void
+task_input_release(uint64_t conn)
+{
+	if (task_input_release_fn != NULL)
+		task_input_release_fn(conn);
+}
+
 void
 task_set_stream_budget(size_t bytes)
 {

@@ -31,6 +31,12 @@ struct task_sink;
 struct pools_entry;
 struct conf_pool;
 
+/* What a follower's replay of a spool lacks: kept of seen bytes of stdout, stderr. */
+struct task_spool_gap {
+	bool cut;
+	uint64_t kept[2], seen[2];
+};
+
 struct task_kind {
 	const char *name;           /* a KIND_* of wire.h */
 	/*
@@ -61,6 +67,27 @@ struct task_kind {
 	 * kept: the stream is turned on without it).
 	 */
 	void (*follow)(struct task *t, json_t *events);
+	/*
+	 * Loop thread, for a follower from the start that has replayed t's
+	 * spool (exec/spool.h) up to byte at: 1 when the run has written no
+	 * more, and then t's stream is on (as with follow: each byte is in
+	 * the file before at, or in an event sent later), with *gap saying
+	 * what of the output the file lacks (a cut spool); 0 when the file
+	 * has grown (replay on); 2 when the run has not begun (the stream is
+	 * on: everything comes live); -1 when the run is over (the file is
+	 * whole: replay it to its end). NULL: the kind keeps no spool.
+	 */
+	int (*spool_catch_up)(struct task *t, uint64_t at, struct task_spool_gap *gap);
+	/*
+	 * Loop thread: len bytes for t's stdin (the input op) from connection
+	 * conn, and eof when they are its last. Returns 0 (taken: *buffered
+	 * bytes wait now; *dropped when the program had closed its stdin and
+	 * they were thrown away), 1 (taken, and the buffer is full: the
+	 * caller stops reading conn until task_input_release(conn)), or -1
+	 * with *cause set (bad_request). NULL: the kind takes no input.
+	 */
+	int (*input)(struct task *t, const void *data, size_t len, bool eof, uint64_t conn,
+	    size_t *buffered, bool *dropped, char **cause);
 	/* Loop thread: frees kind_data. May be NULL. */
 	void (*free)(struct task *t);
 	/* run emits "started" itself (exec: when the process starts). */
@@ -221,6 +248,14 @@ void task_stream_taken(struct task *t, size_t weight);
  * seen); a worker waiting for it before the run (start_barrier) goes on.
  */
 void task_start_recorded(struct task *t);
+
+/*
+ * Loop thread: a connection held because a task's stdin buffer was full
+ * may be read again: calls the function set at start (the connection
+ * layer's), which finds it by its number (it may be gone).
+ */
+void task_set_input_release(void (*fn)(uint64_t conn));
+void task_input_release(uint64_t conn);
 
 /* Any thread: wakes every task_emit blocked on its budget (after a cancel, at shutdown). */
 void task_wake_streams(void);

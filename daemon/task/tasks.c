@@ -430,6 +430,26 @@ task_finish(struct task *t)
 /* ------------------------------------------------------------ retention */
 
 /*
+ * Why the latest forgotten tasks went (TASKS_FORGOT_*), for the message
+ * that answers a wait on one: a ring, the oldest overwritten.
+ */
+#define FORGOT_RING 4096
+static struct {
+	uint64_t id;
+	int why;
+} forgot_ring[FORGOT_RING];
+static size_t forgot_next;
+
+int
+tasks_forgotten_why(uint64_t id)
+{
+	for (size_t i = 0; i < FORGOT_RING; i++)
+		if (forgot_ring[i].id == id)
+			return forgot_ring[i].why;
+	return 0;
+}
+
+/*
  * The oldest finished tasks go first: past result_ttl, beyond result_retain,
  * or while what they cost is above result_retain_bytes (counted in
  * results_forgotten when that is the only reason).
@@ -449,6 +469,10 @@ tasks_prune(void)
 			break;
 		if (!aged && !counted)
 			results_forgotten++;
+		forgot_ring[forgot_next].id = t->id;
+		forgot_ring[forgot_next].why = aged ? TASKS_FORGOT_TTL : counted ?
+		    TASKS_FORGOT_COUNT : TASKS_FORGOT_BYTES;
+		forgot_next = (forgot_next + 1) % FORGOT_RING;
 		oldest_retained = t->newer;
 		if (oldest_retained != NULL)
 			oldest_retained->older = NULL;

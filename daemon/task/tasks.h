@@ -195,6 +195,16 @@ uint64_t tasks_outstanding(void);
  */
 void tasks_prune(void);
 
+/*
+ * Which limit made the registry forget task id, for one of the latest
+ * forgotten: TASKS_FORGOT_TTL (result_ttl), _COUNT (result_retain), _BYTES
+ * (result_retain_bytes); 0 when not known.
+ */
+#define TASKS_FORGOT_TTL 1
+#define TASKS_FORGOT_COUNT 2
+#define TASKS_FORGOT_BYTES 3
+int tasks_forgotten_why(uint64_t id);
+
 /* How many finished tasks are retained, and what they are counted for in bytes. */
 size_t tasks_retained(void);
 size_t tasks_retained_bytes(void);
