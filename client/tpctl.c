@@ -52,7 +52,7 @@ tpctl_warnx(const char *fmt, ...)
  * does not exist: WIRE_SYSTEM_SOCKET, or TPCTL_SYSTEM_SOCKET (for tests,
  * which cannot put a daemon in /run).
  */
-static const char *
+const char *
 tpctl_system_socket(void)
 {
 	const char *env = getenv("TPCTL_SYSTEM_SOCKET");
@@ -243,6 +243,7 @@ tpctl_resolve(struct tpctl *opt)
 			return EX_USAGE;
 		}
 		opt->socket_path = path;
+		opt->socket_default = true;
 		/* the system daemon's, for users whose own default has none */
 		if (strcmp(path, tpctl_system_socket()) != 0)
 			opt->socket_fallback = tpctl_system_socket();

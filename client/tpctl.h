@@ -30,6 +30,7 @@ struct tpctl {
 	const char *socket_path;        /* -s, TPD_SOCKET, or the default rule */
 	const char *socket_fallback;    /* the system socket, when socket_path
 					   (the default rule's) does not exist */
+	bool socket_default;            /* socket_path is the default rule's: check who answers */
 	const char *host;               /* -H HOST:PORT, TPD_HOST; wins over socket_path */
 	const char *token_file;         /* --token-file, TPD_TOKEN_FILE */
 	bool json;                      /* --json: print events as received */
@@ -54,6 +55,8 @@ extern const char *tpctl_prog;
  * command line named none. Returns 0 or EX_USAGE (printed).
  */
 int tpctl_resolve(struct tpctl *);
+/* The system daemon's socket: $TPCTL_SYSTEM_SOCKET, else WIRE_SYSTEM_SOCKET. */
+const char *tpctl_system_socket(void);
 /* Prints "tpctl CMD: message" and a pointer to --help; returns EX_USAGE. */
 int cmd_usage_error(const struct cmd *, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -153,6 +156,16 @@ enum link_result {
  * [::1]:7420), giving up after timeout_ms. Returns NULL with *cause set to a
  * line naming the address (the addresses tried), the error and a hint.
  */
+/*
+ * For a socket found by the default rule: checks that the daemon that
+ * answered on lk is the one expected there (link.c): on the user's own
+ * path (not system_socket) a daemon of the user's, in a directory of the
+ * user's that no one else may write; on the system socket, root or the
+ * owner of its directory, which root owns or no one else may write.
+ * Returns 0, or -1 with *cause set to a line saying what is wrong.
+ */
+int link_check_daemon(struct link *lk, const char *system_socket, char **cause);
+
 struct link *link_open(const char *path, const char *fallback, const char *host,
     uint64_t timeout_ms, char **cause);
 void link_close(struct link *);
