@@ -76,6 +76,7 @@
 #define ERR_LOST              "lost"                 /* the state lost */
 #define ERR_STORAGE           "storage"              /* the journal cannot be written */
 #define ERR_TOO_MANY_CONNECTIONS "too_many_connections" /* a client past max_connections */
+#define ERR_FOLLOW_DROPPED    "follow_dropped"       /* a follower read too slowly: its follow ends */
 
 /* roles in hello */
 #define ROLE_ADMIN  "admin"

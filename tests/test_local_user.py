@@ -198,4 +198,155 @@ def test_tpd_refuses_socket_dir_of_another_user():
         shutil.rmtree(top, ignore_errors=True)
 
 
+def nobody_socket(d):
+    """Lets nobody reach d's socket (its temp dir is root's, mode 0700)."""
+    os.chmod(d.dir, 0o755)
+
+
+def connect_as(user, path):
+    """A raw connection made by a child that became user (the socket's peer is user)."""
+    pw = pwd.getpwnam(user)
+    a, b = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            a.close()
+            os.setgroups([])
+            os.setgid(pw.pw_gid)
+            os.setuid(pw.pw_uid)
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(path)
+            socket.send_fds(b, [b"x"], [s.fileno()])
+        finally:
+            os._exit(0)
+    b.close()
+    _, fds, _, _ = socket.recv_fds(a, 1, 1)
+    os.waitpid(pid, 0)
+    a.close()
+    return socket.socket(fileno=fds[0])
+
+
+def test_followers_that_never_read_stay_bounded():
+    """nobody keeps one reader and 20 followers that never read on a task of its own
+    writing fast: tpd's memory stays bounded, and each follower gets follow_dropped."""
+    nb = nobody()
+    with Daemon("--max-output-buffer", "64k", "--journal", "off", "--socket-mode", "0666") as d:
+        nobody_socket(d)
+        sub = connect_as("nobody", d.sock)
+        sub.sendall(json.dumps({"op": "submit", "id": "s", "stream": True, "task": {
+            "kind": "exec", "output_limit": 1024,
+            "argv": ["sh", "-c", "head -c 100000000 /dev/zero | tr '\\0' a; echo"]}})
+            .encode() + b"\n")
+        f = sub.makefile("rb")
+        acc = json.loads(f.readline())
+        check(acc.get("event") == "accepted", "%r", acc)
+        followers = []
+        for i in range(20):
+            fs = connect_as("nobody", d.sock)
+            fs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            fs.sendall(json.dumps({"op": "wait", "id": "f%d" % i, "task": acc["task"],
+                                   "stream": True}).encode() + b"\n")
+            followers.append(fs)
+        base = d.rss_kib()
+        # the one reader reads everything, as fast as it can
+        got, peak = 0, 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = f.readline()
+            if not line:
+                break
+            got += len(line)
+            if got % (1 << 22) < 70000:
+                peak = max(peak, d.rss_kib() - base)
+            if b'"event":"done"' in line[:64]:
+                break
+        check(got > 100000000, "the reader got the whole output: %d bytes", got)
+        check(peak < 64 * 1024, "tpd grew %d KiB while 20 followers did not read", peak)
+        for i, fs in enumerate(followers):
+            ff = fs.makefile("rb")
+            while True:
+                ev = json.loads(ff.readline())
+                if ev["event"] != "output":
+                    break
+            check(ev["event"] == "error" and ev["error"]["code"] == "follow_dropped" and
+                  ev["id"] == "f%d" % i and "max_output_buffer" in ev["error"]["message"],
+                  "follower %d: %r", i, ev)
+            fs.close()
+        sub.close()
+        check("stopped following task %d" % acc["task"] in d.read_log(), "logged")
+
+
+def test_follower_that_never_reads_does_not_slow_the_task():
+    """A detached task with one follower that never reads runs at full speed (it is
+    not held until output_stall_timeout)."""
+    with Daemon("--journal", "off", "--output-stall-timeout", "60s") as d:
+        c = d.client()
+        _, acc = c.submit({"kind": "exec", "output_limit": 1024, "argv": [
+            "sh", "-c", "head -c 100000000 /dev/zero | tr '\\0' a"]}, detach=True)
+        lazy = socket.socket(socket.AF_UNIX)
+        lazy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        lazy.connect(d.sock)
+        lazy.sendall(json.dumps({"op": "wait", "id": 1, "task": acc["task"],
+                                 "stream": True}).encode() + b"\n")
+        start = time.monotonic()
+        done = c.request({"op": "wait", "task": acc["task"]}, "done", timeout=30)
+        took = time.monotonic() - start
+        check(done["state"] == "succeeded", "%r", done)
+        check(took < 20, "the task took %.1f s behind a follower that does not read", took)
+        lazy.close()
+
+
+def test_follow_from_start_while_writing_gets_each_byte_once():
+    """Followers attach with from: start while the task writes (its submitter streams,
+    so events are on their way): each gets every line exactly once."""
+    n = 30000
+    with Daemon("--journal", "off") as d:
+        c = d.client()
+        rid = c.send({"op": "submit", "stream": True, "task": {"kind": "exec", "argv": [
+            "sh", "-c", "i=0; while [ $i -lt %d ]; do echo line$i; i=$((i+1)); "
+            "[ $((i %% 1000)) = 0 ] && sleep 0.03; done" % n]}})
+        acc = c.recv_id(rid, "accepted")
+        want = "".join("line%d\n" % i for i in range(n))
+        socks = []
+        for i in range(40):
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(TIMEOUT)
+            s.connect(d.sock)
+            s.sendall(json.dumps({"op": "wait", "id": i, "task": acc["task"], "stream": True,
+                                  "from": "start"}).encode() + b"\n")
+            socks.append(s)
+            time.sleep(0.01)
+        # the submitter reads its own stream
+        while c.recv_id(rid).get("event") != "done":
+            pass
+        bad = late = 0
+        for i, s in enumerate(socks):
+            f = s.makefile("rb")
+            out = []
+            while True:
+                line = f.readline()
+                check(line, "follower %d: no done", i)
+                ev = json.loads(line)
+                if ev["event"] in ("done", "error"):
+                    check(ev["event"] == "done", "follower %d: %r", i, ev)
+                    if not out:
+                        # it came after the end: the done alone, with the whole output
+                        out.append(ev["result"]["stdout"])
+                        late += 1
+                    break
+                if ev["event"] == "output" and ev["stream"] == "stdout":
+                    out.append(ev["data"])
+            got = "".join(out)
+            if got != want:
+                bad += 1
+                lines = got.splitlines()
+                dup = len(lines) - len(set(lines))
+                print("follower %d: %d lines of %d, %d twice; first differing at %d" % (
+                    i, len(lines), n, dup, next((k for k in range(min(len(got), len(want)))
+                                                 if got[k] != want[k]), -1)))
+            s.close()
+        check(bad == 0, "%d of 40 followers from the start did not get each byte once", bad)
+        check(late < 20, "%d of 40 followers came after the end: the test proves little", late)
+
+
 run_tests(globals())

@@ -170,6 +170,7 @@ struct conn_out {
 	size_t off, len, cap;
 	struct conn_item *held, *held_tail;
 	size_t nheld;
+	size_t held_bytes;      /* the held lines' bytes (a done's shared text not counted) */
 	uint64_t progress_us;   /* stuck: when the socket last took bytes */
 	char data[];
 };
@@ -359,6 +360,12 @@ struct conn *
 conn_find(uint64_t id)
 {
 	return conns ? idmap_get(conns, id) : NULL;
+}
+
+size_t
+conn_queued(const struct conn *c)
+{
+	return c->out != NULL ? c->out->len - c->out->off + c->out->held_bytes : 0;
 }
 
 size_t
@@ -628,6 +635,7 @@ out_reserve(struct conn *c, size_t n)
 		o->cap = cap;
 		o->held = o->held_tail = NULL;
 		o->nheld = 0;
+		o->held_bytes = 0;
 		c->out = o;
 		nunflushed++;
 		return 0;
@@ -774,6 +782,7 @@ out_refill(struct conn *c)
 		if ((c->out->held = it->next) == NULL)
 			c->out->held_tail = NULL;
 		c->out->nheld--;
+		c->out->held_bytes -= it->len;
 		item_free(it);
 	}
 	return 0;
@@ -830,6 +839,7 @@ hold(struct conn *c, size_t len)
 		c->out->held = it;
 	c->out->held_tail = it;
 	c->out->nheld++;
+	c->out->held_bytes += len;
 	return it;
 }
 

@@ -54,6 +54,7 @@ struct task_sink_ops {
 struct task_sink {
 	const struct task_sink_ops *ops;
 	bool stream;                /* wants the stream events: a submitter's, or a follower's */
+	bool paces;                 /* its receiver paces the task (the submitter's stream only) */
 	struct task_sink *next;     /* the registry's: the task's list */
 };
 
