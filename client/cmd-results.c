@@ -94,13 +94,18 @@ result_print(const struct results_follow *rf, const struct result_fields *f, jso
 		if (!ok)
 			tpctl_warnx("entry %s %s", entry, what != NULL ? what : "failed");
 	} else {
-		printf("entry %s", entry);
-		if (f->cid != NULL)
-			printf(" (id %.*s)", (int)f->cid->len, f->cid->str);
-		printf(": %s, queued %s (consumer %s, attempt %s)\n", what != NULL ? what : "?",
+		/* a Redis entry's fields are anyone's who may write the stream */
+		printf("entry %s", format_safe(entry));
+		if (f->cid != NULL) {
+			char *cid = strndup(f->cid->str, f->cid->len);
+			printf(" (id %s)", cid != NULL ? format_safe(cid) : "?");
+			free(cid);
+		}
+		printf(": %s, queued %s (consumer %s, attempt %s)\n",
+		    what != NULL ? format_safe(what) : "?",
 		    format_duration(event_num(done, FIELD_QUEUED_MS, 0), q, sizeof q),
-		    f->consumer != NULL ? f->consumer->str : "?",
-		    f->attempt != NULL ? f->attempt->str : "?");
+		    f->consumer != NULL ? format_safe(f->consumer->str) : "?",
+		    f->attempt != NULL ? format_safe(f->attempt->str) : "?");
 		if (fflush(stdout) == EOF && errno == EPIPE) {
 			free(what);
 			return -1;

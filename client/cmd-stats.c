@@ -99,9 +99,9 @@ stats_table(const json_t *pools, const struct stats_col *cols)
 static void
 stats_print(const json_t *ev)
 {
-	const char *phase = event_str(ev, FIELD_PHASE, NULL);
-	const char *version = event_str(ev, FIELD_VERSION, NULL);
-	const char *containment = event_str(ev, FIELD_CONTAINMENT, NULL);
+	const char *phase = format_safe(event_str(ev, FIELD_PHASE, NULL));
+	const char *version = format_safe(event_str(ev, FIELD_VERSION, NULL));
+	const char *containment = format_safe(event_str(ev, FIELD_CONTAINMENT, NULL));
 	const char *tcp_auth = event_str(ev, FIELD_TCP_AUTH, NULL);
 	json_t *pools = json_object_get(ev, FIELD_POOLS);
 	char up[FORMAT_DURATION_LEN];

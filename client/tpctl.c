@@ -37,14 +37,18 @@ void
 tpctl_warnx(const char *fmt, ...)
 {
 	va_list ap;
+	char *msg = NULL;
 
 	progress_clear(progress_current);
 	fflush(stdout);
 	va_start(ap, fmt);
-	fprintf(stderr, "%s: ", tpctl_prog);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	/* the daemon's words (and a task's label, a program's name) may carry escapes */
+	if (vasprintf(&msg, fmt, ap) == -1)
+		msg = NULL;
 	va_end(ap);
+	fprintf(stderr, "%s: %s\n", tpctl_prog, msg != NULL ? format_safe(msg) :
+	    "(out of memory for a message)");
+	free(msg);
 }
 
 /*

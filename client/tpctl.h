@@ -468,10 +468,21 @@ int format_parse_int(const char *s, long long min, long long max, long long *out
  */
 char *format_cell(const char *key, const json_t *v);
 
+/*
+ * s made safe for a terminal: a control character (C0, DEL, C1: ESC, BEL,
+ * CSI, a newline...) as an escape, "\x1b" or "\u009b", the rest as it
+ * is. For every string of the daemon's (or of a task's metadata) that
+ * tpctl shows in a table or a message; never for a task's own output,
+ * nor --json. Returns s itself when nothing needed escaping, else a copy
+ * valid until FORMAT_SAFE_SLOTS more calls; NULL gives NULL.
+ */
+#define FORMAT_SAFE_SLOTS 8
+const char *format_safe(const char *s);
+
 /* An aligned text table: columns left ('l') or right ('r') aligned. */
 struct table;
 struct table *table_new(const char *align, const char *const *headers);
-/* Adds a row of as many strings as columns (copied). */
+/* Adds a row of as many strings as columns (copied, made safe: format_safe). */
 void table_add(struct table *, const char *const *cells);
 void table_print(const struct table *, FILE *f);
 void table_free(struct table *);

@@ -349,4 +349,105 @@ def test_follow_from_start_while_writing_gets_each_byte_once():
         check(late < 20, "%d of 40 followers came after the end: the test proves little", late)
 
 
+ESC_LABEL = "\x1b]2;pwned-label\x07\x1b[2J"
+OSC52 = "\x1b]52;c;cHduZWQ=\x07"
+
+
+def tpctl_out(d, *args, user=None):
+    pre = None
+    if user is not None:
+        pw = pwd.getpwnam(user)
+        pre = drop_to(pw.pw_uid, pw.pw_gid)
+    return subprocess.run([TPCTL, "-s", d.sock] + list(args), capture_output=True,
+                          timeout=TIMEOUT, preexec_fn=pre)
+
+
+def no_raw_controls(p, what):
+    for stream, data in (("stdout", p.stdout), ("stderr", p.stderr)):
+        bad = [b for b in data if b < 0x20 and b not in (0x0a,) or b == 0x7f]
+        check(not bad and b"\xc2\x9b" not in data,
+              "%s: raw control bytes on %s: %r", what, stream, data)
+
+
+def test_escape_sequences_from_another_user_reach_no_terminal():
+    """nobody labels its tasks, fails them and names programs with terminal escapes; the
+    admin's tpctl list --all, status and wait show them escaped, never raw."""
+    nobody()
+    with Daemon("--journal", "off", "--socket-mode", "0666") as d:
+        nobody_socket(d)
+        answers = as_user("nobody", d.sock, [
+            {"op": "submit", "id": 1, "label": ESC_LABEL, "detach": True,
+             "task": {"kind": "fail", "message": "bad " + OSC52 + "\u009b2J end"}},
+            {"op": "submit", "id": 2, "label": "x\u009b31m", "detach": True,
+             "task": {"kind": "exec", "argv": ["\x1b[2Jnosuchprog"]}},
+        ])
+        t1, t2 = answers[0]["task"], answers[1]["task"]
+        c = d.client()
+        c.request({"op": "wait", "task": t1}, "done")
+        c.request({"op": "wait", "task": t2}, "done")
+        for args in (["list", "--all"], ["status", str(t1), str(t2)], ["wait", str(t1)],
+                     ["wait", str(t2)], ["wait", "--output", str(t1)]):
+            p = tpctl_out(d, *args)
+            no_raw_controls(p, " ".join(args))
+            out = p.stdout + p.stderr
+            if args[0] == "list":
+                check(b"\\x1b]2;pwned-label\\x07\\x1b[2J" in out and b"x\\u009b31m" in out,
+                      "the label is shown escaped: %r", out)
+            if args[-1] == str(t1) and args[0] == "wait":
+                check(b"bad \\x1b]52;c;cHduZWQ=\\x07\\u009b2J end" in out, "%r", out)
+            if args[-1] == str(t2) and args[0] == "wait":
+                check(b"\\x1b[2Jnosuchprog" in out, "%r", out)
+        # --json stays exact: the label comes back as the daemon sent it
+        p = tpctl_out(d, "--json", "list", "--all")
+        labels = [json.loads(l).get("tasks", [{}]) for l in p.stdout.splitlines()]
+        check(any(t.get("label") == ESC_LABEL for ts in labels for t in ts), "%r", p.stdout)
+
+
+def test_task_output_stays_byte_exact():
+    """A task's own output is the user's data: run streams it unchanged."""
+    with Daemon("--journal", "off") as d:
+        p = tpctl_out(d, "run", "--", "printf", "\\033[31mred\\007\\r\\n")
+        check(p.returncode == 0 and p.stdout == b"\x1b[31mred\x07\r\n", "%r", p)
+
+
+def test_fake_daemon_pool_names_and_errors_are_escaped():
+    """A (fake) daemon's pool names and error messages reach tpctl's user escaped."""
+    top = tempfile.mkdtemp(prefix="tpdtest-fake-")
+    path = os.path.join(top, "tpd.sock")
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen(4)
+    answers = {
+        "stats": {"event": "stats", "version": "1\x1b]2;v\x07", "phase": "running",
+                  "uptime_ms": 5, "connections": 1, "pools": [
+                      {"name": "\x1b]2;pwned-pool\x07", "target": 1, "workers": 1}]},
+        "cancel": {"event": "error", "error": {"code": "bad_request",
+                                               "message": "no \x1b[2J way"}},
+    }
+
+    def serve():
+        for _ in range(2):
+            conn, _ = srv.accept()
+            f = conn.makefile("rwb")
+            for line in f:
+                req = json.loads(line)
+                ans = dict(answers.get(req["op"], {"event": "pong"}), id=req.get("id"))
+                f.write(json.dumps(ans).encode() + b"\n")
+                f.flush()
+            conn.close()
+    import threading
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    try:
+        for args in (["stats"], ["cancel", "7"]):
+            p = subprocess.run([TPCTL, "-s", path] + args, capture_output=True, timeout=TIMEOUT)
+            no_raw_controls(p, args[0])
+            out = p.stdout + p.stderr
+            want = b"\\x1b]2;pwned-pool\\x07" if args[0] == "stats" else b"no \\x1b[2J way"
+            check(want in out, "%s: %r", args[0], out)
+    finally:
+        srv.close()
+        shutil.rmtree(top, ignore_errors=True)
+
+
 run_tests(globals())
