@@ -450,4 +450,60 @@ def test_fake_daemon_pool_names_and_errors_are_escaped():
         shutil.rmtree(top, ignore_errors=True)
 
 
+FORGED = "2026-01-01 00:00:00.000 tpd[1] emerg: FORGED root password changed"
+
+
+def forged_lines(log):
+    return [l for l in log.splitlines() if l.startswith(("FORGED", "<0>", "2026-01-01"))]
+
+
+def test_log_forging_through_hello_client_and_redis_errors():
+    """hello's client and a Redis server's error carry a newline and a journald priority:
+    each stays inside its own log line, escaped."""
+    nobody()
+    fake = socket.socket(socket.AF_INET)
+    fake.bind(("127.0.0.1", 0))
+    fake.listen(8)
+    port = fake.getsockname()[1]
+
+    def redis_liar():
+        fake.settimeout(30)
+        try:
+            while True:
+                conn, _ = fake.accept()
+                conn.settimeout(5)
+                try:
+                    while conn.recv(65536):
+                        conn.sendall(b"-ERR nope\n" + FORGED.encode() + b"\n<0>panic\r\n")
+                except OSError:
+                    pass
+                conn.close()
+        except OSError:
+            pass
+    import threading
+    th = threading.Thread(target=redis_liar, daemon=True)
+    th.start()
+    d = Daemon("--journal", "off", "--socket-mode", "0666", start=False)
+    try:
+        conf = os.path.join(d.dir, "tpd.conf")
+        with open(conf, "w") as f:
+            f.write("[source jobs]\ntype = redis-stream\nredis = 127.0.0.1:%d\nstream = jobs\n"
+                    "group = tpd\nconsumer = c1\npool = default\n" % port)
+        d.args += ["-c", conf]
+        d.start()
+        nobody_socket(d)
+        a = as_user("nobody", d.sock, [{"op": "hello", "id": 1,
+                                        "client": "x\n" + FORGED + "\n<0>boom\r\x1b[2J"}])
+        check(a[0]["event"] == "hello", "%r", a)
+        eventually(lambda: "FORGED" in d.read_log() and "ERR nope" in d.read_log(),
+                   "both reached the log")
+        log = d.read_log()
+        check(not forged_lines(log), "forged lines: %r", forged_lines(log))
+        check("\\n" + FORGED + "\\n<0>boom\\x0d\\x1b[2J" in log, "hello's client escaped: %r",
+              [l for l in log.splitlines() if "FORGED" in l])
+    finally:
+        d.close()
+        fake.close()
+
+
 run_tests(globals())
