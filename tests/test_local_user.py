@@ -506,4 +506,75 @@ def test_log_forging_through_hello_client_and_redis_errors():
         fake.close()
 
 
+STORM = r"""
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b"".join(b'{"op":"list","id":%d}\n' % i if i % 2 else
+                   b'{"op":"list","id":%d,"state":"queued"}\n' % i for i in range(1000)))
+f = s.makefile("rb")
+n = 0
+while n < 1000 and f.readline():
+    n += 1
+print(n, time.monotonic())
+"""
+
+PINGER = r"""
+import json, socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile("rwb")
+print("ready", flush=True)
+sys.stdin.readline()
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    t0 = time.monotonic()
+    f.write(b'{"op":"ping"}\n')
+    f.flush()
+    f.readline()
+    print("%.6f %.3f" % (t0, (time.monotonic() - t0) * 1000), flush=True)
+    time.sleep(0.005)
+"""
+
+
+def test_list_storm_does_not_starve_other_clients():
+    """nobody keeps 10,000 tasks and 16 connections each pipelining 1,000 list requests
+    (half with a filter that matches none: a full walk); another client's ping, measured
+    from its own process, stays fast."""
+    nb = nobody()
+    with Daemon("--journal", "off", "--socket-mode", "0666", queue=10000,
+                workers=4) as d:
+        nobody_socket(d)
+        s = connect_as("nobody", d.sock)
+        s.sendall(b"".join(b'{"op":"submit","detach":true,"task":{"kind":"echo","value":%d}}\n'
+                           % i for i in range(10000)))
+        f = s.makefile("rb")
+        for _ in range(10000):
+            check(json.loads(f.readline())["event"] == "accepted", "accepted")
+        c = d.client()
+        eventually(lambda: c.request({"op": "stats"}, "stats")["tasks_retained"] >= 10000,
+                   "10,000 retained", timeout=60)
+        pinger = subprocess.Popen(["python3", "-c", PINGER, d.sock, "4"], text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        check(pinger.stdout.readline().strip() == "ready", "pinger")
+        storm = [subprocess.Popen(["python3", "-c", STORM, d.sock], stdout=subprocess.PIPE,
+                                  text=True, preexec_fn=drop_to(nb.pw_uid, nb.pw_gid))
+                 for _ in range(16)]
+        pinger.stdin.write("go\n")
+        pinger.stdin.flush()
+        pings = [tuple(map(float, l.split())) for l in pinger.stdout.read().splitlines()]
+        pinger.wait()
+        ends = [p.communicate(timeout=120)[0].split() for p in storm]
+        counts = [int(e[0]) if e else 0 for e in ends]
+        check(counts == [1000] * 16, "every list answered: %r", counts)
+        # the pings sent while the storm went on
+        storm_end = max(float(e[1]) for e in ends)
+        rtts = sorted(rtt for t0, rtt in pings if t0 < storm_end)
+        p50, p99, top = rtts[len(rtts) // 2], rtts[int(len(rtts) * 0.99)], rtts[-1]
+        print("ping under a storm of 16,000 list requests over 10,000 tasks: %d pings during it, "
+              "p50 %.1f ms, p99 %.1f ms, max %.1f ms" % (len(rtts), p50, p99, top))
+        check(len(rtts) >= 5, "too few pings")
+        check(p50 < 50, "pings waited %.1f ms (p50) behind the storm", p50)
+        check(top < 1000, "a ping waited %.1f ms behind the storm", top)
+
 run_tests(globals())

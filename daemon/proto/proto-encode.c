@@ -437,7 +437,7 @@ proto_encode_status(struct proto_text *pt, json_t *id, const struct proto_task *
 
 void
 proto_encode_list(struct proto_text *pt, json_t *id, const struct proto_task *tasks,
-    size_t ntasks, bool more)
+    size_t ntasks, bool more, uint64_t before)
 {
 	pt_event(pt, EV_LIST, id, false);
 	pt_key(pt, FIELD_TASKS);
@@ -467,6 +467,10 @@ proto_encode_list(struct proto_text *pt, json_t *id, const struct proto_task *ta
 	pt_close(pt, ']');
 	pt_key(pt, FIELD_MORE);
 	pt_bool(pt, more);
+	if (more) {
+		pt_key(pt, FIELD_BEFORE);
+		pt_u64(pt, before);
+	}
 	pt_end(pt);
 }
 

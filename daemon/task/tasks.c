@@ -296,10 +296,11 @@ list_match(const struct task *t, const struct proto_list *l)
 
 size_t
 tasks_list(const struct proto_list *l, bool (*visible)(const struct task *, void *), void *arg,
-    struct proto_task *out, size_t max, bool *more)
+    struct proto_task *out, size_t max, size_t max_visit, bool *more, uint64_t *resume)
 {
 	struct task *t = newest_task;
-	size_t n = 0;
+	size_t n = 0, visited = 0;
+	uint64_t last = 0;
 
 	tasks_prune();
 	if (l->before != 0) {
@@ -311,11 +312,19 @@ tasks_list(const struct proto_list *l, bool (*visible)(const struct task *, void
 				t = t->list_older;
 	}
 	*more = false;
+	*resume = 0;
 	for (; t != NULL; t = t->list_older) {
+		if (visited++ == max_visit) {
+			*more = true;
+			*resume = last;
+			break;
+		}
+		last = t->id;
 		if (!list_match(t, l) || !visible(t, arg))
 			continue;
 		if (n == max) {
 			*more = true;
+			*resume = out[n - 1].id;
 			break;
 		}
 		tasks_view(t, &out[n]);
