@@ -577,4 +577,40 @@ def test_list_storm_does_not_starve_other_clients():
         check(p50 < 50, "pings waited %.1f ms (p50) behind the storm", p50)
         check(top < 1000, "a ping waited %.1f ms behind the storm", top)
 
+def test_metrics_slowloris_cannot_hold_the_slots():
+    """4 connections (the cap) each send a header byte every 100 ms, never a whole request:
+    each is closed metrics_timeout after its accept, and a scrape then gets its answer."""
+    import re
+    with Daemon("--journal", "off", "--metrics-listen", "127.0.0.1:0", "--metrics-timeout",
+                "1s", "--metrics-max-connections", "4") as d:
+        port = int(re.search(r"serving GET /metrics on tcp 127\.0\.0\.1:(\d+)",
+                             d.read_log()).group(1))
+        slow = [socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+                for _ in range(4)]
+        start = time.monotonic()
+        closed = set()
+        header = b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 1000
+        k = 0
+        while len(closed) < 4 and time.monotonic() - start < 5:
+            for i, sk in enumerate(slow):
+                if i in closed:
+                    continue
+                try:
+                    sk.sendall(header[k:k + 1])
+                except OSError:
+                    closed.add(i)
+            k += 1
+            time.sleep(0.1)
+        took = time.monotonic() - start
+        check(len(closed) == 4, "after %.1f s of a byte each 100 ms, %d of 4 were closed",
+              took, len(closed))
+        check(took < 3, "closed only after %.1f s (metrics_timeout 1s)", took)
+        sc = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+        sc.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        check(sc.recv(100).startswith(b"HTTP/1.0 200"), "a scrape is answered")
+        sc.close()
+        for sk in slow:
+            sk.close()
+
+
 run_tests(globals())
