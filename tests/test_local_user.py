@@ -613,4 +613,82 @@ def test_metrics_slowloris_cannot_hold_the_slots():
             sk.close()
 
 
+def connects_refused(path, n=1000):
+    """n non-blocking connects to the Unix socket at path while nobody accepts: how many fail."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n + 100:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 200), hard))
+    socks, failed = [], 0
+    try:
+        for _ in range(n):
+            sk = socket.socket(socket.AF_UNIX)
+            sk.setblocking(False)
+            try:
+                sk.connect(path)
+            except (BlockingIOError, InterruptedError):
+                failed += 1
+            socks.append(sk)
+    finally:
+        for sk in socks:
+            sk.close()
+    return failed
+
+
+def test_listen_backlog_is_kept_as_chosen():
+    """1,000 clients connect at once while tpd is busy (stopped): the backlog tpd chose
+    (1,024) queues them all; none gets EAGAIN (libevent's listen(fd, 128) did that)."""
+    with Daemon("--journal", "off") as d:
+        d.signal(signal.SIGSTOP)
+        try:
+            failed = connects_refused(d.sock)
+        finally:
+            d.signal(signal.SIGCONT)
+        check(failed == 0, "%d of 1000 connects failed with EAGAIN", failed)
+
+
+ACTIVATE = r"""
+import os, socket, sys
+path, tpd = sys.argv[1], sys.argv[2:]
+s = socket.socket(socket.AF_UNIX)
+s.bind(path)
+s.listen(2000)
+os.dup2(s.fileno(), 3)
+os.set_inheritable(3, True)
+env = dict(os.environ, LISTEN_FDS="1", LISTEN_PID=str(os.getpid()), LISTEN_FDNAMES="unix")
+os.execve(tpd[0], tpd, env)
+"""
+
+
+def test_activated_socket_keeps_systemds_backlog():
+    """A socket systemd passes keeps the backlog systemd gave it (2,000 here)."""
+    top = tempfile.mkdtemp(prefix="tpdtest-act-")
+    path = os.path.join(top, "act.sock")
+    p = subprocess.Popen(["python3", "-c", ACTIVATE, path, TPD, "-f", "--journal", "off"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        def up():
+            try:
+                c = socket.socket(socket.AF_UNIX)
+                c.connect(path)
+                c.sendall(b'{"op":"ping"}\n')
+                ok = b"pong" in c.recv(100)
+                c.close()
+                return ok
+            except OSError:
+                return False
+        eventually(lambda: up() or p.poll() is not None, "the activated tpd answers")
+        check(p.poll() is None, "tpd exited: %r", p.stdout.read() if p.poll() is not None else "")
+        p.send_signal(signal.SIGSTOP)
+        try:
+            failed = connects_refused(path)
+        finally:
+            p.send_signal(signal.SIGCONT)
+        check(failed == 0, "%d of 1000 connects failed with EAGAIN", failed)
+    finally:
+        p.terminate()
+        p.communicate(timeout=TIMEOUT)
+        shutil.rmtree(top, ignore_errors=True)
+
+
 run_tests(globals())

@@ -104,8 +104,13 @@ add_listener(int fd, bool is_unix, const char *name, const char *unlink_path, ch
 	evutil_make_socket_nonblocking(fd);
 	l->is_unix = is_unix;
 	snprintf(l->name, sizeof l->name, "%s", name);
+	/*
+	 * Backlog 0: the socket listens already, with the backlog tpd chose
+	 * (LISTEN_BACKLOG) or systemd did (an activated socket). -1 would make
+	 * libevent call listen(fd, 128) again and cut it down.
+	 */
 	l->evl = evconnlistener_new(daemon_state->base, accept_cb, l,
-	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd);
+	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
 	if (l->evl == NULL) {
 		close(fd);
 		free(l);

@@ -549,7 +549,7 @@ metrics_start(struct event_base *base, const struct conf *c, char **cause)
 	    (m.resume = evtimer_new(base, resume_cb, NULL)) == NULL ||
 	    (m.sweep = evtimer_new(base, sweep_cb, NULL)) == NULL ||
 	    (m.evl = evconnlistener_new(base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE |
-	    LEV_OPT_CLOSE_ON_EXEC, -1, fd)) == NULL) {
+	    LEV_OPT_CLOSE_ON_EXEC, 0, fd)) == NULL) {   /* 0: it listens already (listen.c) */
 		if (m.evl == NULL)
 			close(fd);
 		metrics_stop();
