@@ -440,6 +440,27 @@ link_reserve(char **buf, size_t *cap, size_t need)
 	return 0;
 }
 
+static int link_read_some(struct link *, char **);
+
+/*
+ * Writing failed: the daemon closed its end. It may have said why first
+ * (too_many_connections past max_connections, then close): read what it
+ * sent. True when a whole line came, which the caller then reads as the
+ * answer, instead of a "Broken pipe".
+ */
+static bool
+link_said_why(struct link *lk)
+{
+	char *cause = NULL;
+
+	for (int i = 0; i < 16 && link_read_some(lk, &cause) == 0; i++)
+		if (memchr(lk->in + lk->start, WIRE_DELIMITER, lk->inlen - lk->start) != NULL)
+			return true;
+	free(cause);
+	return lk->inlen > lk->start &&
+	    memchr(lk->in + lk->start, WIRE_DELIMITER, lk->inlen - lk->start) != NULL;
+}
+
 /* Writes what the socket takes now. Returns 0, or LINK_LOST. */
 static int
 link_write_some(struct link *lk, char **cause)
@@ -454,6 +475,11 @@ link_write_some(struct link *lk, char **cause)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return 0;
+			if ((errno == EPIPE || errno == ECONNRESET) && link_said_why(lk)) {
+				/* its last words (too_many_connections) are read next */
+				lk->outoff = lk->outlen = 0;
+				return 0;
+			}
 			*cause = link_xasprintf("lost the connection to %s: %s",
 			    lk->address, strerror(errno));
 			return LINK_LOST;

@@ -691,4 +691,20 @@ def test_activated_socket_keeps_systemds_backlog():
         shutil.rmtree(top, ignore_errors=True)
 
 
+def test_past_max_connections_tpctl_shows_the_answer():
+    """Past max_connections, every tpctl gets tpd's too_many_connections answer (not a
+    broken pipe) and shows it."""
+    with Daemon("--journal", "off", "--max-connections", "2") as d:
+        held = [d.client(), d.client()]
+        for h in held:
+            h.request({"op": "ping"}, "pong")
+        procs = [subprocess.Popen([TPCTL, "-s", d.sock, "run", "--", "true"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for _ in range(8)]
+        outs = [(p.wait(timeout=TIMEOUT), p.stderr.read().decode()) for p in procs]
+        for rc, err in outs:
+            check(rc == 75 and "too many connections" in err and "max_connections" in err and
+                  "Broken pipe" not in err, "exit %d: %r", rc, err)
+
+
 run_tests(globals())
