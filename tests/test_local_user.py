@@ -707,4 +707,20 @@ def test_past_max_connections_tpctl_shows_the_answer():
                   "Broken pipe" not in err, "exit %d: %r", rc, err)
 
 
+def test_raw_nul_outside_a_string_is_bad_json():
+    """A NUL byte after a number (jansson skipped it) or anywhere else is bad_json;
+    a line of only spaces or tabs gets no answer."""
+    with Daemon("--journal", "off") as d:
+        c = d.client()
+        for line in (b'{"id":1\x00,"op":"ping"}', b'{"op":"ping"}\x00', b'\x00{"op":"ping"}',
+                     b'{"op":"ping","id":"a\x00b"}'):
+            c.send_raw(line + b"\n")
+            ev = c.recv()
+            check(ev["event"] == "error" and ev["error"]["code"] == "bad_json" and
+                  "NUL" in ev["error"]["message"], "%r: %r", line, ev)
+        c.send_raw(b"   \t  \n\t\n")
+        check(c.request({"op": "ping", "id": "after"})["id"] == "after",
+              "the blank lines got no answer")
+
+
 run_tests(globals())
