@@ -121,6 +121,9 @@ stats_print(const json_t *ev)
 	if (tcp_auth != NULL && strcmp(tcp_auth, TCP_AUTH_NONE) == 0)
 		fprintf(stderr, "tpctl: warning: the daemon lets TCP clients in without a token "
 		    "(tcp_auth = none)\n");
+	for (size_t i = 0; i < json_array_size(json_object_get(ev, FIELD_WARNINGS)); i++)
+		fprintf(stderr, "tpctl: warning: %s\n", format_safe(json_string_value(
+		    json_array_get(json_object_get(ev, FIELD_WARNINGS), i))));
 	stats_table(pools, stats_now);
 	printf("\n");
 	stats_table(pools, stats_tasks);

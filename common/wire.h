@@ -113,6 +113,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_LABEL            "label"
 #define FIELD_TASKS            "tasks"
 #define FIELD_MORE             "more"
+#define FIELD_WARNINGS         "warnings"
 #define FIELD_BEFORE           "before"
 #define FIELD_FROM             "from"
 #define FROM_START             "start"

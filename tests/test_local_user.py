@@ -723,4 +723,38 @@ def test_raw_nul_outside_a_string_is_bad_json():
               "the blank lines got no answer")
 
 
+def test_root_daemon_running_tasks_as_root_for_others_warns():
+    """tpd as root with run_as = daemon and a way in for others (a socket of mode 0666,
+    TCP with a token) warns at start and in stats; a token file others may read too."""
+    if os.geteuid() != 0:
+        raise Skip("needs root: the warning is about a daemon that runs as root")
+    d = Daemon("--journal", "off", "--socket-mode", "0666", tcp=True, tcp_auth=None,
+               start=False)
+    try:
+        tok = os.path.join(d.dir, "tokens")
+        with open(tok, "w") as f:
+            f.write("ci s3cret-token-value-0123456789\n")
+        os.chmod(tok, 0o644)
+        d.args += ["--token-file", tok]
+        d.start()
+        log = d.read_log()
+        check("token_file %s is readable by others (mode 0644)" % tok in log, "%s", log)
+        check("tpd runs as root and pool default runs its tasks as root (run_as = daemon)"
+              in log and "every local user may connect to %s (mode 0666)" % d.sock in log and
+              "TCP clients may submit" in log, "%s", log)
+        st = d.client().request({"op": "stats"}, "stats")
+        check(len(st["warnings"]) == 1 and "run_as = caller" in st["warnings"][0], "%r",
+              st["warnings"])
+        p = subprocess.run([TPCTL, "-s", d.sock, "stats"], capture_output=True, text=True,
+                           timeout=TIMEOUT)
+        check(p.returncode == 0 and "tpctl: warning: tpd runs as root and pool default" in
+              p.stderr, "%r", p)
+    finally:
+        d.close()
+    # the default socket (mode 0660, root's group) lets no one else in: nothing to say
+    with Daemon("--journal", "off") as d:
+        check(d.client().request({"op": "stats"}, "stats")["warnings"] == [], "no warning")
+        check("runs its tasks as root" not in d.read_log(), "no warning logged")
+
+
 run_tests(globals())

@@ -89,6 +89,7 @@ op_stats(struct conn *c, struct request *req)
 	}
 	st.journal = &pj;
 	st.tcp_auth = auth_tcp_mode();
+	st.nwarnings = auth_warnings(&st.warnings);
 	st.sources = sources_stats();
 	proto_encode_stats(&pt, req->id, &st);
 	json_decref(st.sources);

@@ -616,6 +616,13 @@ proto_encode_stats(struct proto_text *pt, json_t *id, const struct proto_stats *
 		pt_journal_stats(pt, st->journal);
 	pt_key(pt, FIELD_TCP_AUTH);
 	pt_cstring(pt, st->tcp_auth);
+	pt_key(pt, FIELD_WARNINGS);
+	pt_open(pt, '[');
+	for (size_t i = 0; i < st->nwarnings; i++) {
+		pt_next(pt);
+		pt_cstring(pt, st->warnings[i]);
+	}
+	pt_close(pt, ']');
 	pt_end(pt);
 }
 

@@ -242,6 +242,8 @@ struct proto_stats {
 	const char *phase;          /* PHASE_* */
 	const char *tcp_auth;       /* TCP_AUTH_* */
 	json_t *sources;            /* an array, one object per [source NAME] (borrowed) */
+	const char *const *warnings; /* what is open too wide (auth_warnings) */
+	size_t nwarnings;
 };
 
 /*
