@@ -203,9 +203,10 @@ def nobody_socket(d):
     os.chmod(d.dir, 0o755)
 
 
-def connect_as(user, path):
-    """A raw connection made by a child that became user (the socket's peer is user)."""
-    pw = pwd.getpwnam(user)
+def connect_as(user, path, ids=None):
+    """A raw connection made by a child that became user, or the (uid, gid) ids."""
+    pw = pwd.getpwnam(user) if ids is None else pwd.struct_passwd(
+        ("", "", ids[0], ids[1], "", "/", "/bin/sh"))
     a, b = socket.socketpair()
     pid = os.fork()
     if pid == 0:
@@ -755,6 +756,46 @@ def test_root_daemon_running_tasks_as_root_for_others_warns():
     with Daemon("--journal", "off") as d:
         check(d.client().request({"op": "stats"}, "stats")["warnings"] == [], "no warning")
         check("runs its tasks as root" not in d.read_log(), "no warning logged")
+
+
+def test_queued_caller_without_passwd_entry_requeued_after_restart():
+    """A queued run_as = caller task of a uid no passwd entry knows is queued again after
+    a crash and runs with the uid and gid it had at submit (doc/exec.md), not lost."""
+    nobody()
+    uid, gid = 54321, 54322
+    for u in (uid,):
+        try:
+            pwd.getpwuid(u)
+            raise Skip("uid %d has a passwd entry here" % u)
+        except KeyError:
+            pass
+    d = Daemon("--socket-mode", "0666", start=False)
+    try:
+        conf = os.path.join(d.dir, "tpd.conf")
+        with open(conf, "w") as f:
+            f.write("[pool mine]\nrun_as = caller\nsize = 1\n")
+        d.args += ["-c", conf]
+        d.start()
+        os.chmod(d.dir, 0o755)
+        c = d.client()
+        _, block = c.submit({"kind": "sleep", "ms": 60000}, pool="mine", detach=True)
+        s = connect_as(None, d.sock, ids=(uid, gid))
+        s.sendall(json.dumps({"op": "submit", "pool": "mine", "detach": True, "task": {
+            "kind": "exec", "argv": ["sh", "-c", "id -u; id -g"]}}).encode() + b"\n")
+        acc = json.loads(s.makefile("rb").readline())
+        check(acc["event"] == "accepted", "%r", acc)
+        s.close()
+        eventually(lambda: c.request({"op": "status", "task": acc["task"]},
+                                     "status")["state"] == "queued", "queued")
+        d.proc.kill()
+        d.proc.wait()
+        d.log.close()
+        d.start()
+        done = d.client().request({"op": "wait", "task": acc["task"]}, "done", timeout=30)
+        check(done["state"] == "succeeded" and done["result"]["stdout"] == "%d\n%d\n" % (uid, gid),
+              "%r", done)
+    finally:
+        d.close()
 
 
 run_tests(globals())
