@@ -13,7 +13,8 @@ import subprocess
 import tempfile
 import time
 
-from tpdtest import TPD, TPCTL, TIMEOUT, Daemon, Skip, as_user, check, eventually, run_tests
+from tpdtest import (SLOW, TPD, TPCTL, TIMEOUT, Daemon, Skip, as_user, check, eventually,
+                     run_tests)
 
 
 def nobody():
@@ -262,7 +263,9 @@ def test_followers_that_never_read_stay_bounded():
             if b'"event":"done"' in line[:64]:
                 break
         check(got > 100000000, "the reader got the whole output: %d bytes", got)
-        check(peak < 64 * 1024, "tpd grew %d KiB while 20 followers did not read", peak)
+        print("tpd grew %d KiB at most while 20 followers did not read" % peak)
+        if SLOW == 1:   # a sanitizer's quarantine of freed memory makes RSS meaningless
+            check(peak < 64 * 1024, "tpd grew %d KiB while 20 followers did not read", peak)
         for i, fs in enumerate(followers):
             ff = fs.makefile("rb")
             while True:
@@ -293,7 +296,8 @@ def test_follower_that_never_reads_does_not_slow_the_task():
         done = c.request({"op": "wait", "task": acc["task"]}, "done", timeout=30)
         took = time.monotonic() - start
         check(done["state"] == "succeeded", "%r", done)
-        check(took < 20, "the task took %.1f s behind a follower that does not read", took)
+        check(took < 20 * SLOW, "the task took %.1f s behind a follower that does not read",
+              took)
         lazy.close()
 
 
@@ -575,8 +579,8 @@ def test_list_storm_does_not_starve_other_clients():
         print("ping under a storm of 16,000 list requests over 10,000 tasks: %d pings during it, "
               "p50 %.1f ms, p99 %.1f ms, max %.1f ms" % (len(rtts), p50, p99, top))
         check(len(rtts) >= 5, "too few pings")
-        check(p50 < 50, "pings waited %.1f ms (p50) behind the storm", p50)
-        check(top < 1000, "a ping waited %.1f ms behind the storm", top)
+        check(p50 < 50 * SLOW, "pings waited %.1f ms (p50) behind the storm", p50)
+        check(top < 1000 * SLOW, "a ping waited %.1f ms behind the storm", top)
 
 def test_metrics_slowloris_cannot_hold_the_slots():
     """4 connections (the cap) each send a header byte every 100 ms, never a whole request:
