@@ -270,7 +270,7 @@ def test_followers_that_never_read_stay_bounded():
             ff = fs.makefile("rb")
             while True:
                 ev = json.loads(ff.readline())
-                if ev["event"] != "output":
+                if ev["event"] not in ("output", "started"):
                     break
             check(ev["event"] == "error" and ev["error"]["code"] == "follow_dropped" and
                   ev["id"] == "f%d" % i and "max_output_buffer" in ev["error"]["message"],
