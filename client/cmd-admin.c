@@ -43,7 +43,7 @@ resize_exec(struct tpctl *opt, int argc, char **argv)
 		long long target = event_int(reply, FIELD_TARGET, size);
 		long long workers = event_int(reply, FIELD_WORKERS, -1);
 		printf("pool %s: target %lld, %lld worker%s now%s\n",
-		    event_str(reply, FIELD_POOL, pool), target, workers,
+		    format_safe(event_str(reply, FIELD_POOL, pool)), target, workers,
 		    workers == 1 ? "" : "s", workers > target ?
 		    " (the surplus leave as they finish their tasks)" : "");
 	}

@@ -76,7 +76,12 @@ list_print(const json_t *ev)
 	size_t i, j;
 
 	if (json_array_size(tasks) == 0) {
-		printf("no tasks\n");
+		/* the daemon visits so many tasks per request: older ones may match */
+		if (json_is_true(json_object_get(ev, FIELD_MORE)))
+			printf("no tasks among the newest; (more: tpctl list --before %lld)\n",
+			    (long long)event_int(ev, FIELD_BEFORE, 0));
+		else
+			printf("no tasks\n");
 		return;
 	}
 	if ((table = table_new("rlllrrl", headers)) == NULL)
@@ -100,8 +105,9 @@ list_print(const json_t *ev)
 	table_print(table, stdout);
 	table_free(table);
 	if (json_is_true(json_object_get(ev, FIELD_MORE)))
-		printf("(more: tpctl list --before %lld)\n", (long long)event_int(json_array_get(
-		    tasks, json_array_size(tasks) - 1), FIELD_TASK, 0));
+		printf("(more: tpctl list --before %lld)\n", (long long)event_int(ev,
+		    FIELD_BEFORE, event_int(json_array_get(tasks, json_array_size(tasks) - 1),
+		    FIELD_TASK, 0)));
 }
 
 static int

@@ -60,10 +60,10 @@ ping_exec(struct tpctl *opt, int argc, char **argv)
 			    (double)rtt / 1000.0);
 			if (hello != NULL)
 				printf(" (%s %s, protocol %lld, role %s)",
-				    event_str(hello, FIELD_SERVER, "?"),
-				    event_str(hello, FIELD_VERSION, "?"),
+				    format_safe(event_str(hello, FIELD_SERVER, "?")),
+				    format_safe(event_str(hello, FIELD_VERSION, "?")),
 				    (long long)event_int(hello, FIELD_PROTOCOL, 0),
-				    event_str(hello, FIELD_ROLE, "?"));
+				    format_safe(event_str(hello, FIELD_ROLE, "?")));
 			printf("\n");
 		}
 		json_decref(hello);

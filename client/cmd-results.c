@@ -71,13 +71,23 @@ result_print(const struct results_follow *rf, const struct sfmt_result *f, json_
 			tpctl_warnx("entry %.*s %s", (int)entry.len, entry.p,
 			    what != NULL ? what : "failed");
 	} else {
-		printf("entry %.*s", (int)entry.len, entry.p);
+		/* a Redis entry's fields are anyone's who may write the stream */
+		char *e = strndup(entry.p, entry.len), *cid = NULL, *cons = strndup(consumer, consumer_len),
+		    *att = strndup(attempt, attempt_len);
+
 		if (f->id.p != NULL)
-			printf(" (id %.*s)", (int)f->id.len, f->id.p);
-		printf(": %s, queued %s (consumer %.*s, attempt %.*s)\n",
-		    what != NULL ? what : "?",
+			cid = strndup(f->id.p, f->id.len);
+		printf("entry %s", e != NULL ? format_safe(e) : "?");
+		if (f->id.p != NULL)
+			printf(" (id %s)", cid != NULL ? format_safe(cid) : "?");
+		printf(": %s, queued %s (consumer %s, attempt %s)\n",
+		    what != NULL ? format_safe(what) : "?",
 		    format_duration(event_num(done, FIELD_QUEUED_MS, 0), q, sizeof q),
-		    consumer_len, consumer, attempt_len, attempt);
+		    cons != NULL ? format_safe(cons) : "?", att != NULL ? format_safe(att) : "?");
+		free(e);
+		free(cid);
+		free(cons);
+		free(att);
 		if (fflush(stdout) == EOF && errno == EPIPE) {
 			free(what);
 			return -1;

@@ -119,9 +119,9 @@ stats_sources_print(const json_t *sources, FILE *f)
 static void
 stats_print(const json_t *ev)
 {
-	const char *phase = event_str(ev, FIELD_PHASE, NULL);
-	const char *version = event_str(ev, FIELD_VERSION, NULL);
-	const char *containment = event_str(ev, FIELD_CONTAINMENT, NULL);
+	const char *phase = format_safe(event_str(ev, FIELD_PHASE, NULL));
+	const char *version = format_safe(event_str(ev, FIELD_VERSION, NULL));
+	const char *containment = format_safe(event_str(ev, FIELD_CONTAINMENT, NULL));
 	const char *tcp_auth = event_str(ev, FIELD_TCP_AUTH, NULL);
 	json_t *pools = json_object_get(ev, FIELD_POOLS);
 	char up[FORMAT_DURATION_LEN];
@@ -141,6 +141,9 @@ stats_print(const json_t *ev)
 	if (tcp_auth != NULL && strcmp(tcp_auth, TCP_AUTH_NONE) == 0)
 		fprintf(stderr, "tpctl: warning: the daemon lets TCP clients in without a token "
 		    "(tcp_auth = none)\n");
+	for (size_t i = 0; i < json_array_size(json_object_get(ev, FIELD_WARNINGS)); i++)
+		fprintf(stderr, "tpctl: warning: %s\n", format_safe(json_string_value(
+		    json_array_get(json_object_get(ev, FIELD_WARNINGS), i))));
 	stats_table(pools, stats_now, NULL, stdout);
 	printf("\n");
 	stats_table(pools, stats_tasks, NULL, stdout);

@@ -91,8 +91,8 @@ top_pool_state(const json_t *pool)
 static char *
 top_render(const json_t *ev, unsigned width, bool live, size_t *len)
 {
-	const char *phase = event_str(ev, "phase", "running");
-	const char *version = event_str(ev, FIELD_VERSION, "");
+	const char *phase = format_safe(event_str(ev, "phase", "running"));
+	const char *version = format_safe(event_str(ev, FIELD_VERSION, ""));
 	json_t *pools = json_object_get(ev, FIELD_POOLS), *pool;
 	char up[FORMAT_DURATION_LEN], cells[TOP_NCOLS][32], clock[16];
 	const char *row[TOP_NCOLS];

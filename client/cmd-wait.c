@@ -30,11 +30,11 @@ wait_print(const json_t *ev, long long task, bool output)
 		if (!ok)
 			tpctl_warnx("task %lld %s", task, what != NULL ? what : "failed");
 	} else if (format_usage(event_usage(ev), used, sizeof used) != NULL)
-		printf("task %lld: %s, queued %s, %s\n", task, what != NULL ? what : "?",
+		printf("task %lld: %s, queued %s, %s\n", task, what != NULL ? format_safe(what) : "?",
 		    format_duration(event_num(ev, FIELD_QUEUED_MS, 0), q, sizeof q),
 		    used);
 	else
-		printf("task %lld: %s, queued %s\n", task, what != NULL ? what : "?",
+		printf("task %lld: %s, queued %s\n", task, what != NULL ? format_safe(what) : "?",
 		    format_duration(event_num(ev, FIELD_QUEUED_MS, 0), q,
 		    sizeof q));
 	free(what);

@@ -148,6 +148,51 @@ format_cell(const char *key, const json_t *v)
 	return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 }
 
+/* A control character at s (C0, DEL, or C1 in UTF-8): its length, else 0. */
+static size_t
+format_control_len(const unsigned char *s)
+{
+	if (*s < 0x20 || *s == 0x7f)
+		return 1;
+	if (s[0] == 0xc2 && s[1] >= 0x80 && s[1] <= 0x9f)
+		return 2;
+	return 0;
+}
+
+const char *
+format_safe(const char *s)
+{
+	static char *slots[FORMAT_SAFE_SLOTS];
+	static size_t next;
+	const unsigned char *p;
+	size_t n = 0, k;
+	char *out, *o;
+
+	if (s == NULL)
+		return NULL;
+	for (p = (const unsigned char *)s; *p != '\0'; p += k ? k : 1)
+		if ((k = format_control_len(p)) != 0)
+			n++;
+	if (n == 0)
+		return s;
+	if ((out = malloc(strlen(s) + n * 6 + 1)) == NULL)
+		return "(a text tpctl could not show safely: out of memory)";
+	for (p = (const unsigned char *)s, o = out; *p != '\0'; )
+		if ((k = format_control_len(p)) == 1) {
+			o += sprintf(o, "\\x%02x", *p);
+			p++;
+		} else if (k == 2) {
+			o += sprintf(o, "\\u%04x", p[1]);
+			p += 2;
+		} else
+			*o++ = (char)*p++;
+	*o = '\0';
+	free(slots[next]);
+	slots[next] = out;
+	next = (next + 1) % FORMAT_SAFE_SLOTS;
+	return out;
+}
+
 struct table {
 	char *align;
 	size_t ncols;
@@ -180,7 +225,7 @@ table_add(struct table *t, const char *const *cells)
 		return;
 	t->cells = n;
 	for (i = 0; i < t->ncols; i++)
-		n[t->nrows * t->ncols + i] = strdup(cells[i] != NULL ? cells[i] : "");
+		n[t->nrows * t->ncols + i] = strdup(cells[i] != NULL ? format_safe(cells[i]) : "");
 	t->nrows++;
 }
 

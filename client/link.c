@@ -333,6 +333,74 @@ link_open(const char *path, const char *fallback, const char *host,
 	return lk;
 }
 
+/*
+ * Who may answer on a socket of the default rule. On the user's own path
+ * ($XDG_RUNTIME_DIR or /tmp/tpd-$UID, or $RUNTIME_DIRECTORY), anyone who
+ * made the directory first could listen there: another user's fake daemon
+ * would get the task's command line and environment and answer what it
+ * likes. So the directory must be the user's and writable by no one else,
+ * and the peer (SO_PEERCRED: who called listen()) the user. On the system
+ * socket, the peer is root (tpd as root, or systemd's socket activation)
+ * or the owner of the socket's directory, which root owns or no one else
+ * may write.
+ */
+int
+link_check_daemon(struct link *lk, const char *system_socket, char **cause)
+{
+	bool system = strcmp(lk->address, system_socket) == 0;
+	char *dir = strdup(lk->address), *slash;
+	struct ucred cred;
+	socklen_t len = sizeof cred;
+	struct stat st;
+	uid_t me = getuid();
+	int rv = -1;
+
+	if (dir == NULL) {
+		*cause = link_xasprintf("out of memory");
+		return -1;
+	}
+	if ((slash = strrchr(dir, '/')) == NULL)
+		strcpy(dir, ".");
+	else if (slash == dir)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	if (getsockopt(lk->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == -1)
+		*cause = link_xasprintf("%s: cannot tell who listens there (SO_PEERCRED: %s): "
+		    "not sending anything to it", lk->address, strerror(errno));
+	else if (stat(dir, &st) == -1)
+		*cause = link_xasprintf("%s: %s", dir, strerror(errno));
+	else if (!system && st.st_uid != me)
+		*cause = link_xasprintf("%s belongs to uid %u, not to you (uid %u): another user "
+		    "may have made it to catch your tasks; not sending anything to the daemon "
+		    "there (remove the directory, or name a socket with -s)", dir,
+		    (unsigned)st.st_uid, (unsigned)me);
+	else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && !(system && st.st_uid == 0))
+		*cause = link_xasprintf("%s is writable by %s (mode %04o): another user could "
+		    "have replaced the socket; not sending anything to the daemon there (chmod go-w "
+		    "it, or name a socket with -s)", dir,
+		    (st.st_mode & S_IWOTH) ? "others" : "its group",
+		    (unsigned)(st.st_mode & 07777));
+	else if (!system && cred.uid != me)
+		*cause = link_xasprintf("the daemon on %s runs as uid %u, not as you (uid %u): "
+		    "another user's program listens on your socket; not sending anything to it "
+		    "(name a socket with -s if that daemon is the one you want)", lk->address,
+		    (unsigned)cred.uid, (unsigned)me);
+	else if (system && cred.uid != 0 && cred.uid != st.st_uid)
+		*cause = link_xasprintf("the daemon on %s runs as uid %u, neither root nor the "
+		    "owner of %s (uid %u): not sending anything to it (name a socket with -s if "
+		    "that daemon is the one you want)", lk->address, (unsigned)cred.uid, dir,
+		    (unsigned)st.st_uid);
+	else if (system && st.st_uid != 0 && st.st_uid != cred.uid)
+		*cause = link_xasprintf("%s belongs to uid %u, neither root nor the daemon's "
+		    "user (uid %u): not sending anything to it", dir, (unsigned)st.st_uid,
+		    (unsigned)cred.uid);
+	else
+		rv = 0;
+	free(dir);
+	return rv;
+}
+
 void
 link_close(struct link *lk)
 {
@@ -382,6 +450,27 @@ link_reserve(char **buf, size_t *cap, size_t need)
 	return 0;
 }
 
+static int link_read_some(struct link *, char **);
+
+/*
+ * Writing failed: the daemon closed its end. It may have said why first
+ * (too_many_connections past max_connections, then close): read what it
+ * sent. True when a whole line came, which the caller then reads as the
+ * answer, instead of a "Broken pipe".
+ */
+static bool
+link_said_why(struct link *lk)
+{
+	char *cause = NULL;
+
+	for (int i = 0; i < 16 && link_read_some(lk, &cause) == 0; i++)
+		if (memchr(lk->in + lk->start, WIRE_DELIMITER, lk->inlen - lk->start) != NULL)
+			return true;
+	free(cause);
+	return lk->inlen > lk->start &&
+	    memchr(lk->in + lk->start, WIRE_DELIMITER, lk->inlen - lk->start) != NULL;
+}
+
 /* Writes what the socket takes now. Returns 0, or LINK_LOST. */
 static int
 link_write_some(struct link *lk, char **cause)
@@ -396,6 +485,11 @@ link_write_some(struct link *lk, char **cause)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return 0;
+			if ((errno == EPIPE || errno == ECONNRESET) && link_said_why(lk)) {
+				/* its last words (too_many_connections) are read next */
+				lk->outoff = lk->outlen = 0;
+				return 0;
+			}
 			*cause = link_xasprintf("lost the connection to %s: %s",
 			    lk->address, strerror(errno));
 			return LINK_LOST;

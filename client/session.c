@@ -116,6 +116,14 @@ session_open(struct session *s, struct tpctl *opt)
 		free(token);
 		return EX_UNAVAILABLE;
 	}
+	if (opt->host == NULL && opt->socket_default &&
+	    link_check_daemon(s->link, tpctl_system_socket(), &cause) == -1) {
+		tpctl_warnx("%s", cause);
+		free(cause);
+		free(token);
+		session_close(s);
+		return EX_NOPERM;
+	}
 	if (token != NULL) {
 		r = session_hello(s, token);
 		explicit_bzero(token, strlen(token));

@@ -38,14 +38,18 @@ void
 tpctl_warnx(const char *fmt, ...)
 {
 	va_list ap;
+	char *msg = NULL;
 
 	progress_clear(progress_current);
 	fflush(stdout);
 	va_start(ap, fmt);
-	fprintf(stderr, "%s: ", tpctl_prog);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	/* the daemon's words (and a task's label, a program's name) may carry escapes */
+	if (vasprintf(&msg, fmt, ap) == -1)
+		msg = NULL;
 	va_end(ap);
+	fprintf(stderr, "%s: %s\n", tpctl_prog, msg != NULL ? format_safe(msg) :
+	    "(out of memory for a message)");
+	free(msg);
 }
 
 /*
@@ -53,7 +57,7 @@ tpctl_warnx(const char *fmt, ...)
  * does not exist: WIRE_SYSTEM_SOCKET, or TPCTL_SYSTEM_SOCKET (for tests,
  * which cannot put a daemon in /run).
  */
-static const char *
+const char *
 tpctl_system_socket(void)
 {
 	const char *env = getenv("TPCTL_SYSTEM_SOCKET");
@@ -244,6 +248,7 @@ tpctl_resolve(struct tpctl *opt)
 			return EX_USAGE;
 		}
 		opt->socket_path = path;
+		opt->socket_default = true;
 		/* the system daemon's, for users whose own default has none */
 		if (strcmp(path, tpctl_system_socket()) != 0)
 			opt->socket_fallback = tpctl_system_socket();

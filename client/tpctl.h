@@ -32,6 +32,7 @@ struct tpctl {
 	const char *socket_path;        /* -s, TPD_SOCKET, or the default rule */
 	const char *socket_fallback;    /* the system socket, when socket_path
 					   (the default rule's) does not exist */
+	bool socket_default;            /* socket_path is the default rule's: check who answers */
 	const char *host;               /* -H HOST:PORT, TPD_HOST; wins over socket_path */
 	const char *token_file;         /* --token-file, TPD_TOKEN_FILE */
 	bool json;                      /* --json: print events as received */
@@ -56,6 +57,8 @@ extern const char *tpctl_prog;
  * command line named none. Returns 0 or EX_USAGE (printed).
  */
 int tpctl_resolve(struct tpctl *);
+/* The system daemon's socket: $TPCTL_SYSTEM_SOCKET, else WIRE_SYSTEM_SOCKET. */
+const char *tpctl_system_socket(void);
 /* Prints "tpctl CMD: message" and a pointer to --help; returns EX_USAGE. */
 int cmd_usage_error(const struct cmd *, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -163,6 +166,16 @@ enum link_result {
  * [::1]:7420), giving up after timeout_ms. Returns NULL with *cause set to a
  * line naming the address (the addresses tried), the error and a hint.
  */
+/*
+ * For a socket found by the default rule: checks that the daemon that
+ * answered on lk is the one expected there (link.c): on the user's own
+ * path (not system_socket) a daemon of the user's, in a directory of the
+ * user's that no one else may write; on the system socket, root or the
+ * owner of its directory, which root owns or no one else may write.
+ * Returns 0, or -1 with *cause set to a line saying what is wrong.
+ */
+int link_check_daemon(struct link *lk, const char *system_socket, char **cause);
+
 struct link *link_open(const char *path, const char *fallback, const char *host,
     uint64_t timeout_ms, char **cause);
 void link_close(struct link *);
@@ -521,10 +534,21 @@ int format_parse_int(const char *s, long long min, long long max, long long *out
  */
 char *format_cell(const char *key, const json_t *v);
 
+/*
+ * s made safe for a terminal: a control character (C0, DEL, C1: ESC, BEL,
+ * CSI, a newline...) as an escape, "\x1b" or "\u009b", the rest as it
+ * is. For every string of the daemon's (or of a task's metadata) that
+ * tpctl shows in a table or a message; never for a task's own output,
+ * nor --json. Returns s itself when nothing needed escaping, else a copy
+ * valid until FORMAT_SAFE_SLOTS more calls; NULL gives NULL.
+ */
+#define FORMAT_SAFE_SLOTS 8
+const char *format_safe(const char *s);
+
 /* An aligned text table: columns left ('l') or right ('r') aligned. */
 struct table;
 struct table *table_new(const char *align, const char *const *headers);
-/* Adds a row of as many strings as columns (copied). */
+/* Adds a row of as many strings as columns (copied, made safe: format_safe). */
 void table_add(struct table *, const char *const *cells);
 /* Prints the table, columns padded to their display width (format_width). */
 void table_print(const struct table *, FILE *f);

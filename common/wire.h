@@ -78,6 +78,7 @@
 #define ERR_LOST              "lost"                 /* the state lost */
 #define ERR_STORAGE           "storage"              /* the journal cannot be written */
 #define ERR_TOO_MANY_CONNECTIONS "too_many_connections" /* a client past max_connections */
+#define ERR_FOLLOW_DROPPED    "follow_dropped"       /* a follower read too slowly: its follow ends */
 
 /* roles in hello */
 #define ROLE_ADMIN  "admin"
@@ -114,6 +115,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_LABEL            "label"
 #define FIELD_TASKS            "tasks"
 #define FIELD_MORE             "more"
+#define FIELD_WARNINGS         "warnings"
 #define FIELD_BEFORE           "before"
 #define FIELD_FROM             "from"
 #define FROM_START             "start"

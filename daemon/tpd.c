@@ -728,6 +728,13 @@ start_listeners(struct daemon *d)
 			listen_close_all();     /* the socket file made above goes too */
 			fatalx("%s", cause);
 		}
+	{
+		const char *names[32];
+		size_t n = 0;
+		for (; n < listen_count() && n < 32; n++)
+			names[n] = listen_name(n);
+		auth_check_exposure(&d->conf, names, n);
+	}
 }
 
 static void

@@ -127,8 +127,10 @@ def test_system_socket_fallback_as_root():
 
 def test_own_socket_wins_over_the_system_one():
     with shared_daemon() as system, shared_daemon() as own:
-        env = clean_env(XDG_RUNTIME_DIR=own.dir, TPCTL_SYSTEM_SOCKET=system.sock)
-        p = expect(tpctl(None, "ping", env=env, user="nobody"), 0, "ping")
+        # the rule's own socket must be a daemon of tpctl's user (root's here: nobody's
+        # XDG_RUNTIME_DIR would have to be nobody's, with a tpd of nobody's in it)
+        env = clean_env(RUNTIME_DIRECTORY=own.dir, TPCTL_SYSTEM_SOCKET=system.sock)
+        p = expect(tpctl(None, "ping", env=env), 0, "ping")
         check(p.stdout.startswith(("pong from %s " % own.sock).encode()), "own socket: %r",
               p.stdout)
 

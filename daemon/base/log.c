@@ -96,17 +96,48 @@ log_lines(int priority, const char *text)
 	}
 }
 
+/*
+ * Copies text into out (len bytes, NUL included) with its control
+ * characters escaped: "\n", "\t", "\x1b", and C1 controls in UTF-8 as
+ * "\u009b". A message is one line: a string a peer chose (hello's client,
+ * a Redis server's error, a label) cannot begin a forged line of its own,
+ * nor carry a "<0>" to journald at the start of one.
+ */
+static void
+log_escape(char *out, size_t len, const char *text)
+{
+	const unsigned char *p = (const unsigned char *)text;
+	size_t o = 0;
+
+	while (*p != '\0' && o + 7 < len) {
+		if (*p == '\n' || *p == '\t') {
+			out[o++] = '\\';
+			out[o++] = *p == '\n' ? 'n' : 't';
+			p++;
+		} else if (*p < 0x20 || *p == 0x7f) {
+			o += (size_t)snprintf(out + o, len - o, "\\x%02x", *p);
+			p++;
+		} else if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+			o += (size_t)snprintf(out + o, len - o, "\\u%04x", p[1]);
+			p += 2;
+		} else
+			out[o++] = (char)*p++;
+	}
+	out[o] = '\0';
+}
+
 static void __attribute__((format(printf, 3, 0)))
 log_vwrite(int priority, const char *suffix, const char *fmt, va_list ap)
 {
-	char msg[2048];
+	char raw[2048], msg[2048 * 2];
 	char stamp[32] = "";
 	struct timespec ts;
 	struct tm tm;
 
 	if (priority > atomic_load_explicit(&log_level, memory_order_relaxed))
 		return;
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	vsnprintf(raw, sizeof raw, fmt, ap);
+	log_escape(msg, sizeof msg, raw);
 	if (log_to_journal) {
 		fprintf(stderr, "<%d>%s%s%s\n", priority, msg,
 		    suffix ? ": " : "", suffix ? suffix : "");

@@ -94,6 +94,9 @@ struct exec_stream {
 	const char *name;       /* "stdout" or "stderr" */
 	int *fd;                /* the child's read end, in run->child */
 	struct capture cap;
+	/* under wake_lock: the stream is sent from byte from on (the run saw it on then) */
+	bool streaming;
+	uint64_t from;
 };
 
 struct exec_run {
@@ -219,10 +222,20 @@ exec_run_kept(struct exec_run *r, json_t *events)
 
 	for (int i = 0; i < 2; i++) {
 		const struct capture *c = &streams[i]->cap;
+		size_t len = c->len;
 		json_t *ev;
-		if (c->len == 0 || (ev = proto_event_output(streams[i]->name)) == NULL)
+		/*
+		 * Once the run sends the stream, the bytes from `from` on travel as
+		 * events: those that reached the loop (t->streamed) are replayed
+		 * here, those still on their way reach the new follower as they
+		 * come. Without it, an event read before the follow and delivered
+		 * after it came twice.
+		 */
+		if (streams[i]->streaming && streams[i]->from + r->t->streamed[i] < len)
+			len = (size_t)(streams[i]->from + r->t->streamed[i]);
+		if (len == 0 || (ev = proto_event_output(streams[i]->name)) == NULL)
 			continue;
-		if (capture_json_set(ev, FIELD_DATA, FIELD_DATA_BASE64, c->buf, c->len) == -1 ||
+		if (capture_json_set(ev, FIELD_DATA, FIELD_DATA_BASE64, c->buf, len) == -1 ||
 		    json_array_append_new(events, ev) == -1)
 			log_warnx("exec: task %llu: out of memory replaying its output",
 			    (unsigned long long)r->t->id);
@@ -258,6 +271,10 @@ exec_stream_read(struct exec_run *r, struct exec_stream *s)
 	capture_add(&s->cap, r->buf, (size_t)n);
 	spool_writer_add(&r->spool, s == &r->err, r->buf, (size_t)n);
 	stream = atomic_load(&r->t->stream);
+	if (stream && !s->streaming) {
+		s->streaming = true;
+		s->from = s->cap.seen - (size_t)n;
+	}
 	pthread_mutex_unlock(&r->x->wake_lock);
 	/* the stream carries everything read: output_limit bounds only what the result keeps */
 	if (stream)

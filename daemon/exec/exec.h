@@ -119,7 +119,11 @@ struct exec_task {
 /* Worker thread: the kind's run (exec-run.c). */
 enum pool_state exec_run(struct task *t);
 
-/* Under x->wake_lock, any thread: appends the output run has kept so far to events. */
+/*
+ * Loop thread, under x->wake_lock: appends to events the output run has
+ * kept so far, up to where the events still on their way to the loop
+ * begin (t->streamed): those reach a new follower themselves.
+ */
 struct exec_run;
 void exec_run_kept(struct exec_run *run, json_t *events);
 /* Under x->wake_lock: the bytes run has written to its spool file, and what that lacks. */

@@ -204,6 +204,8 @@ accepted_payload(struct task *t, const char *text, size_t len, struct jbuf *b)
 		    (t->job.queue_deadline_us > now_mono ? t->job.queue_deadline_us - now_mono : 0);
 	a.flags = t->stream ? JFL_STREAM : 0;
 	a.rerun = t->on_lost_rerun;
+	a.have_gid = t->caller.have_creds;
+	a.caller_gid = t->caller.gid;
 	a.pool = text_of(t->pool_name);
 	a.owner = text_of(t->owner);
 	a.label = text_of(t->label);
@@ -618,9 +620,19 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 		memset(&ctx, 0, sizeof ctx);
 		ctx.pool_conf = conf_pool_find(&daemon_state->conf, e->name);
 		if (owner != NULL && strncmp(owner, "uid:", 4) == 0) {
-			struct passwd *pw = getpwuid((uid_t)strtoul(owner + 4, NULL, 10));
+			uid_t uid = (uid_t)strtoul(owner + 4, NULL, 10);
+			struct passwd *pw = getpwuid(uid);
 			ctx.caller.via_unix = true;
-			if (pw != NULL) {
+			/*
+			 * The gid the peer had (SO_PEERCRED), kept in the record: a
+			 * caller the passwd database does not know runs with its uid
+			 * and that gid, as at submit (doc/exec.md), not lost.
+			 */
+			if (a.have_gid && a.caller_gid <= UINT32_MAX) {
+				ctx.caller.have_creds = true;
+				ctx.caller.uid = uid;
+				ctx.caller.gid = (gid_t)a.caller_gid;
+			} else if (pw != NULL) {
 				ctx.caller.have_creds = true;
 				ctx.caller.uid = pw->pw_uid;
 				ctx.caller.gid = pw->pw_gid;

@@ -472,6 +472,8 @@ jaccepted_encode(struct jbuf *b, const struct jaccepted *a)
 		jfield_u64(b, JF_ON_LOST, 1);
 	if (a->flags != 0)
 		jfield_u64(b, JF_FLAGS, a->flags);
+	if (a->have_gid)
+		jfield_u64(b, JF_CALLER_GID, a->caller_gid);
 	put_text(b, JF_SPEC, a->spec); /* last: the longest */
 }
 
@@ -553,7 +555,7 @@ jaccepted_decode(const void *payload, size_t len, struct jaccepted *out, const c
 	memset(texts, 0, sizeof texts);
 	memset(out, 0, sizeof *out);
 	if (decode_fields(payload, len, ints, BIT(JF_TIME) | BIT(JF_QUEUE_DEADLINE) |
-	    BIT(JF_ON_LOST) | BIT(JF_FLAGS), texts, &seen, why) == -1)
+	    BIT(JF_ON_LOST) | BIT(JF_FLAGS) | BIT(JF_CALLER_GID), texts, &seen, why) == -1)
 		return -1;
 	if ((seen & (BIT(JF_TIME) | BIT(JF_POOL) | BIT(JF_KIND) | BIT(JF_SPEC))) !=
 	    (BIT(JF_TIME) | BIT(JF_POOL) | BIT(JF_KIND) | BIT(JF_SPEC))) {
@@ -568,6 +570,8 @@ jaccepted_decode(const void *payload, size_t len, struct jaccepted *out, const c
 	out->queue_deadline_us = ints[JF_QUEUE_DEADLINE];
 	out->flags = ints[JF_FLAGS];
 	out->rerun = ints[JF_ON_LOST] == 1;
+	out->have_gid = (seen & BIT(JF_CALLER_GID)) != 0;
+	out->caller_gid = ints[JF_CALLER_GID];
 	out->pool = texts[JF_POOL];
 	out->owner = texts[JF_OWNER];
 	out->label = texts[JF_LABEL];

@@ -98,8 +98,9 @@ enum jfield {
 	JF_RUN_US = 13,       /* u64 */
 	JF_DONE = 14,         /* text: the done event without "{" and "id" (tasks.c's done body) */
 	JF_ACCEPTED_TIME = 15, /* u64 wall-clock us (in FINISHED) */
+	JF_CALLER_GID = 16,   /* u64: a Unix submitter's gid (SO_PEERCRED); absent = unknown */
 };
-#define JF_MAX 15
+#define JF_MAX 16
 
 /* JF_FLAGS bits */
 #define JFL_STREAM 0x1u   /* submitted with stream: true */
@@ -232,6 +233,8 @@ struct jaccepted {
 	uint64_t queue_deadline_us; /* wall clock; 0 = none */
 	uint64_t flags;             /* JFL_* */
 	bool rerun;                 /* on_lost: rerun */
+	bool have_gid;              /* caller_gid is known (a Unix submitter) */
+	uint64_t caller_gid;        /* run_as = caller without a passwd entry runs with it */
 	struct jtext pool, owner, label, kind;
 	struct jtext spec;           /* the submit request as received: its "task" is the task */
 };

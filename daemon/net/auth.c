@@ -7,10 +7,12 @@
 #include "config.h"
 
 #include <grp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -29,6 +31,92 @@ struct auth {
 };
 
 static struct auth *current;
+
+#define AUTH_MAX_WARNINGS 4
+static char *warnings[AUTH_MAX_WARNINGS];   /* auth_check_exposure's, for stats */
+static size_t nwarnings;
+
+/* A token file others may read: its tokens are theirs too (ssh refuses such key files). */
+static void
+warn_readable(const char *key, const char *path)
+{
+	struct stat st;
+
+	if (path != NULL && stat(path, &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)) != 0)
+		log_warnx("%s %s is readable by %s (mode %04o): whoever reads it can use its "
+		    "tokens; chmod 600 it", key, path, (st.st_mode & S_IROTH) ? "others" :
+		    "its group", (unsigned)(st.st_mode & 07777));
+}
+
+/* Adds a warning for stats, and logs it. */
+static void __attribute__((format(printf, 1, 2)))
+exposure_warn(const char *fmt, ...)
+{
+	va_list ap;
+	char *w = NULL;
+
+	va_start(ap, fmt);
+	if (vasprintf(&w, fmt, ap) == -1)
+		w = NULL;
+	va_end(ap);
+	if (w == NULL)
+		return;
+	log_warnx("%s", w);
+	if (nwarnings < AUTH_MAX_WARNINGS)
+		warnings[nwarnings++] = w;
+	else
+		free(w);
+}
+
+void
+auth_check_exposure(const struct conf *c, const char *const *listeners, size_t n)
+{
+	char ways[512] = "";
+	size_t len = 0;
+
+	for (size_t i = 0; i < nwarnings; i++)
+		free(warnings[i]);
+	nwarnings = 0;
+	warn_readable("token_file", c->token_file);
+	warn_readable("admin_token_file", c->admin_token_file);
+	if (geteuid() != 0)
+		return;
+	/* the ways in for someone who is not root */
+	for (size_t i = 0; i < n && len < sizeof ways - 128; i++) {
+		struct stat st;
+		struct group *gr;
+		if (strncmp(listeners[i], "tcp ", 4) == 0)
+			len += (size_t)snprintf(ways + len, sizeof ways - len, "%sTCP clients may "
+			    "submit (%s%s)", len > 0 ? "; " : "", listeners[i] + 4,
+			    current != NULL && current->tcp_open ? ", tcp_auth = none" : ", with a token");
+		else if (strncmp(listeners[i], "unix ", 5) == 0 && stat(listeners[i] + 5, &st) == 0) {
+			if (st.st_mode & S_IWOTH)
+				len += (size_t)snprintf(ways + len, sizeof ways - len, "%severy local "
+				    "user may connect to %s (mode %04o)", len > 0 ? "; " : "",
+				    listeners[i] + 5, (unsigned)(st.st_mode & 07777));
+			else if ((st.st_mode & S_IWGRP) && st.st_gid != 0)
+				len += (size_t)snprintf(ways + len, sizeof ways - len, "%sthe group %s "
+				    "may connect to %s", len > 0 ? "; " : "",
+				    (gr = getgrgid(st.st_gid)) != NULL ? gr->gr_name : "?",
+				    listeners[i] + 5);
+		}
+	}
+	if (len == 0)
+		return;
+	for (size_t i = 0; i < c->npools; i++)
+		if (c->pools[i].run_as == CONF_RUN_AS_DAEMON)
+			exposure_warn("tpd runs as root and pool %s runs its tasks as root "
+			    "(run_as = daemon), while %s: each of them runs commands as root; set "
+			    "run_as = caller in [pool %s] (a task runs as its Unix client), or run "
+			    "tpd as a user of its own", c->pools[i].name, ways, c->pools[i].name);
+}
+
+size_t
+auth_warnings(const char *const **out)
+{
+	*out = (const char *const *)warnings;
+	return nwarnings;
+}
 
 int
 auth_load(const struct conf *c, struct auth **out, char **cause)
@@ -108,6 +196,9 @@ auth_free_all(void)
 {
 	auth_free(current);
 	current = NULL;
+	for (size_t i = 0; i < nwarnings; i++)
+		free(warnings[i]);
+	nwarnings = 0;
 }
 
 const char *

@@ -70,6 +70,17 @@ int auth_check_tcp(const struct auth *a, const char *listener, bool warn, char *
 const char *auth_tcp_mode(void);
 
 /*
+ * At start, once the listeners are up (their names, listen_name): warns
+ * of a token file that group or others may read, and, when tpd runs as
+ * root, of each pool that runs its tasks as root (run_as = daemon) while
+ * someone who is not root can get in (TCP, a Unix socket others or a
+ * group may connect to). Logged; the latter kept for stats (auth_warnings).
+ */
+void auth_check_exposure(const struct conf *, const char *const *listeners, size_t n);
+/* The warnings auth_check_exposure kept, for stats; returns how many. */
+size_t auth_warnings(const char *const **out);
+
+/*
  * Whether c may see and act on t: c is its owner or an admin (a Unix peer
  * is looked up in the admin group when it must be). Logs nothing: for a
  * listing, which skips what is not c's.

@@ -72,6 +72,13 @@ struct conn *conn_find(uint64_t id);
 
 size_t conn_count(void);
 
+/*
+ * The bytes of output queued for c in the daemon: unsent in its buffer and
+ * held back (a done's text, shared, aside). A follower's stream is measured
+ * against it (conn-sink.c).
+ */
+size_t conn_queued(const struct conn *);
+
 /* The socket. */
 int conn_fd(const struct conn *);
 

@@ -104,8 +104,13 @@ add_listener(int fd, bool is_unix, const char *name, const char *unlink_path, ch
 	evutil_make_socket_nonblocking(fd);
 	l->is_unix = is_unix;
 	snprintf(l->name, sizeof l->name, "%s", name);
+	/*
+	 * Backlog 0: the socket listens already, with the backlog tpd chose
+	 * (LISTEN_BACKLOG) or systemd did (an activated socket). -1 would make
+	 * libevent call listen(fd, 128) again and cut it down.
+	 */
 	l->evl = evconnlistener_new(daemon_state->base, accept_cb, l,
-	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd);
+	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
 	if (l->evl == NULL) {
 		close(fd);
 		free(l);
@@ -149,6 +154,47 @@ make_parent_dirs(const char *path, char **cause)
 	}
 	free(dir);
 	return 0;
+}
+
+/*
+ * The directory that holds the socket must be tpd's own: owned by its user
+ * or by root, and writable by nobody else (a root-owned sticky directory
+ * such as /tmp aside: there nobody else may remove or rename what tpd
+ * makes). Otherwise whoever made it first (a /tmp/tpd-UID planted by
+ * another user) could replace the socket between two starts and catch
+ * every client, as ssh-agent and tmux refuse such a directory.
+ */
+static int
+check_socket_dir(const char *path, char **cause)
+{
+	char *dir = strdup(path), *slash;
+	struct stat st;
+	uid_t me = geteuid();
+	int rv = 0;
+
+	if (dir == NULL)
+		return cause_set(cause, "out of memory");
+	if ((slash = strrchr(dir, '/')) == NULL)
+		strcpy(dir, ".");
+	else if (slash == dir)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	if (stat(dir, &st) == -1)
+		rv = cause_set(cause, "socket directory %s: %s", dir, strerror(errno));
+	else if (!S_ISDIR(st.st_mode))
+		rv = cause_set(cause, "socket directory %s is not a directory", dir);
+	else if (st.st_uid != me && st.st_uid != 0)
+		rv = cause_set(cause, "socket directory %s belongs to uid %u, not to tpd's user "
+		    "(uid %u) or root: another user may have made it to catch tpd's clients; "
+		    "remove it, or choose another -s", dir, (unsigned)st.st_uid, (unsigned)me);
+	else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
+	    !(st.st_uid == 0 && (st.st_mode & S_ISVTX) != 0))
+		rv = cause_set(cause, "socket directory %s is writable by %s (mode %04o): another "
+		    "user could replace the socket; chmod go-w it, or choose another -s", dir,
+		    (st.st_mode & S_IWOTH) ? "others" : "its group", (unsigned)(st.st_mode & 07777));
+	free(dir);
+	return rv;
 }
 
 /* A socket file in the way: replace it if nobody answers on it, else refuse. */
@@ -207,7 +253,8 @@ listen_unix(const char *path, mode_t mode, const char *group, char **cause)
 		return cause_set(cause, "socket path %s is longer than %zu bytes", path,
 		    sizeof sun.sun_path - 1);
 	strcpy(sun.sun_path, path);
-	if (make_parent_dirs(path, cause) == -1 || clear_stale_socket(path, &sun, cause) == -1)
+	if (make_parent_dirs(path, cause) == -1 || check_socket_dir(path, cause) == -1 ||
+	    clear_stale_socket(path, &sun, cause) == -1)
 		return -1;
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1)
 		return cause_set(cause, "socket: %s", strerror(errno));

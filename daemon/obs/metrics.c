@@ -9,8 +9,12 @@
  * Limits, each a key of tpd.conf(5): only GET /metrics is served (another
  * path is 404, another method on /metrics 405); a request's line and
  * headers take at most metrics_max_header_bytes (evhttp answers 413 past
- * it) and a request body none; a connection idle for metrics_timeout is
- * closed; at most metrics_max_connections are open at once. At the cap the
+ * it) and a request body none; a request must be complete within
+ * metrics_timeout of the accept (or of the answer to the one before it on
+ * the connection), else the connection is closed: evhttp's own timeout
+ * starts again at every byte, so a client sending a byte a second (a
+ * slowloris) would hold its slot for hours; at most metrics_max_connections
+ * are open at once. At the cap the
  * listener stops accepting, so more scrapers wait in the kernel's backlog
  * until one closes; that is logged once each time the cap is reached.
  *
@@ -36,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -50,6 +55,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "metrics.h"
+#include "pool/pool.h"
 #include "pool/pools.h"
 #include "source/source.h"
 #include "source/sources.h"
@@ -68,6 +74,8 @@ static struct {
 	char name[128];             /* "tcp 127.0.0.1:9100" */
 	unsigned max_connections;
 	struct bufferevent **conns; /* every connection's bufferevent, referenced until swept */
+	uint64_t *deadline_us;      /* conns[i]'s next request is due by then (clock_now_us) */
+	uint64_t timeout_us;        /* metrics_timeout */
 	unsigned connections;       /* how many: the open connections, give or take a sweep */
 	unsigned conns_cap;         /* slots in conns */
 	struct event *sweep;        /* the timer of conns_sweep */
@@ -364,6 +372,18 @@ metrics_format(struct evbuffer *out)
 
 /* ---- the server */
 
+/* A request came whole and was answered: the connection's next one is due within the timeout. */
+static void
+request_answered(struct evhttp_request *req)
+{
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	struct bufferevent *bev = evcon != NULL ? evhttp_connection_get_bufferevent(evcon) : NULL;
+
+	for (unsigned i = 0; bev != NULL && i < m.connections; i++)
+		if (m.conns[i] == bev && m.deadline_us[i] != 0)
+			m.deadline_us[i] = clock_now_us() + m.timeout_us;
+}
+
 static void
 reply_text(struct evhttp_request *req, int code, const char *reason, const char *text)
 {
@@ -375,6 +395,7 @@ reply_text(struct evhttp_request *req, int code, const char *reason, const char 
 		evhttp_add_header(headers, "Allow", "GET");
 	if (body != NULL)
 		evbuffer_add_printf(body, "%s\n", text);
+	request_answered(req);
 	evhttp_send_reply(req, code, reason, body);
 	if (body != NULL)
 		evbuffer_free(body);
@@ -407,6 +428,7 @@ metrics_request(struct evhttp_request *req, void *arg)
 	    METRICS_CONTENT_TYPE);
 	log_debug("metrics: %zu bytes for %s", evbuffer_get_length(body),
 	    evhttp_request_get_host(req) != NULL ? evhttp_request_get_host(req) : "a scrape");
+	request_answered(req);
 	evhttp_send_reply(req, HTTP_OK, "OK", body);
 	evbuffer_free(body);
 }
@@ -426,12 +448,40 @@ listener_update(void)
 #define SWEEP_MS 1000          /* while connections are open */
 #define SWEEP_AT_CAP_MS 100     /* while scrapers wait for a slot */
 
+/*
+ * Closes the connections whose request did not come whole by their
+ * deadline: shutdown() makes evhttp read the end and free the connection,
+ * which the next sweep then drops. Returns the earliest deadline still to
+ * come (0: none).
+ */
+static uint64_t
+conns_expire(void)
+{
+	uint64_t now = clock_now_us(), next = 0;
+
+	for (unsigned i = 0; i < m.connections; i++) {
+		evutil_socket_t fd = bufferevent_getfd(m.conns[i]);
+		if (m.deadline_us[i] == 0 || fd == -1)
+			continue;
+		if (m.deadline_us[i] <= now) {
+			log_info("metrics: a connection sent no whole request within "
+			    "metrics_timeout (%llu ms) of its start: closing it",
+			    (unsigned long long)(m.timeout_us / 1000));
+			m.deadline_us[i] = 0;
+			shutdown(fd, SHUT_RDWR);
+		} else if (next == 0 || m.deadline_us[i] < next)
+			next = m.deadline_us[i];
+	}
+	return next;
+}
+
 /* Drops the connections evhttp has freed: their bufferevents had their callbacks cleared. */
 static void
 conns_sweep(void)
 {
 	bufferevent_data_cb rcb, wcb;
 	bufferevent_event_cb ecb;
+	uint64_t next, now;
 	unsigned i = 0;
 
 	while (i < m.connections) {
@@ -443,14 +493,24 @@ conns_sweep(void)
 			continue;
 		}
 		m.conns[i] = m.conns[--m.connections];
+		m.deadline_us[i] = m.deadline_us[m.connections];
 		bufferevent_decref(bev);        /* the last reference: the socket closes */
 	}
+	next = conns_expire();
 	if (m.at_cap && m.connections < m.max_connections) {
 		m.at_cap = false;
 		listener_update();
 	}
 	if (m.sweep != NULL && m.connections > 0) {
-		struct timeval tv = { 0, (m.at_cap ? SWEEP_AT_CAP_MS : SWEEP_MS) * 1000 };
+		uint64_t us = (m.at_cap ? SWEEP_AT_CAP_MS : SWEEP_MS) * 1000;
+		struct timeval tv;
+		now = clock_now_us();
+		if (next != 0 && next > now && next - now < us)
+			us = next - now;
+		if (us < 10000)
+			us = 10000;
+		tv.tv_sec = (time_t)(us / 1000000);
+		tv.tv_usec = (suseconds_t)(us % 1000000);
 		evtimer_add(m.sweep, &tv);
 	}
 }
@@ -471,15 +531,20 @@ conn_bufferevent(struct event_base *base, void *arg)
 	if (m.connections == m.conns_cap) {
 		unsigned cap = m.conns_cap > 0 ? m.conns_cap * 2 : 16;
 		struct bufferevent **c = realloc(m.conns, cap * sizeof *c);
+		uint64_t *dl;
 
 		if (c == NULL)
 			return NULL;    /* evhttp makes one of its own, uncounted */
 		m.conns = c;
+		if ((dl = realloc(m.deadline_us, cap * sizeof *dl)) == NULL)
+			return NULL;
+		m.deadline_us = dl;
 		m.conns_cap = cap;
 	}
 	if ((bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE)) == NULL)
 		return NULL;
 	bufferevent_incref(bev);
+	m.deadline_us[m.connections] = clock_now_us() + m.timeout_us;
 	m.conns[m.connections++] = bev;
 	if (m.connections >= m.max_connections && !m.at_cap) {
 		m.at_cap = true;
@@ -487,8 +552,13 @@ conn_bufferevent(struct event_base *base, void *arg)
 		    "until one closes", m.max_connections);
 		listener_update();
 	}
-	if (m.connections == 1 || m.at_cap) {
-		struct timeval tv = { 0, (m.at_cap ? SWEEP_AT_CAP_MS : SWEEP_MS) * 1000 };
+	if (m.connections == 1 || m.at_cap || !evtimer_pending(m.sweep, NULL)) {
+		uint64_t us = m.at_cap ? SWEEP_AT_CAP_MS * 1000 : SWEEP_MS * 1000;
+		struct timeval tv;
+		if (m.timeout_us < us)
+			us = m.timeout_us;
+		tv.tv_sec = (time_t)(us / 1000000);
+		tv.tv_usec = (suseconds_t)(us % 1000000);
 		evtimer_add(m.sweep, &tv);
 	}
 	return bev;
@@ -526,6 +596,7 @@ apply_limits(const struct conf *c)
 	struct timeval tv = clock_timeval_ms(c->metrics_timeout_ms);
 
 	m.max_connections = c->metrics_max_connections;
+	m.timeout_us = c->metrics_timeout_ms * 1000;
 	evhttp_set_timeout_tv(m.http, &tv);
 	evhttp_set_max_headers_size(m.http, (ev_ssize_t)c->metrics_max_header_bytes);
 	evhttp_set_max_body_size(m.http, 0);
@@ -550,7 +621,7 @@ metrics_start(struct event_base *base, const struct conf *c, char **cause)
 	    (m.resume = evtimer_new(base, resume_cb, NULL)) == NULL ||
 	    (m.sweep = evtimer_new(base, sweep_cb, NULL)) == NULL ||
 	    (m.evl = evconnlistener_new(base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE |
-	    LEV_OPT_CLOSE_ON_EXEC, -1, fd)) == NULL) {
+	    LEV_OPT_CLOSE_ON_EXEC, 0, fd)) == NULL) {   /* 0: it listens already (listen.c) */
 		if (m.evl == NULL)
 			close(fd);
 		metrics_stop();
@@ -602,8 +673,10 @@ metrics_stop(void)
 	for (unsigned i = 0; i < m.connections; i++)
 		bufferevent_decref(m.conns[i]);
 	free(m.conns);
+	free(m.deadline_us);
 	free(m.listen);
 	m.conns = NULL;
+	m.deadline_us = NULL;
 	m.connections = m.conns_cap = 0;
 	m.http = NULL;
 	m.evl = NULL;

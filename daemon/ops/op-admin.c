@@ -68,6 +68,7 @@ op_stats(struct conn *c, struct request *req)
 	st.phase = phase_name(shutdown_phase());
 	st.journal = durable_stats_json();
 	st.tcp_auth = auth_tcp_mode();
+	st.nwarnings = auth_warnings(&st.warnings);
 	st.sources = sources_stats();
 	proto_encode_stats(&pt, req->id, &st);
 	json_decref(st.journal);

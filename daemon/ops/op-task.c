@@ -396,7 +396,8 @@ list_visible(const struct task *t, void *arg)
 }
 
 /*
- * Up to limit tasks matching the filters, newest first. A connection that
+ * Up to limit tasks matching the filters, newest first, from at most
+ * OPS_LIST_VISIT_MAX tasks visited (the rest: more, and where to go on). A connection that
  * is not an admin's sees its own tasks only (auth_may_see_task): the
  * others are left out, not refused.
  */
@@ -406,6 +407,7 @@ op_list(struct conn *c, struct request *req)
 	struct proto_list l;
 	struct proto_task *views;
 	struct proto_text pt;
+	uint64_t resume = 0;
 	bool more = false;
 	size_t n;
 	char *msg = NULL;
@@ -418,8 +420,8 @@ op_list(struct conn *c, struct request *req)
 		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
 		return;
 	}
-	n = tasks_list(&l, list_visible, c, views, l.limit, &more);
-	proto_encode_list(&pt, req->id, views, n, more);
+	n = tasks_list(&l, list_visible, c, views, l.limit, OPS_LIST_VISIT_MAX, &more, &resume);
+	proto_encode_list(&pt, req->id, views, n, more, resume);
 	free(views);
 	conn_send_text(c, &pt);
 }

@@ -10,6 +10,13 @@
 #ifndef TPD_OPS_H
 #define TPD_OPS_H
 
+/*
+ * The most tasks one list request visits (matching or not): a page that
+ * stops there says more, with where to go on. One costly request cannot
+ * hold the loop (with CONN_LINES_PER_PASS, conn.c).
+ */
+#define OPS_LIST_VISIT_MAX 2000
+
 #include <stddef.h>
 
 #include "net/conn.h"

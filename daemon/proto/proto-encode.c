@@ -438,7 +438,7 @@ proto_encode_status(struct proto_text *pt, json_t *id, const struct proto_task *
 
 void
 proto_encode_list(struct proto_text *pt, json_t *id, const struct proto_task *tasks,
-    size_t ntasks, bool more)
+    size_t ntasks, bool more, uint64_t before)
 {
 	pt_event(pt, EV_LIST, id, false);
 	pt_key(pt, FIELD_TASKS);
@@ -468,6 +468,10 @@ proto_encode_list(struct proto_text *pt, json_t *id, const struct proto_task *ta
 	pt_close(pt, ']');
 	pt_key(pt, FIELD_MORE);
 	pt_bool(pt, more);
+	if (more) {
+		pt_key(pt, FIELD_BEFORE);
+		pt_u64(pt, before);
+	}
 	pt_end(pt);
 }
 
@@ -567,6 +571,13 @@ proto_encode_stats(struct proto_text *pt, json_t *id, const struct proto_stats *
 	}
 	pt_key(pt, FIELD_TCP_AUTH);
 	pt_cstring(pt, st->tcp_auth);
+	pt_key(pt, FIELD_WARNINGS);
+	pt_open(pt, '[');
+	for (size_t i = 0; i < st->nwarnings; i++) {
+		pt_next(pt);
+		pt_cstring(pt, st->warnings[i]);
+	}
+	pt_close(pt, ']');
 	pt_end(pt);
 }
 

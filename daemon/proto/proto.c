@@ -162,6 +162,7 @@ proto_parse_request(const char *line, size_t len, struct request *req,
     const char **code, char **msg)
 {
 	json_error_t err;
+	const char *nul;
 	json_t *op;
 
 	memset(req, 0, sizeof *req);
@@ -172,6 +173,16 @@ proto_parse_request(const char *line, size_t len, struct request *req,
 		*code = ERR_BAD_REQUEST;
 		deep_request_id(line, len, req); /* the error still carries the id */
 		return cause_set(msg, "request nests deeper than %d levels", WIRE_MAX_DEPTH);
+	}
+	/*
+	 * JSON has no raw NUL (a string carries it as \u0000), and jansson
+	 * would take a line cut at one, or skip it after a number: refused
+	 * here, as any other byte that is not JSON.
+	 */
+	if ((nul = memchr(line, '\0', len)) != NULL) {
+		*code = ERR_BAD_JSON;
+		return cause_set(msg, "invalid JSON at byte %zu: a NUL byte (a string carries "
+		    "one as \\u0000)", (size_t)(nul - line));
 	}
 	req->root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
 	if (req->root == NULL) {

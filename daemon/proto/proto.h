@@ -245,6 +245,8 @@ struct proto_stats {
 	const char *tcp_auth;       /* TCP_AUTH_* */
 	json_t *journal;            /* the journal's object (durable_stats_json; borrowed) */
 	json_t *sources;            /* an array, one object per [source NAME] (borrowed) */
+	const char *const *warnings; /* what is open too wide (auth_warnings) */
+	size_t nwarnings;
 };
 
 /*
@@ -277,10 +279,11 @@ void proto_encode_resized(struct proto_text *, json_t *id, const char *pool, uns
 /*
  * list: the tasks of one page (each as status has it, with its kind, and
  * times so far for an unfinished one: queued_us and run_us set, finished
- * false), newest first, and whether older ones match too.
+ * false), newest first, and whether older ones may match too: then before,
+ * the id to ask again before.
  */
 void proto_encode_list(struct proto_text *, json_t *id, const struct proto_task *tasks,
-    size_t ntasks, bool more);
+    size_t ntasks, bool more, uint64_t before);
 /* ok to shutdown: the mode. */
 void proto_encode_shutting_down(struct proto_text *, json_t *id, const char *mode);
 

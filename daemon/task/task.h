@@ -165,6 +165,12 @@ struct task {
 	struct task_sink *sinks;    /* where its events go: the submitter's first, then waits */
 	struct task_sink **sinks_end; /* the last one's next (NULL: no sink yet) */
 	unsigned nstreaming;        /* sinks on the list that want the stream events */
+	/*
+	 * bytes of stdout's [0] and stderr's [1] output events that reached the
+	 * loop: a follower from the start replays what was kept up to there,
+	 * the events still on their way bring the rest (each byte once)
+	 */
+	uint64_t streamed[2];
 	bool start_seen;            /* the started hooks ran */
 	bool finished;              /* done processed on the loop thread */
 	uint64_t finished_us;

@@ -287,10 +287,11 @@ list_match(const struct task *t, const struct proto_list *l)
 
 size_t
 tasks_list(const struct proto_list *l, bool (*visible)(const struct task *, void *), void *arg,
-    struct proto_task *out, size_t max, bool *more)
+    struct proto_task *out, size_t max, size_t max_visit, bool *more, uint64_t *resume)
 {
 	struct task *t = newest_task;
-	size_t n = 0;
+	size_t n = 0, visited = 0;
+	uint64_t last = 0;
 
 	tasks_prune();
 	if (l->before != 0) {
@@ -302,11 +303,19 @@ tasks_list(const struct proto_list *l, bool (*visible)(const struct task *, void
 				t = t->list_older;
 	}
 	*more = false;
+	*resume = 0;
 	for (; t != NULL; t = t->list_older) {
+		if (visited++ == max_visit) {
+			*more = true;
+			*resume = last;
+			break;
+		}
+		last = t->id;
 		if (!list_match(t, l) || !visible(t, arg))
 			continue;
 		if (n == max) {
 			*more = true;
+			*resume = out[n - 1].id;
 			break;
 		}
 		tasks_view(t, &out[n]);
@@ -340,16 +349,29 @@ tasks_outstanding(void)
  * run once, then the event goes to each sink that asked for the stream
  * (the submitter's, first on the list, and the followers'; the walk stops
  * at the last of them, so the waits behind cost nothing). Its weight stays
- * on the task's budget until the first of those sinks lets go of it, so
- * that receiver paces the run; the others' copies weigh nothing (their
- * connections' flow control bounds them). With no such sink it is given
- * back at once.
+ * on the task's budget until the submitter's sink lets go of it, so the
+ * submitter's reader paces the run; a follower's copy weighs nothing: a
+ * follower never slows the task, its connection's budget bounds what
+ * waits for it (conn-sink.c drops a follower past it). With no pacing
+ * sink the weight is given back at once.
  */
+/* An output event's bytes (its weight) reached the loop: counted on t->streamed. */
+static void
+count_streamed(struct task *t, json_t *event, size_t weight)
+{
+	const char *name = json_string_value(json_object_get(event, FIELD_EVENT));
+	const char *stream = json_string_value(json_object_get(event, FIELD_STREAM));
+
+	if (name != NULL && stream != NULL && strcmp(name, EV_OUTPUT) == 0)
+		t->streamed[strcmp(stream, STREAM_STDERR) == 0] += weight;
+}
+
 static void
 task_event(struct task *t, json_t *event, size_t weight)
 {
 	struct task_sink *s;
 	unsigned left = t->nstreaming;
+	bool paced = false;
 
 	hooks_started(t);
 	if (event == NULL)
@@ -357,16 +379,20 @@ task_event(struct task *t, json_t *event, size_t weight)
 	if (t->attempt > 0 && json_is_object(event) &&
 	    strcmp(json_string_value(json_object_get(event, FIELD_EVENT)), EV_STARTED) == 0)
 		json_object_set_new(event, FIELD_ATTEMPT, json_integer(t->attempt));
+	count_streamed(t, event, weight);
 	if (left == 0) {
 		task_stream_taken(t, weight);
 		return;
 	}
 	for (s = t->sinks; s != NULL && left > 0; s = s->next)
 		if (s->stream) {
-			s->ops->event(s, t, event, weight);
-			weight = 0;
+			bool paces = s->paces && !paced;
+			paced = paced || paces;
+			s->ops->event(s, t, event, paces ? weight : 0);
 			left--;
 		}
+	if (!paced)
+		task_stream_taken(t, weight);
 }
 
 void

@@ -54,6 +54,7 @@ struct task_sink_ops {
 struct task_sink {
 	const struct task_sink_ops *ops;
 	bool stream;                /* wants the stream events: a submitter's, or a follower's */
+	bool paces;                 /* its receiver paces the task (the submitter's stream only) */
 	struct task_sink *next;     /* the registry's: the task's list */
 };
 
@@ -177,11 +178,15 @@ void tasks_stream_taken(uint64_t id, size_t weight);
  * the asker may see, newest first, older than l->before when it is set,
  * viewed into out (times so far for unfinished ones; the views borrow from
  * the tasks until the registry next changes). Returns how many; *more
- * says whether older ones match too.
+ * says whether older ones may match too, and *resume is then the id to
+ * ask again before (the last task viewed, or the last one visited when
+ * max_visit tasks were visited first: one request's walk is bounded, so a
+ * storm of list does not stall the loop).
  */
 struct proto_list;
 size_t tasks_list(const struct proto_list *l, bool (*visible)(const struct task *, void *),
-    void *arg, struct proto_task *out, size_t max, bool *more);
+    void *arg, struct proto_task *out, size_t max, size_t max_visit, bool *more,
+    uint64_t *resume);
 
 /* Asks t to stop (queued: cancelled at once; running: cancel flag). */
 void tasks_cancel(struct task *t);
