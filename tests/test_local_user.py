@@ -154,7 +154,7 @@ def test_own_daemon_on_default_socket_still_served():
     os.mkdir(run, 0o700)
     os.chown(run, nb.pw_uid, nb.pw_gid)
     env = clean_env(XDG_RUNTIME_DIR=run, TPCTL_SYSTEM_SOCKET="/nonexistent/tpd.sock")
-    tpd = subprocess.Popen([TPD, "-f", "--journal", "off", "-w", "1"], env=env,
+    tpd = subprocess.Popen([TPD, "-f", "-c", "none", "--journal", "off", "-w", "1"], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            preexec_fn=drop_to(nb.pw_uid, nb.pw_gid))
     try:
@@ -186,7 +186,7 @@ def test_tpd_refuses_socket_dir_of_another_user():
         os.chmod(sticky, 0o1777)
         for d, want in ((theirs, "belongs to uid %d, not to tpd's user" % nb.pw_uid),
                         (open_dir, "is writable by others (mode 0777)")):
-            p = subprocess.run([TPD, "-f", "--journal", "off", "-s", os.path.join(d, "tpd.sock")],
+            p = subprocess.run([TPD, "-f", "-c", "none", "--journal", "off", "-s", os.path.join(d, "tpd.sock")],
                                capture_output=True, text=True, timeout=TIMEOUT)
             check(p.returncode != 0 and want in p.stderr, "%s: %r", d, p)
             check(not os.path.exists(os.path.join(d, "tpd.sock")), "socket made in %s", d)
@@ -669,7 +669,7 @@ def test_activated_socket_keeps_systemds_backlog():
     """A socket systemd passes keeps the backlog systemd gave it (2,000 here)."""
     top = tempfile.mkdtemp(prefix="tpdtest-act-")
     path = os.path.join(top, "act.sock")
-    p = subprocess.Popen(["python3", "-c", ACTIVATE, path, TPD, "-f", "--journal", "off"],
+    p = subprocess.Popen(["python3", "-c", ACTIVATE, path, TPD, "-f", "-c", "none", "--journal", "off"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         def up():
