@@ -35,6 +35,11 @@
  *  - A worker books a finished job (counters, FINISHED) in the same locked
  *    section where it takes its next one, and calls the finished job's done
  *    right after unlocking: one lock round per job instead of two.
+ *  - Room (pool_want_room): the one who waits for a queue slot arms want_room;
+ *    every locked section that may free a slot (a job leaves the queue, the
+ *    capacity or the target grows) disarms it there when there is room and
+ *    calls cfg->room right after unlocking. Arming checks at once too, so a
+ *    slot freed between a refused submit and the arming is not missed.
  *  - queued_hint and spinners are atomics read without the lock, only to
  *    decide whether to keep spinning (spin_for_work) or to spare a wake-up;
  *    every decision that matters is made again under the lock.
@@ -132,6 +137,9 @@ struct pool {
 	unsigned joiners;
 	unsigned serial;
 	pool_thread_start_fn thread_start;
+	pool_room_fn room;        /* cfg->room, with its argument */
+	void *room_arg;
+	bool want_room;           /* pool_want_room armed it; cleared when it fires */
 
 	uint64_t accepted, rejected_full, rejected_closed;
 	uint64_t succeeded, failed, timed_out, cancelled, expired;
@@ -624,6 +632,41 @@ wake_one(struct pool *p)
 	}
 }
 
+/*
+ * Whether a job submitted now would find a place (lock held): running jobs,
+ * and jobs handed to an idle worker, take no queue slot, so idle is the
+ * workers that will stay and are not running anything.
+ */
+static bool
+has_room(const struct pool *p)
+{
+	unsigned serving = p->registered < p->target ? p->registered : p->target;
+	unsigned idle = serving > p->busy ? serving - p->busy : 0;
+
+	return p->queued < p->capacity + idle;
+}
+
+/*
+ * Lock held: true when the room notification is armed and there is room
+ * now; it is disarmed, and the caller calls room_tell once it has unlocked.
+ */
+static bool
+room_due(struct pool *p)
+{
+	if (!p->want_room || p->closed || !has_room(p))
+		return false;
+	p->want_room = false;
+	return true;
+}
+
+/* Lock not held: tells the one who armed the notification. */
+static void
+room_tell(struct pool *p, bool due)
+{
+	if (due)
+		p->room(p, p->room_arg);
+}
+
 /* The thread leaves the pool's books. Lock held; the thread returns right after. */
 static void
 leave(struct worker *w, bool registered)
@@ -695,7 +738,7 @@ worker_main(void *arg)
 	struct pool_job *j, *ran = NULL; /* ran: counted finished, its done not yet called */
 	enum pool_state state = POOL_FAILED;
 	uint64_t now, run_us = 0;
-	bool spun = false;
+	bool spun = false, due;
 
 	current_worker = w;
 	pthread_mutex_lock(&p->lock);
@@ -736,7 +779,9 @@ worker_main(void *arg)
 			j->where = POOL_JOB_FINISHED;
 			observe_expired(p, j, now);
 			list_append(&one, j);
+			due = room_due(p);
 			pthread_mutex_unlock(&p->lock);
+			room_tell(p, due);
 			deliver_unrun(&one, POOL_EXPIRED, now);
 			pthread_mutex_lock(&p->lock);
 			continue;
@@ -746,7 +791,9 @@ worker_main(void *arg)
 		list_append(&p->running, j);
 		p->busy++;
 		pool_timing_started(&p->timing, now, now - j->enqueued_us);
+		due = room_due(p);
 		pthread_mutex_unlock(&p->lock);
+		room_tell(p, due);
 
 		/* The previous job's done, now that this one is taken: one lock per job. */
 		if (ran != NULL)
@@ -801,7 +848,9 @@ watcher_main(void *arg)
 				earliest = j->queue_deadline_us;
 		}
 		if (expired.head != NULL) {
+			bool due = room_due(p);
 			pthread_mutex_unlock(&p->lock);
+			room_tell(p, due);
 			deliver_unrun(&expired, POOL_EXPIRED, now);
 			pthread_mutex_lock(&p->lock);
 			continue;
@@ -863,6 +912,8 @@ pool_create(const struct pool_config *cfg, char **cause)
 	p->capacity = cfg->capacity;
 	p->target = cfg->size;
 	p->thread_start = cfg->thread_start ? cfg->thread_start : pthread_create;
+	p->room = cfg->room;
+	p->room_arg = cfg->room_arg;
 	p->may_spin = sysconf(_SC_NPROCESSORS_ONLN) > 1;
 	pool_timing_init(&p->timing, clock_now_us());
 
@@ -894,21 +945,13 @@ pool_name(const struct pool *p)
 enum pool_verdict
 pool_submit(struct pool *p, struct pool_job *j)
 {
-	unsigned serving, idle;
-
 	pthread_mutex_lock(&p->lock);
 	if (p->closed) {
 		p->rejected_closed++;
 		pthread_mutex_unlock(&p->lock);
 		return POOL_REJECTED_CLOSED;
 	}
-	/*
-	 * Running jobs, and jobs handed to an idle worker, take no queue slot:
-	 * idle is the workers that will stay and are not running anything.
-	 */
-	serving = p->registered < p->target ? p->registered : p->target;
-	idle = serving > p->busy ? serving - p->busy : 0;
-	if (p->queued >= p->capacity + idle) {
+	if (!has_room(p)) {
 		p->rejected_full++;
 		pthread_mutex_unlock(&p->lock);
 		return POOL_REJECTED_FULL;
@@ -934,11 +977,24 @@ pool_submit(struct pool *p, struct pool_job *j)
 	return POOL_ACCEPTED;
 }
 
+void
+pool_want_room(struct pool *p)
+{
+	bool due;
+
+	pthread_mutex_lock(&p->lock);
+	p->want_room = p->room != NULL && !p->closed;
+	due = room_due(p);
+	pthread_mutex_unlock(&p->lock);
+	room_tell(p, due);
+}
+
 int
 pool_resize(struct pool *p, unsigned size, char **cause)
 {
 	struct worker *exited;
 	int rc = 0, ret = 0;
+	bool due;
 
 	pthread_mutex_lock(&p->lock);
 	if (p->closed) {
@@ -966,7 +1022,9 @@ pool_resize(struct pool *p, unsigned size, char **cause)
 	if (p->registered > p->target)
 		pthread_cond_broadcast(&p->work_cv); /* idle surplus workers leave */
 	exited = take_exited(p, false);
+	due = room_due(p);
 	pthread_mutex_unlock(&p->lock);
+	room_tell(p, due);
 	if (exited != NULL) {
 		join_all(exited);
 		joined(p);
@@ -977,13 +1035,17 @@ pool_resize(struct pool *p, unsigned size, char **cause)
 int
 pool_set_capacity(struct pool *p, unsigned capacity, char **cause)
 {
+	bool due;
+
 	if (capacity < 1) {
 		set_cause(cause, "capacity must be at least 1");
 		return -1;
 	}
 	pthread_mutex_lock(&p->lock);
 	p->capacity = capacity;
+	due = room_due(p);
 	pthread_mutex_unlock(&p->lock);
+	room_tell(p, due);
 	return 0;
 }
 
@@ -1008,16 +1070,19 @@ pool_cancel(struct pool *p, struct pool_job *j)
 	struct job_list one = { NULL, NULL };
 	enum pool_job_where where;
 	uint64_t now;
+	bool due = false;
 
 	pthread_mutex_lock(&p->lock);
 	now = clock_now_us();
 	where = j->where;
-	if (where == POOL_JOB_QUEUED)
+	if (where == POOL_JOB_QUEUED) {
 		finish_unrun(p, j, POOL_CANCELLED, now, &one);
-	else if (where == POOL_JOB_RUNNING && !atomic_exchange(&j->cancel_requested, true) &&
+		due = room_due(p);
+	} else if (where == POOL_JOB_RUNNING && !atomic_exchange(&j->cancel_requested, true) &&
 	    j->on_cancel != NULL)
 		j->on_cancel(j);
 	pthread_mutex_unlock(&p->lock);
+	room_tell(p, due);
 	deliver_unrun(&one, POOL_CANCELLED, now);
 	return where;
 }

@@ -44,6 +44,7 @@ enum pool_verdict {
 	POOL_ACCEPTED,
 	POOL_REJECTED_FULL,   /* queue at capacity */
 	POOL_REJECTED_CLOSED, /* pool is shutting down */
+	POOL_REJECTED_QUOTA,  /* its owner has max_queued_per_owner jobs queued */
 };
 
 enum pool_close_mode {
@@ -90,6 +91,8 @@ struct pool_job {
 	pool_cancel_fn on_cancel;     /* optional */
 	void *arg;                    /* the caller's own pointer */
 	uint64_t queue_deadline_us;   /* clock_now_us() deadline to start by; 0 = none */
+	int priority;                 /* POOL_PRIORITY_MIN..MAX, higher starts first; 0 default */
+	uint32_t owner;               /* a small number per distinct owner; 0 = no owner */
 
 	/* Owned by the pool. */
 	atomic_bool cancel_requested;
@@ -202,6 +205,19 @@ struct pool_snapshot {
 	struct pool_recent recent;  /* the last seconds */
 };
 
+#define POOL_PRIORITY_MIN (-1000)
+#define POOL_PRIORITY_MAX 1000
+
+/*
+ * Someone waits for room (pool_want_room) and a queue slot may be free now:
+ * a queued job started, was cancelled, expired or displaced, the capacity
+ * grew, the pool was resumed or grew. Called once per pool_want_room, never
+ * under the pool lock, on whatever thread freed the slot; it must be quick
+ * (tpd's sets a flag and wakes the loop) and may call pool_want_room again
+ * only through its consumer, not from inside this call.
+ */
+typedef void (*pool_room_fn)(struct pool *, void *arg);
+
 /* The thread starter: pthread_create, or a test's fault injector. */
 typedef int (*pool_thread_start_fn)(pthread_t *, const pthread_attr_t *,
     void *(*)(void *), void *);
@@ -212,6 +228,8 @@ struct pool_config {
 	unsigned limit;         /* >= 1 */
 	unsigned capacity;      /* >= 1 */
 	pool_thread_start_fn thread_start; /* NULL = pthread_create */
+	pool_room_fn room;      /* optional: told when room frees after pool_want_room */
+	void *room_arg;
 };
 
 /* Monotonic clock in microseconds, the clock of queue deadlines. */
@@ -227,6 +245,14 @@ const char *pool_name(const struct pool *);
 
 /* Accepts or rejects job at once. On POOL_ACCEPTED the job belongs to the pool until done. */
 enum pool_verdict pool_submit(struct pool *, struct pool_job *job);
+
+/*
+ * Arms the room notification: cfg->room is called once, as soon as a job
+ * submitted now would find a queue slot (at once, on this thread, when
+ * there is room already). Arming again before it fired changes nothing.
+ * A closed pool never calls it.
+ */
+void pool_want_room(struct pool *);
 
 /*
  * Sets the target to size (1..limit). Growing starts the missing threads
