@@ -1497,7 +1497,7 @@ test_snapshot_and_times(void)
 	CHECK(pool_set_capacity(p, 4, &cause) == 0, "capacity 4: %s", cause);
 	submit_ok(p, &j[5]);
 	CHECK(pool_set_limit(p, 1, &cause) == -1, "limit below the target accepted");
-	CHECK_SAYS(cause, "below the current target");
+	CHECK_SAYS(cause, "below the current max_workers");
 	free(cause);
 	CHECK(pool_resize(p, 6, &cause) == -1, "resize past the limit accepted");
 	CHECK_SAYS(cause, "out of range 1..5");
