@@ -903,7 +903,9 @@ pick(struct pool *p)
 		struct level *lv = p->levels[p->top];
 		struct pool_oqueue *oq = lv->heap[0];
 
-		if (oq->key_seq == oq->head->seq && oq->key_started == oq->owner->last_started)
+		/* alone in its heap (one owner): its key does not matter, it stays stale */
+		if (lv->nheap == 1 ||
+		    (oq->key_seq == oq->head->seq && oq->key_started == oq->owner->last_started))
 			return oq->head;
 		oq_key(oq);
 		heap_down(p, lv, 0);

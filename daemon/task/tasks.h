@@ -86,6 +86,7 @@ struct task_options {
 	uint64_t accepted_wall_us;  /* when it was first accepted, wall clock */
 	/* what comes next goes here (label), onto the task */
 	const char *label;          /* the client's name for it, NULL or "": none (copied) */
+	int priority;               /* -1000..1000: higher starts first (pool.h) */
 	/* what comes next goes here (attempt, on_lost), onto the task */
 };
 
