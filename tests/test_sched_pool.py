@@ -358,6 +358,69 @@ def test_max_running_per_owner_keeps_an_owner_at_its_cap():
         check(sorted(t["owner"] for t in running) == ["token:alice", "token:bob"], "%r", running)
 
 
+# ---------------------------------------------------------------- tpctl
+
+def tpctl(d, *args, timeout=60):
+    return subprocess.run([TPCTL, "-s", d.sock] + list(args), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_tpctl_submit_waits_for_room_and_says_so_after_a_second():
+    with pool_daemon("[pool w]\nsize = 1\ncapacity = 1\n") as d:
+        c = d.client()
+        fill(c, "w")
+        p = subprocess.Popen([TPCTL, "-s", d.sock, "submit", "--pool", "w", "--detach",
+                              "--task", json.dumps(ECHO)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        eventually(lambda: pool_stats(c, "w")["held"] == 1, "tpctl's submit is held")
+        time.sleep(1.3)
+        check(p.poll() is None, "tpctl submit waits")
+        tid = c.request({"op": "list", "pool": "w", "state": "running"})["tasks"][0]["task"]
+        c.request({"op": "cancel", "task": tid})
+        out, err = p.communicate(timeout=20)
+        check(p.returncode == 0 and out.strip().isdigit(), "%d %r %r", p.returncode, out, err)
+        check("waiting for room in pool w" in err, "the line after a second: %r", err)
+        r = tpctl(d, "submit", "--pool", "w", "--no-wait-for-room", "--task", json.dumps(ECHO))
+        check(r.returncode == 75 and "queue_full" in r.stderr, "%d %r", r.returncode, r.stderr)
+
+
+def test_tpctl_pause_resume_resize_and_priority():
+    with pool_daemon("[pool p]\nsize = 1\nlimit = 8\n") as d:
+        r = tpctl(d, "pause", "p")
+        check(r.returncode == 0 and "pool p: paused" in r.stdout, "%r %r", r.stdout, r.stderr)
+        r = tpctl(d, "submit", "--pool", "p", "--detach", "--priority", "7", "--task",
+                  json.dumps(ECHO))
+        check(r.returncode == 0, "%r", r.stderr)
+        tid = r.stdout.strip()
+        r = tpctl(d, "status", tid)
+        check("7" in r.stdout and "PRIORITY" in r.stdout, "status shows it: %r", r.stdout)
+        r = tpctl(d, "list", "--pool", "p")
+        check(r.stdout.splitlines()[0].split()[-1] == "PRI" and
+              r.stdout.splitlines()[1].split()[-1] == "7", "%r", r.stdout)
+        r = tpctl(d, "stats")
+        check("paused" in r.stdout, "stats shows the state: %r", r.stdout)
+        r = tpctl(d, "resume", "p")
+        check(r.returncode == 0 and "pool p: open" in r.stdout, "%r", r.stdout)
+        r = tpctl(d, "resize", "--pool", "p", "--min", "1", "--max", "5")
+        check(r.returncode == 0 and "1 to 5 workers" in r.stdout and "reload" in r.stdout,
+              "%r %r", r.stdout, r.stderr)
+        r = tpctl(d, "stats")
+        check("1-5" in r.stdout, "stats shows min-max: %r", r.stdout)
+        r = tpctl(d, "resize", "--pool", "p", "--min", "6", "--max", "2")
+        check(r.returncode != 0 and "bad_request" in r.stderr, "%r", r.stderr)
+        r = tpctl(d, "submit", "--priority", "1001", "--task", json.dumps(ECHO))
+        check(r.returncode == 64 and "--priority" in r.stderr, "%r", r.stderr)
+
+
+def test_tpctl_batch_waits_for_room_in_a_small_queue():
+    with pool_daemon("[pool b]\nsize = 2\ncapacity = 4\n") as d:
+        path = write(os.path.join(d.dir, "jobs"), '{"kind":"sleep","ms":5}\n' * 300)
+        r = tpctl(d, "batch", "--pool", "b", "-j", "64", path, timeout=120)
+        check(r.returncode == 0 and "300 succeeded" in r.stderr, "%d %r", r.returncode, r.stderr)
+        s = pool_stats(d.client(), "b")
+        check(s["rejected"] == 0 and s["succeeded"] == 300, "no rejection: %r", s)
+
+
 # ---------------------------------------------------------------- exactly once, mixed
 
 def test_stress_every_submit_ends_once_with_priorities_owners_wait_pauses():

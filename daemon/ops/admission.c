@@ -214,6 +214,7 @@ held_timeout(evutil_socket_t fd, short what, void *arg)
 
 	held_unlink(h);
 	task_free(h->t);
+	pool_count_rejected(h->o.pool->pool, POOL_REJECTED_FULL);
 	if (c != NULL)
 		send_rejected(c, h->req_id, ERR_QUEUE_FULL, "pool %s is full: held %llu ms "
 		    "(admission_timeout) and no room came in its queue", pool,
@@ -324,14 +325,17 @@ hold(struct conn *c, struct request *req, struct task *t, const struct task_opti
 
 void
 admission_submit(struct conn *c, struct request *req, struct task *t,
-    const struct task_options *o, bool wait, uint64_t timeout_ms)
+    const struct task_options *opts, bool wait, uint64_t timeout_ms)
 {
-	const struct conf_pool *cp = conf_pool_find(&daemon_state->conf, o->pool->name);
+	const struct conf_pool *cp = conf_pool_find(&daemon_state->conf, opts->pool->name);
+	struct task_options mine = *opts, *o = &mine;
 	uint64_t pool_timeout = cp != NULL ? cp->admission_timeout_ms : 30000;
 	const struct hpool *hp = hpool_find(o->pool);
 	enum pool_verdict v = POOL_REJECTED_FULL;
 	const char *why;
 
+	/* a refusal for room that holds the submit is not a rejection (pool.h) */
+	mine.may_wait = wait;
 	/* held submits go in in the order they came: none jumps ahead of one held */
 	if (!wait || hp == NULL || hp->n == 0)
 		v = tasks_submit(t, o);
@@ -340,6 +344,7 @@ admission_submit(struct conn *c, struct request *req, struct task *t,
 			timeout_ms = pool_timeout;
 		if (hold(c, req, t, o, timeout_ms, &why))
 			return;
+		pool_count_rejected(o->pool->pool, POOL_REJECTED_FULL);
 		if (strcmp(why, "max_held") == 0) {
 			task_free(t);
 			send_rejected(c, req->id, ERR_QUEUE_FULL, "pool %s is full and already "
@@ -359,12 +364,10 @@ admission_reject_all(struct pools_entry *e)
 	struct hpool *hp;
 
 	/* a pool's slot goes with its last held submit */
-	if (e != NULL)
-		while ((hp = hpool_find(e)) != NULL)
-			held_end(hp->head, POOL_REJECTED_CLOSED);
-	else
-		while (nhpools > 0)
-			held_end(hpools[0].head, POOL_REJECTED_CLOSED);
+	while ((hp = e != NULL ? hpool_find(e) : nhpools > 0 ? &hpools[0] : NULL) != NULL) {
+		pool_count_rejected(hp->e->pool, POOL_REJECTED_CLOSED);
+		held_end(hp->head, POOL_REJECTED_CLOSED);
+	}
 }
 
 int

@@ -1553,7 +1553,8 @@ pool_submit(struct pool *p, struct pool_job *j)
 		return POOL_REJECTED_QUOTA;
 	}
 	if (!has_room(p) && (!p->drop_oldest || (victim = displaceable(p, j->priority)) == NULL)) {
-		p->rejected_full++;
+		if (!j->may_wait)
+			p->rejected_full++;
 		pthread_mutex_unlock(&p->lock);
 		return POOL_REJECTED_FULL;
 	}
@@ -1748,6 +1749,19 @@ pool_set_owner_limits(struct pool *p, unsigned max_queued, unsigned max_running)
 	}
 	if (startable(p))
 		pthread_cond_broadcast(&p->work_cv);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void
+pool_count_rejected(struct pool *p, enum pool_verdict v)
+{
+	pthread_mutex_lock(&p->lock);
+	if (v == POOL_REJECTED_FULL)
+		p->rejected_full++;
+	else if (v == POOL_REJECTED_CLOSED)
+		p->rejected_closed++;
+	else if (v == POOL_REJECTED_QUOTA)
+		p->rejected_quota++;
 	pthread_mutex_unlock(&p->lock);
 }
 

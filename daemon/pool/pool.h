@@ -114,6 +114,12 @@ struct pool_job {
 	void *arg;                    /* the caller's own pointer */
 	uint64_t queue_deadline_us;   /* clock_now_us() deadline to start by; 0 = none */
 	int priority;                 /* POOL_PRIORITY_MIN..MAX, higher starts first; 0 default */
+	/*
+	 * the caller holds the job when refused for room and submits it again
+	 * later: that refusal is not counted as rejected (pool_count_rejected
+	 * counts the caller's final one)
+	 */
+	bool may_wait;
 	uint32_t owner;               /* a small number per distinct owner; 0 = no owner */
 
 	/* Owned by the pool. */
@@ -342,6 +348,9 @@ bool pool_set_paused(struct pool *, bool paused);
 void pool_set_fair(struct pool *, bool fair);
 void pool_set_drop_oldest(struct pool *, bool drop_oldest);
 void pool_set_owner_limits(struct pool *, unsigned max_queued, unsigned max_running);
+
+/* Counts a rejection a caller gave itself for the pool (a held job given up: queue_full). */
+void pool_count_rejected(struct pool *, enum pool_verdict);
 
 /* Changes the queue capacity (>= 1); jobs already queued stay. */
 int pool_set_capacity(struct pool *, unsigned capacity, char **cause);

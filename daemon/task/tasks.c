@@ -243,6 +243,7 @@ tasks_submit(struct task *t, const struct task_options *o)
 	t->job.queue_deadline_us = o->queue_timeout_ms != 0 ?
 	    clock_now_us() + o->queue_timeout_ms * 1000 : 0;
 	t->job.priority = o->priority;
+	t->job.may_wait = o->may_wait;
 	t->job.owner = owner_number(t->owner);
 	t->notify_start = hooks_want_start;
 	t->start_barrier = start_barrier && !t->kept_elsewhere && t->kind != NULL && t->kind->effects;

@@ -87,6 +87,7 @@ struct task_options {
 	/* what comes next goes here (label), onto the task */
 	const char *label;          /* the client's name for it, NULL or "": none (copied) */
 	int priority;               /* -1000..1000: higher starts first (pool.h) */
+	bool may_wait;              /* refused for room, it is held: not counted rejected */
 	/* what comes next goes here (attempt, on_lost), onto the task */
 };
 
