@@ -2,8 +2,10 @@
 """Pools that schedule, through the real daemon: elastic size, admission (wait, drop_oldest),
 pause, priorities, fair share between owners, per-owner quotas, and a live resize that a
 reload keeps."""
+import http.client
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -330,7 +332,8 @@ def test_fair_none_is_fifo():
 # ---------------------------------------------------------------- quotas
 
 def test_max_queued_per_owner_refuses_with_quota_while_others_submit():
-    conf = "[pool q]\nsize = 1\npaused = yes\nmax_queued_per_owner = 2\nadmission = wait\n"
+    conf = ("[pool q]\nsize = 1\npaused = yes\ncapacity = 3\nmax_queued_per_owner = 2\n"
+            "admission = wait\n")
     with pool_daemon(conf, tcp=True, tokens=TOKENS) as d:
         a, b = tcp_as(d, "tok-a"), tcp_as(d, "tok-b")
         for _ in range(2):
@@ -339,7 +342,13 @@ def test_max_queued_per_owner_refuses_with_quota_while_others_submit():
         check(ev["event"] == "rejected" and ev["error"]["code"] == "quota" and
               "max_queued_per_owner" in ev["error"]["message"], "at once, also with wait: %r", ev)
         check(b.submit(ECHO, pool="q")[1]["event"] == "accepted", "bob still submits")
-        check(pool_stats(d.client(), "q")["rejected_quota"] == 1, "counted")
+        # the queue is full now: bob's next is held; alice's, behind it, is quota at once
+        b.send({"op": "submit", "pool": "q", "task": ECHO})
+        eventually(lambda: pool_stats(d.client(), "q")["held"] == 1, "bob's next is held")
+        ev = a.submit(ECHO, pool="q")[1]
+        check(ev["event"] == "rejected" and ev["error"]["code"] == "quota",
+              "quota at once behind a held submit: %r", ev)
+        check(pool_stats(d.client(), "q")["rejected_quota"] == 2, "counted")
 
 
 def test_max_running_per_owner_keeps_an_owner_at_its_cap():
@@ -356,6 +365,37 @@ def test_max_running_per_owner_keeps_an_owner_at_its_cap():
         check(s["busy"] == 2 and s["queued"] == 2, "alice stays at her cap: %r", s)
         running = admin.request({"op": "list", "pool": "r", "state": "running"})["tasks"]
         check(sorted(t["owner"] for t in running) == ["token:alice", "token:bob"], "%r", running)
+
+
+# ---------------------------------------------------------------- metrics
+
+def test_metrics_held_bounds_quota_and_displaced_as_expired():
+    conf = (WAIT_POOL + "[pool el]\nmin_workers = 2\nmax_workers = 5\n"
+            "[pool d]\nsize = 1\ncapacity = 1\nadmission = drop_oldest\n"
+            "[pool q]\npaused = yes\nmax_queued_per_owner = 1\n")
+    with pool_daemon(conf, extra=["--metrics-listen", "127.0.0.1:0"]) as d:
+        c = d.client()
+        fill(c, "w")
+        c.send({"op": "submit", "pool": "w", "task": ECHO})
+        c.submit(ECHO, pool="q")
+        ev = c.submit(ECHO, pool="q")[1]
+        check(ev["error"]["code"] == "quota", "%r", ev)
+        run = c.send({"op": "submit", "pool": "d", "task": LONG})
+        c.recv_id(run)
+        eventually(lambda: pool_stats(c, "d")["busy"] == 1, "busy")
+        c.submit(ECHO, pool="d")
+        c.submit(ECHO, pool="d")                # displaces the one before
+        eventually(lambda: pool_stats(c, "w")["held"] == 1, "held")
+        m = re.search(r"metrics: serving GET /metrics on tcp 127\.0\.0\.1:(\d+)", d.read_log())
+        conn = http.client.HTTPConnection("127.0.0.1", int(m.group(1)), timeout=10)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        for line in ('tpd_submits_held{pool="w"} 1', 'tpd_workers_min{pool="el"} 2',
+                     'tpd_workers_max{pool="el"} 5',
+                     'tpd_tasks_rejected_total{pool="q",reason="quota"} 1',
+                     'tpd_tasks_finished_total{pool="d",state="expired"} 1'):
+            check(line in text.splitlines(), "%s not in /metrics:\n%s", line, text[:3000])
 
 
 # ---------------------------------------------------------------- tpctl

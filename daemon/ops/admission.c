@@ -79,9 +79,7 @@ hpool_get(struct pools_entry *e)
 unsigned
 admission_held(const struct pools_entry *e)
 {
-	const struct hpool *hp = hpool_find(e);
-
-	return hp != NULL ? hp->n : 0;
+	return e->held;
 }
 
 static void
@@ -173,6 +171,7 @@ held_unlink(struct held *h)
 	else
 		hp->tail = h->prev;
 	hp->n--;
+	hp->e->held--;
 	conn_count_add(h->conn_id, -1);
 	if (h->timer != NULL)
 		event_free(h->timer);
@@ -317,6 +316,7 @@ hold(struct conn *c, struct request *req, struct task *t, const struct task_opti
 		hp->head = h;
 	hp->tail = h;
 	hp->n++;
+	hp->e->held++;
 	conn_count_add(h->conn_id, 1);
 	conn_done_owed(c, false);   /* answered later: the connection stays for it */
 	pools_want_room(o->pool);
@@ -339,6 +339,8 @@ admission_submit(struct conn *c, struct request *req, struct task *t,
 	/* held submits go in in the order they came: none jumps ahead of one held */
 	if (!wait || hp == NULL || hp->n == 0)
 		v = tasks_submit(t, o);
+	else if (pool_over_quota(o->pool->pool, tasks_owner_number(o->owner)))
+		v = POOL_REJECTED_QUOTA;        /* at once, also behind held submits */
 	if (v == POOL_REJECTED_FULL && wait) {
 		if (timeout_ms == 0 || timeout_ms > pool_timeout)
 			timeout_ms = pool_timeout;

@@ -1752,6 +1752,19 @@ pool_set_owner_limits(struct pool *p, unsigned max_queued, unsigned max_running)
 	pthread_mutex_unlock(&p->lock);
 }
 
+bool
+pool_over_quota(struct pool *p, uint32_t owner)
+{
+	bool over;
+
+	pthread_mutex_lock(&p->lock);
+	over = p->max_queued_per_owner != 0 && owner_queued(p, owner) >= p->max_queued_per_owner;
+	if (over)
+		p->rejected_quota++;
+	pthread_mutex_unlock(&p->lock);
+	return over;
+}
+
 void
 pool_count_rejected(struct pool *p, enum pool_verdict v)
 {

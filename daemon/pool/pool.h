@@ -349,6 +349,13 @@ void pool_set_fair(struct pool *, bool fair);
 void pool_set_drop_oldest(struct pool *, bool drop_oldest);
 void pool_set_owner_limits(struct pool *, unsigned max_queued, unsigned max_running);
 
+/*
+ * Whether a job of owner would be refused now for max_queued_per_owner
+ * (without submitting it): a caller that holds jobs behind others asks
+ * before holding one more. Such a refusal is counted as pool_submit's.
+ */
+bool pool_over_quota(struct pool *, uint32_t owner);
+
 /* Counts a rejection a caller gave itself for the pool (a held job given up: queue_full). */
 void pool_count_rejected(struct pool *, enum pool_verdict);
 

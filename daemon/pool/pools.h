@@ -21,6 +21,7 @@ struct pools_entry {
 	bool removed;       /* closed by a reload; freed once drained */
 	unsigned long outstanding; /* accepted tasks whose done is not yet processed (pools.c's) */
 	atomic_bool room_due;   /* the pool told of room; the loop has not run the hooks yet */
+	unsigned held;          /* submits held for room now (admission.c's; stats, metrics) */
 };
 
 /*

@@ -49,13 +49,9 @@ static void task_event(struct task *, json_t *, size_t);
 
 static json_t *owner_numbers;       /* owner string -> its number in the pools (1, 2, ...) */
 
-/*
- * The small number a pool knows an owner by (pool.h's job owner): given
- * on first sight, kept for the daemon's life (owners are few: users and
- * tokens). 0 for none, or when out of memory (then it shares with none).
- */
-static uint32_t
-owner_number(const char *owner)
+/* Owners are few (users and tokens): kept for the daemon's life; out of memory, 0 (none). */
+uint32_t
+tasks_owner_number(const char *owner)
 {
 	json_t *n;
 
@@ -244,7 +240,7 @@ tasks_submit(struct task *t, const struct task_options *o)
 	    clock_now_us() + o->queue_timeout_ms * 1000 : 0;
 	t->job.priority = o->priority;
 	t->job.may_wait = o->may_wait;
-	t->job.owner = owner_number(t->owner);
+	t->job.owner = tasks_owner_number(t->owner);
 	t->notify_start = hooks_want_start;
 	t->start_barrier = start_barrier && !t->kept_elsewhere && t->kind != NULL && t->kind->effects;
 	t->submit_text = o->submit_text;

@@ -111,6 +111,12 @@ struct tasks_hooks {
 
 #define TASKS_MAX_HOOKS 8
 
+/*
+ * The small number the pools know owner by (pool.h's job owner), given on
+ * first sight and kept; 0 for NULL.
+ */
+uint32_t tasks_owner_number(const char *owner);
+
 /* At start: the registry takes the tasks' hand-offs (task_set_handlers) and logs each task. */
 int tasks_init(char **cause);
 
