@@ -885,9 +885,15 @@ dequeue(struct pool *p, struct pool_job *j)
 	atomic_store_explicit(&p->queued_hint, p->paused ? 0 : p->queued, memory_order_relaxed);
 	if (j->queue_deadline_us != 0)
 		p->with_deadline--;
-	/* Closed and empty for good: the watcher's work is over. */
-	if (p->closed && p->queued == 0)
+	/*
+	 * Closed and empty for good: the watcher's work is over, and so is the
+	 * workers' (some may sleep beside jobs they could not start: an owner
+	 * at its running limit, whose last queued job was just cancelled).
+	 */
+	if (p->closed && p->queued == 0) {
 		pthread_cond_signal(&p->watch_cv);
+		pthread_cond_broadcast(&p->work_cv);
+	}
 }
 
 /*
@@ -1965,6 +1971,7 @@ pool_snapshot(struct pool *p, struct pool_snapshot *s)
 	s->workers = p->registered;
 	s->busy = p->busy;
 	s->idle = p->registered > p->busy ? p->registered - p->busy : 0;
+	s->sleeping = p->sleepers;
 	s->queued = p->queued;
 	s->capacity = p->capacity;
 	s->limit = p->limit;

@@ -233,6 +233,7 @@ struct pool_snapshot {
 	unsigned workers;       /* registered: running or waiting for a job */
 	unsigned busy;          /* running a job */
 	unsigned idle;          /* registered and not running a job */
+	unsigned sleeping;      /* of those, asleep waiting for work (tests wait for it) */
 	unsigned queued;
 	unsigned capacity;
 	unsigned limit;
