@@ -185,6 +185,7 @@ struct pool {
 	uint64_t present[LEVEL_WORDS];  /* levels with jobs */
 	uint64_t runnable[LEVEL_WORDS]; /* levels with a startable owner queue */
 	int top;                        /* highest runnable level, -1: none */
+	int top_present;                /* highest level with jobs, -1: none */
 	struct pool_owner **owners;     /* by owner number, made on first use, kept */
 	size_t nowners;
 	struct pool_owner *last_owner;  /* the last one found: one owner costs no lookup */
@@ -784,7 +785,6 @@ enqueue_prepare(struct pool *p, struct pool_job *j, struct pool_oqueue **fresh)
 		oq->heap_at = NOT_IN_HEAP;
 		*fresh = oq;
 	}
-	j->powner = o;
 	j->oq = oq;
 	return 0;
 }
@@ -823,8 +823,11 @@ enqueue(struct pool *p, struct pool_job *j, struct pool_oqueue *fresh)
 	else
 		lv->head = j;
 	lv->tail = j;
-	if (lv->count++ == 0)
+	if (lv->count++ == 0) {
 		bit_set(p->present, oq->level);
+		if ((int)oq->level > p->top_present)
+			p->top_present = (int)oq->level;
+	}
 	o->queued++;
 	if (fresh != NULL) {
 		oq->onext = o->oqs;
@@ -869,8 +872,11 @@ dequeue(struct pool *p, struct pool_job *j)
 	j->next = j->prev = j->lnext = j->lprev = NULL;
 	j->oq = NULL;
 	o->queued--;
-	if (--lv->count == 0)
+	if (--lv->count == 0) {
 		bit_clear(p->present, oq->level);
+		if ((int)oq->level == p->top_present)
+			p->top_present = bit_highest(p->present, (int)oq->level);
+	}
 	if (--oq->count == 0) {
 		struct pool_oqueue **op;
 		if (oq->heap_at != NOT_IN_HEAP)
@@ -930,7 +936,7 @@ startable(const struct pool *p)
 static void
 dequeue_started(struct pool *p, struct pool_job *j)
 {
-	struct pool_owner *o = j->powner;
+	struct pool_owner *o = j->oq->owner;
 
 	dequeue(p, j);
 	o->last_started = ++p->starts;
@@ -968,8 +974,7 @@ queued_above(const struct pool *p, unsigned li)
 {
 	unsigned n = 0;
 
-	for (int l = bit_highest(p->present, LEVELS - 1); l > (int)li;
-	    l = bit_highest(p->present, l - 1))
+	for (int l = p->top_present; l > (int)li; l = bit_highest(p->present, l - 1))
 		n += p->levels[l]->count;
 	return n;
 }
@@ -1327,7 +1332,7 @@ worker_main(void *arg)
 		list_remove(&p->running, j);
 		j->where = POOL_JOB_FINISHED;
 		p->busy--;
-		owner_ended(p, j->powner);
+		owner_ended(p, p->owners[j->owner]);   /* made when it was queued, kept */
 		count_end(p, state);
 		pool_timing_ended(&p->timing, j->started_us + run_us, run_us);
 		ran = j;
@@ -1456,7 +1461,7 @@ pool_create(const struct pool_config *cfg, char **cause)
 	p->drop_oldest = cfg->drop_oldest;
 	p->max_queued_per_owner = cfg->max_queued_per_owner;
 	p->max_running_per_owner = cfg->max_running_per_owner;
-	p->top = -1;
+	p->top = p->top_present = -1;
 	p->warn = cfg->warn;
 	p->warn_arg = cfg->warn_arg;
 	p->thread_start = cfg->thread_start ? cfg->thread_start : pthread_create;
@@ -1577,7 +1582,8 @@ pool_submit(struct pool *p, struct pool_job *j)
 		deliver_unrun(&displaced, POOL_EXPIRED, now);
 		return POOL_REJECTED_FULL;
 	}
-	atomic_store(&j->cancel_requested, false);
+	/* no other thread sees j before the unlock, which orders this store: no fence needed */
+	atomic_store_explicit(&j->cancel_requested, false, memory_order_relaxed);
 	j->where = POOL_JOB_QUEUED;
 	j->displaced = false;
 	j->enqueued_us = now;
