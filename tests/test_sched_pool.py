@@ -136,6 +136,43 @@ def test_live_resize_survives_a_reload_with_the_same_size():
         eventually(lambda: pool_stats(c, "el")["target"] == 1, "the file's new size applies")
 
 
+def test_live_pause_survives_a_reload_with_the_same_paused():
+    with pool_daemon("[pool p]\nsize = 1\n") as d:
+        c = d.client()
+        c.request({"op": "pause", "pool": "p"})
+        conf = os.path.join(d.dir, "tpd.conf")
+        write(conf, "[pool p]\nsize = 1\ncapacity = 77\n")
+        d.signal(signal.SIGHUP)
+        eventually(lambda: pool_stats(c, "p")["capacity"] == 77, "the reload applied")
+        check(pool_stats(c, "p")["state"] == "paused", "the live pause stays")
+        write(conf, "[pool p]\nsize = 1\ncapacity = 77\npaused = yes\n")
+        d.signal(signal.SIGHUP)
+        time.sleep(0.2)
+        check(pool_stats(c, "p")["state"] == "paused", "paused = yes")
+        write(conf, "[pool p]\nsize = 1\ncapacity = 77\npaused = no\n")
+        d.signal(signal.SIGHUP)
+        eventually(lambda: pool_stats(c, "p")["state"] == "open", "the file's change resumes it")
+
+
+def test_priority_is_replayed_from_the_journal():
+    with pool_daemon("[pool p]\nsize = 1\npaused = yes\n") as d:
+        c = d.client()
+        for p in (1, 9, 5):
+            ev = c.submit(ECHO, pool="p", priority=p, detach=True)[1]
+            check(ev["event"] == "accepted", "%r", ev)
+        d.proc.kill()           # a crash: the queued tasks stay in the journal
+        d.proc.wait()
+        d.start()
+        c = d.client()
+        ids = [t["task"] for t in c.request({"op": "list", "pool": "p"})["tasks"]]
+        prios = {t["task"]: t["priority"] for t in c.request({"op": "list", "pool": "p"})["tasks"]}
+        check(sorted(prios.values()) == [1, 5, 9], "replayed with their priorities: %r", prios)
+        waits = {c.send({"op": "wait", "task": t}): t for t in ids}
+        c.request({"op": "resume", "pool": "p"})
+        order = [prios[waits[r]] for r in done_order(c, list(waits))]
+        check(order == [9, 5, 1], "highest first after the restart: %r", order)
+
+
 # ---------------------------------------------------------------- admission
 
 WAIT_POOL = "[pool w]\nsize = 1\ncapacity = 1\nadmission = wait\nadmission_timeout = 20s\n"
