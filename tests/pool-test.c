@@ -584,9 +584,9 @@ test_room_told_once_per_arming(void)
 	pool_want_room(p);
 	gate_open(&g);
 	latch_wait(&r.calls, 2, "the room told when the worker took the queued job");
+	latch_wait(&c.done, 3, "the jobs");     /* ran_on is written by the jobs: read after */
 	CHECK(pthread_equal(r.last_on, d.ran_on) || pthread_equal(r.last_on, a.ran_on),
 	    "told on another thread than the worker");
-	latch_wait(&c.done, 3, "the jobs");
 	CHECK_EQ(latch_get(&r.calls), 2, "told again without an arming");
 
 	/* Room already: arming tells at once, on the arming thread. */
