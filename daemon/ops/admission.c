@@ -282,8 +282,13 @@ hold(struct conn *c, struct request *req, struct task *t, const struct task_opti
 	if ((hp != NULL ? hp->n : 0) >= max_held)
 		return false;
 	*why = "memory";
-	if ((hp = hpool_get(o->pool)) == NULL || (h = calloc(1, sizeof *h)) == NULL)
+	if ((hp = hpool_get(o->pool)) == NULL)
 		return false;
+	if ((h = calloc(1, sizeof *h)) == NULL) {
+		if (hp->n == 0)
+			*hp = hpools[--nhpools];        /* no empty slot stays */
+		return false;
+	}
 	h->o = *o;
 	if ((o->owner != NULL && (h->owner = strdup(o->owner)) == NULL) ||
 	    (o->label != NULL && (h->label = strdup(o->label)) == NULL) ||
@@ -366,7 +371,8 @@ admission_reject_all(struct pools_entry *e)
 	struct hpool *hp;
 
 	/* a pool's slot goes with its last held submit */
-	while ((hp = e != NULL ? hpool_find(e) : nhpools > 0 ? &hpools[0] : NULL) != NULL) {
+	while ((hp = e != NULL ? hpool_find(e) : nhpools > 0 ? &hpools[0] : NULL) != NULL &&
+	    hp->head != NULL) {
 		pool_count_rejected(hp->e->pool, POOL_REJECTED_CLOSED);
 		held_end(hp->head, POOL_REJECTED_CLOSED);
 	}
