@@ -2,8 +2,11 @@
  * cmd-batch.c: tpctl batch FILE|-: every line of a file as a task,
  * pipelined on one connection with at most -j submits in flight.
  *
- * A queue_full rejection while other tasks of the batch are in the pool is
- * back-pressure, not failure: the task goes back to be sent again and the
+ * Each submit asks to wait for room (admission "wait"): the daemon holds it
+ * while the pool's queue is full and answers when there is room, so the
+ * window (-j) bounds the submits held for the batch. With
+ * --no-wait-for-room, a queue_full rejection while other tasks of the batch
+ * are in the pool is back-pressure, not failure: the task goes back to be sent again and the
  * window shrinks to what the pool held, growing by one with each task that
  * ends. With nothing of ours in the pool, queue_full is final (someone else
  * fills it). The first interrupt stops submitting and cancels what is in
@@ -71,7 +74,9 @@ batch_send_more(struct batch *b)
 		it = &b->items[i];
 		req = taskopt_submit(b->to, json_incref(it->task));
 		json_object_set_new(req, FIELD_ID, json_integer((json_int_t)i + 1));
-		if (session_send(&b->s, req) == -1)
+		/* a submit waiting for room is answered when there is: not at once */
+		if ((taskopt_waits_for_room(b->to) ? session_send_wait(&b->s, req) :
+		    session_send(&b->s, req)) == -1)
 			return EX_UNAVAILABLE;
 		it->state = BATCH_SENT;
 		b->inflight++;
@@ -300,6 +305,9 @@ batch_run(struct batch *b)
 	if ((code = session_open(&b->s, b->opt)) != 0)
 		return code;
 	b->s.next_id = (int64_t)b->n + 1;      /* 1..n are the submits */
+	/* submits that wait for room are not answered at once: the probe shows the daemon alive */
+	if (taskopt_waits_for_room(b->to) && session_probe(&b->s, "submit") == -1)
+		return EX_UNAVAILABLE;
 	b->start_us = tpctl_now_us();
 	progress_current = b->progress;
 	progress_draw(b->progress);

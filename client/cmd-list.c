@@ -69,10 +69,10 @@ list_print(const json_t *ev)
 {
 	/* the same columns as status's (cmd-task.c) */
 	static const char *const headers[] = { "TASK", "LABEL", "POOL", "STATE", "QUEUED",
-	    "RUN", "OWNER" };
+	    "RUN", "OWNER", "PRI" };
 	json_t *tasks = json_object_get(ev, FIELD_TASKS), *t;
 	struct table *table;
-	char *cells[7];
+	char *cells[8];
 	size_t i, j;
 
 	if (json_array_size(tasks) == 0) {
@@ -84,7 +84,7 @@ list_print(const json_t *ev)
 			printf("no tasks\n");
 		return;
 	}
-	if ((table = table_new("rlllrrl", headers)) == NULL)
+	if ((table = table_new("rlllrrlr", headers)) == NULL)
 		return;
 	json_array_foreach(tasks, i, t) {
 		const char *state = event_str(t, FIELD_STATE, "?");
@@ -98,8 +98,10 @@ list_print(const json_t *ev)
 		cells[5] = list_time(t, FIELD_RUN_MS, strcmp(state, STATE_QUEUED) != 0 &&
 		    strcmp(state, STATE_EXPIRED) != 0);
 		cells[6] = strdup(event_str(t, FIELD_OWNER, "-"));
+		if (asprintf(&cells[7], "%lld", (long long)event_int(t, FIELD_PRIORITY, 0)) == -1)
+			cells[7] = NULL;
 		table_add(table, (const char *const *)cells);
-		for (j = 0; j < 7; j++)
+		for (j = 0; j < 8; j++)
 			free(cells[j]);
 	}
 	table_print(table, stdout);

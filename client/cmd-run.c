@@ -257,6 +257,12 @@ run_begin(struct run *r, struct tpctl *opt, json_t *req, bool owed)
 		json_decref(req);
 		return code;
 	}
+	/* an answer not owed at once (waiting for room, or a task's end): probe the daemon first */
+	if (!owed && session_probe(&r->s, r->follow ? "follow" : "submit") == -1) {
+		json_decref(req);
+		session_close(&r->s);
+		return EX_UNAVAILABLE;
+	}
 	r->submit_id = owed ? session_send(&r->s, req) : session_send_wait(&r->s, req);
 	if (r->submit_id == -1) {
 		session_close(&r->s);
@@ -295,7 +301,7 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 	struct taskopt to;
 	struct run r;
 	json_t *task, *req, *ev;
-	bool verbose = false;
+	bool verbose = false, noticed = false;
 	int ch, code, res;
 
 	taskopt_init(&to);
@@ -337,17 +343,25 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 	req = taskopt_submit(&to, task);
 	json_object_set_new(req, FIELD_STREAM, json_true());
 
-	if ((code = run_begin(&r, opt, req, true)) != 0)
+	if ((code = run_begin(&r, opt, req, !taskopt_waits_for_room(&to))) != 0)
 		goto out;
 	for (code = -1; code == -1;) {
 		int wait = -1;
 
-		if (r.accepted_us != 0 && !r.started && !r.queued_said && !opt->json) {
+		if (r.task_id < 0 && !noticed && !opt->json)
+			wait = TASKOPT_ROOM_NOTICE_MS;
+		else if (r.accepted_us != 0 && !r.started && !r.queued_said && !opt->json) {
 			uint64_t at = r.accepted_us + RUN_QUEUED_SAY_MS * 1000, now = tpctl_now_us();
 			wait = now >= at ? 0 : (int)((at - now + 999) / 1000);
 		}
 		link_watch(r.s.link, feed_wants_input(&r.feed) ? r.feed.fd : -1);
 		res = session_next(&r.s, &ev, wait);
+		if (res == LINK_TIMEOUT && r.task_id < 0 && !noticed) {
+			/* a second without an answer: it waits for room in its pool */
+			taskopt_room_notice(&to);
+			noticed = true;
+			continue;
+		}
 		if (res == LINK_TIMEOUT && wait >= 0) {
 			/* a second without a start: it waits for a worker, say so */
 			r.queued_said = true;

@@ -43,7 +43,7 @@ submit_exec(struct tpctl *opt, int argc, char **argv)
 	struct feed f;
 	json_t *task, *req, *ev;
 	int64_t id, task_id = -1;
-	bool detach = false;
+	bool detach = false, noticed = false;
 	int ch, code, res, k;
 
 	taskopt_init(&to);
@@ -85,14 +85,28 @@ submit_exec(struct tpctl *opt, int argc, char **argv)
 		json_decref(req);
 		goto out;
 	}
-	if ((id = session_send(&s, req)) == -1) {
+	/* waiting for room may take long: the probe shows the daemon alive meanwhile */
+	if (taskopt_waits_for_room(&to) && session_probe(&s, "submit") == -1) {
+		json_decref(req);
+		session_close(&s);
+		code = EX_UNAVAILABLE;
+		goto out;
+	}
+	if ((id = taskopt_waits_for_room(&to) ? session_send_wait(&s, req) :
+	    session_send(&s, req)) == -1) {
 		session_close(&s);
 		code = EX_UNAVAILABLE;
 		goto out;
 	}
 	for (code = -1; code == -1;) {
 		link_watch(s.link, feed_wants_input(&f) ? f.fd : -1);
-		res = session_next(&s, &ev, -1);
+		res = session_next(&s, &ev, task_id < 0 && !noticed && !opt->json ?
+		    TASKOPT_ROOM_NOTICE_MS : -1);
+		if (res == LINK_TIMEOUT && task_id < 0 && !noticed) {
+			taskopt_room_notice(&to);
+			noticed = true;
+			continue;
+		}
 		if (res == LINK_INPUT) {
 			if ((code = feed_read(&f, &s)) == 0)
 				code = detach && !feed_busy(&f) ? 0 : -1;

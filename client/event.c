@@ -72,7 +72,7 @@ event_exit_for_error(const char *code)
 	    strcmp(code, ERR_FORBIDDEN) == 0)
 		return EX_NOPERM;
 	if (strcmp(code, ERR_QUEUE_FULL) == 0 || strcmp(code, ERR_CLOSED) == 0 ||
-	    strcmp(code, ERR_TOO_MANY_CONNECTIONS) == 0)
+	    strcmp(code, ERR_TOO_MANY_CONNECTIONS) == 0 || strcmp(code, ERR_QUOTA) == 0)
 		return EX_TEMPFAIL;
 	return EXIT_TASK_FAILED;
 }

@@ -60,6 +60,18 @@ exit_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	leave = true;
 }
 
+static void (*begin_hooks[SHUTDOWN_MAX_HOOKS])(bool now);
+static size_t nbegin_hooks;
+
+int
+shutdown_add_hook(void (*fn)(bool now))
+{
+	if (nbegin_hooks == SHUTDOWN_MAX_HOOKS)
+		return -1;
+	begin_hooks[nbegin_hooks++] = fn;
+	return 0;
+}
+
 void
 shutdown_begin(bool now)
 {
@@ -72,6 +84,8 @@ shutdown_begin(bool now)
 		    (unsigned long long)tasks_outstanding(), tasks_outstanding() == 1 ? "" : "s");
 		sources_stop(now);      /* first: a task cancelled by now stays pending */
 		pools_close_all(now ? POOL_NOW : POOL_DRAIN);
+		for (size_t i = 0; i < nbegin_hooks; i++)
+			begin_hooks[i](now);
 		if (!now && c->shutdown_timeout_ms > 0) {
 			struct timeval tv = clock_timeval_ms(c->shutdown_timeout_ms);
 			evtimer_add(shutdown_timer, &tv);

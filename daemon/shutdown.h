@@ -29,6 +29,15 @@ enum daemon_phase shutdown_phase(void);
 void shutdown_begin(bool now);
 
 /*
+ * Adds fn, called once when a shutdown begins (drain or now), after the
+ * pools closed: where a layer above answers what it held for the future
+ * (held submits). The top wires these; at most SHUTDOWN_MAX_HOOKS.
+ * Returns 0, or -1 when full.
+ */
+#define SHUTDOWN_MAX_HOOKS 4
+int shutdown_add_hook(void (*fn)(bool now));
+
+/*
  * The one exit decision, once per pass of the loop: true once every
  * accepted task's done is processed and every connection's output and
  * source's result is written, or when the exit flush ran out.

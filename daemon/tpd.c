@@ -19,6 +19,7 @@
 #include <event2/event.h>
 
 #include "net/auth.h"
+#include "ops/admission.h"
 #include "exec/cgroup.h"
 #include "conf/conf.h"
 #include "net/conn.h"
@@ -619,8 +620,33 @@ start_pools(struct daemon *d)
 {
 	char *cause = NULL;
 
-	if (pools_start(&d->conf, &cause) == -1)
+	if (pools_start(d->base, &d->conf, &cause) == -1)
 		fatalx("%s", cause);
+}
+
+/* A drain holds no one for the future: held submits are rejected closed. */
+static void
+admission_shutdown(bool now)
+{
+	admission_reject_all(NULL);
+}
+
+/* Held submits (admission = wait): the pools' room hook, the connections' close hook. */
+static void
+start_admission(struct daemon *d)
+{
+	char *cause = NULL;
+
+	if (admission_init(&cause) == -1)
+		fatalx("%s", cause ? cause : "out of memory");
+	if (shutdown_add_hook(admission_shutdown) == -1)
+		fatalx("too many shutdown hooks");
+}
+
+static void
+stop_admission(struct daemon *d)
+{
+	admission_free();
 }
 
 /* The [source NAME] sections: each connects in the background. */
@@ -818,6 +844,7 @@ static const struct step {
 	{ start_exec, stop_exec },              /* [exec] settings */
 	{ open_spool, stop_spool },             /* state_dir/spool, before any worker */
 	{ start_pools, stop_pools },            /* the workers start here */
+	{ start_admission, stop_admission },    /* after the task layer's room hook */
 	{ start_journal, stop_journal },        /* state_dir: the replay */
 	{ scan_spool, NULL },                   /* state_dir/spool: the files of known tasks */
 	{ start_sources, stop_sources },        /* [source NAME]: tasks from Redis streams */

@@ -179,13 +179,17 @@ text_of(const char *s)
  * task object itself). NULL when it is neither.
  */
 static json_t *
-submitted_task(const struct jtext *text, json_error_t *jerr)
+submitted_task(const struct jtext *text, json_error_t *jerr, int *priority)
 {
 	json_t *root, *task;
 
+	*priority = 0;
 	root = json_loadb(text->p, text->len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, jerr);
 	if (root == NULL || json_object_get(root, FIELD_OP) == NULL)
 		return root;
+	/* the submit's own fields that are replayed with it (read as proto.c did) */
+	if (json_is_integer(json_object_get(root, FIELD_PRIORITY)))
+		*priority = (int)json_integer_value(json_object_get(root, FIELD_PRIORITY));
 	task = json_incref(json_object_get(root, FIELD_TASK));
 	json_decref(root);
 	return task;
@@ -595,6 +599,7 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	json_error_t jerr;
 	char *pool, *owner, *label, *msg = NULL;
 	uint64_t now = clock_wall_us();
+	int priority = 0;
 	bool ran = (jt->flags & JT_STARTED) != 0;
 	bool cancelled = (jt->flags & JT_CANCELLED) != 0;
 
@@ -614,7 +619,7 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	e = pool != NULL ? pools_find(pool) : NULL;
 
 	if (e != NULL && (!ran || (a.rerun && !cancelled)) && a.spec.p != NULL &&
-	    (spec = submitted_task(&a.spec, &jerr)) != NULL &&
+	    (spec = submitted_task(&a.spec, &jerr, &priority)) != NULL &&
 	    proto_read_task(spec, &ts, &msg) == 0 &&
 	    (kind = task_kind_find(ts.kind)) != NULL) {
 		memset(&ctx, 0, sizeof ctx);
@@ -648,6 +653,7 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 		o.timeout_ms = ts.timeout_ms;
 		o.on_lost_rerun = a.rerun;
 		o.label = label;
+		o.priority = priority;
 		o.id = jt->id;
 		o.attempt = jt->attempt + 1;
 		o.accepted_wall_us = a.time_us;

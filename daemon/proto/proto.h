@@ -78,6 +78,9 @@ struct proto_submit {
 	bool on_lost_rerun;         /* on_lost: "rerun" */
 	const char *label;          /* "" when absent; at most WIRE_MAX_LABEL bytes */
 	json_t *task;               /* the task object (borrowed) */
+	int priority;               /* WIRE_PRIORITY_MIN..MAX, 0 when absent */
+	const char *admission;      /* NULL (the pool's), ADMISSION_REJECT or ADMISSION_WAIT */
+	uint64_t admission_timeout_ms; /* 0: the pool's admission_timeout */
 };
 int proto_read_submit(const struct request *, struct proto_submit *, char **msg);
 
@@ -127,9 +130,14 @@ int proto_read_list(const struct request *, struct proto_list *, char **msg);
 
 struct proto_resize {
 	int64_t size;               /* any integer: the op checks it against the pool's limit */
+	int64_t min, max;           /* the bounds asked for, when has_min / has_max */
+	bool has_size, has_min, has_max;  /* size, or min and/or max (not both kinds) */
 	const char *pool;           /* WIRE_DEFAULT_POOL when absent */
 };
 int proto_read_resize(const struct request *, struct proto_resize *, char **msg);
+
+/* pause and resume: the pool (required). */
+int proto_read_pool_ref(const struct request *, const char **pool, char **msg);
 
 struct proto_shutdown {
 	const char *mode;           /* MODE_DRAIN or MODE_NOW */
@@ -211,6 +219,7 @@ struct proto_task {
 	const char *kind;           /* its kind's name (list) */
 	const char *state;          /* STATE_*: queued, running or its terminal state */
 	unsigned queued_ahead;      /* accepted: tasks ahead of it in the queue */
+	int priority;               /* status, list: -1000..1000 */
 	bool finished;              /* queued_us and run_us are known */
 	bool times_so_far;          /* ... or, for an unfinished task, its times until now */
 	uint64_t queued_us;
@@ -228,6 +237,8 @@ struct proto_pool_stats {
 	const char *name;
 	const struct pool_snapshot *s;
 	bool removed;
+	const char *admission;      /* ADMISSION_* */
+	unsigned held;              /* submits held now (admission = wait) */
 };
 
 struct proto_stats {
@@ -273,9 +284,16 @@ void proto_encode_input_ok(struct proto_text *, json_t *id, uint64_t task, size_
 void proto_encode_cut(struct proto_text *, json_t *id, uint64_t task, const char *stream,
     uint64_t kept, uint64_t seen, const char *message);
 void proto_encode_cancelled(struct proto_text *, json_t *id, uint64_t task, const char *state);
-/* ok to resize: the pool, its new target and its workers now. */
+/*
+ * ok to resize: the pool, its new target and its workers now, its bounds,
+ * and a note saying how long the new size lasts.
+ */
 void proto_encode_resized(struct proto_text *, json_t *id, const char *pool, unsigned target,
-    unsigned workers);
+    unsigned workers, unsigned min_workers, unsigned max_workers, const char *note);
+
+/* ok to pause or resume: the pool and its state now (POOL_STATE_*). */
+void proto_encode_pool_state(struct proto_text *, json_t *id, const char *pool,
+    const char *state);
 /*
  * list: the tasks of one page (each as status has it, with its kind, and
  * times so far for an unfinished one: queued_us and run_us set, finished

@@ -47,6 +47,26 @@ static bool hooks_want_start;       /* some hook has a started */
 static bool start_barrier;          /* tasks_set_start_barrier */
 
 static void task_event(struct task *, json_t *, size_t);
+
+static json_t *owner_numbers;       /* owner string -> its number in the pools (1, 2, ...) */
+
+/* Owners are few (users and tokens): kept for the daemon's life; out of memory, 0 (none). */
+uint32_t
+tasks_owner_number(const char *owner)
+{
+	json_t *n;
+
+	if (owner == NULL)
+		return 0;
+	if (owner_numbers == NULL && (owner_numbers = json_object()) == NULL)
+		return 0;
+	if ((n = json_object_get(owner_numbers, owner)) != NULL)
+		return (uint32_t)json_integer_value(n);
+	if (json_object_set_new(owner_numbers, owner,
+	    json_integer((json_int_t)json_object_size(owner_numbers) + 1)) == -1)
+		return 0;
+	return (uint32_t)json_object_size(owner_numbers);
+}
 static void task_finish(struct task *);
 
 /* ------------------------------------------------------------ hooks */
@@ -209,6 +229,9 @@ tasks_submit(struct task *t, const struct task_options *o)
 	t->queue_timeout_ms = o->queue_timeout_ms;
 	t->job.queue_deadline_us = o->queue_timeout_ms != 0 ?
 	    clock_now_us() + o->queue_timeout_ms * 1000 : 0;
+	t->job.priority = o->priority;
+	t->job.may_wait = o->may_wait;
+	t->job.owner = tasks_owner_number(t->owner);
 	t->notify_start = hooks_want_start;
 	t->start_barrier = start_barrier && !t->kept_elsewhere && t->kind != NULL && t->kind->effects;
 	t->submit_text = o->submit_text;
@@ -263,6 +286,7 @@ tasks_view(const struct task *t, struct proto_task *v)
 	task_describe(t, v);
 	v->state = tasks_state(t);
 	v->queued_ahead = t->job.queued_ahead;    /* set by pool_submit, on this thread */
+	v->priority = t->job.priority;
 	v->finished = t->finished;
 	if (t->finished) {
 		/* the worker writes the times as it ends the task: read them only once it is back */
@@ -622,6 +646,8 @@ tasks_free_all(void)
 	idmap_free(tasks);
 	tasks = NULL;
 	oldest_retained = newest_retained = newest_task = NULL;
+	json_decref(owner_numbers);
+	owner_numbers = NULL;
 	nretained = 0;
 	retained_bytes = 0;
 	nhooks = 0;

@@ -87,6 +87,8 @@ struct task_options {
 	uint64_t accepted_wall_us;  /* when it was first accepted, wall clock */
 	/* what comes next goes here (label), onto the task */
 	const char *label;          /* the client's name for it, NULL or "": none (copied) */
+	int priority;               /* -1000..1000: higher starts first (pool.h) */
+	bool may_wait;              /* refused for room, it is held: not counted rejected */
 	/* what comes next goes here (attempt, on_lost), onto the task */
 };
 
@@ -109,6 +111,12 @@ struct tasks_hooks {
 };
 
 #define TASKS_MAX_HOOKS 8
+
+/*
+ * The small number the pools know owner by (pool.h's job owner), given on
+ * first sight and kept; 0 for NULL.
+ */
+uint32_t tasks_owner_number(const char *owner);
 
 /* At start: the registry takes the tasks' hand-offs (task_set_handlers) and logs each task. */
 int tasks_init(char **cause);
