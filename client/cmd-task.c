@@ -146,16 +146,16 @@ status_fetch_usage(struct session *s, struct status_rows *rows)
 /*
  * The same columns and conventions as list's (cmd-list.c): TASK (right),
  * LABEL, POOL, STATE, QUEUED, RUN (times so far for an unfinished task, "-"
- * for what is not there), OWNER, and what it used last, the widest.
+ * for what is not there), OWNER, PRI, and what it used last, the widest.
  */
 static void
 status_print(struct status_rows *rows)
 {
 	static const char *const headers[] = { "TASK", "LABEL", "POOL", "STATE", "QUEUED",
-	    "RUN", "OWNER", "USAGE" };
+	    "RUN", "OWNER", "PRI", "USAGE" };
 	static const char *const keys[] = { FIELD_TASK, FIELD_LABEL, FIELD_POOL, FIELD_STATE,
 	    FIELD_QUEUED_MS, FIELD_RUN_MS, FIELD_OWNER };
-	char used[FORMAT_USAGE_LEN], *cells[8];
+	char used[FORMAT_USAGE_LEN], *cells[9];
 	bool have_usage = false;
 	struct table *t;
 	json_t *ev, *usage;
@@ -163,8 +163,8 @@ status_print(struct status_rows *rows)
 
 	json_array_foreach(rows->usage, r, usage)
 		have_usage = have_usage || !json_is_null(usage);
-	ncols = have_usage ? 8 : 7;
-	if ((t = table_new(have_usage ? "rlllrrll" : "rlllrrl", headers)) == NULL)
+	ncols = have_usage ? 9 : 8;
+	if ((t = table_new(have_usage ? "rlllrrlrl" : "rlllrrlr", headers)) == NULL)
 		return;
 	json_array_foreach(rows->events, r, ev) {
 		for (i = 0; i < 7; i++) {
@@ -175,8 +175,10 @@ status_print(struct status_rows *rows)
 			cells[i] = v != NULL && !(json_is_string(v) && *json_string_value(v) ==
 			    '\0') ? format_cell(keys[i], v) : strdup("-");
 		}
+		if (asprintf(&cells[7], "%lld", (long long)event_int(ev, FIELD_PRIORITY, 0)) == -1)
+			cells[7] = NULL;
 		if (have_usage)
-			cells[7] = strdup(format_usage(json_array_get(rows->usage, r),
+			cells[8] = strdup(format_usage(json_array_get(rows->usage, r),
 			    used, sizeof used) != NULL ? used : "");
 		table_add(t, (const char *const *)cells);
 		for (i = 0; i < ncols; i++)

@@ -470,7 +470,8 @@ def test_tpctl_pause_resume_resize_and_priority():
         check(r.returncode == 0, "%r", r.stderr)
         tid = r.stdout.strip()
         r = tpctl(d, "status", tid)
-        check("7" in r.stdout and "PRIORITY" in r.stdout, "status shows it: %r", r.stdout)
+        check(r.stdout.splitlines()[0].split()[-1] == "PRI" and
+              r.stdout.splitlines()[1].split()[-1] == "7", "status shows it: %r", r.stdout)
         r = tpctl(d, "list", "--pool", "p")
         check(r.stdout.splitlines()[0].split()[-1] == "PRI" and
               r.stdout.splitlines()[1].split()[-1] == "7", "%r", r.stdout)
