@@ -89,6 +89,10 @@ static struct {
 } *waiting;
 static size_t nwaiting, waiting_cap;
 
+/* A request is being handled; appended counted this many records when it began. */
+static bool dispatching;
+static uint64_t dispatch_appended;
+
 /* During the replay: the task being submitted again, with its records already on disk. */
 static struct jdata *replaying;
 
@@ -404,6 +408,29 @@ durable_prepare(void)
 		journal_flush(journal);
 	}
 	return wanted;
+}
+
+uint64_t
+durable_output_batch(bool answer)
+{
+	if (journal == NULL)
+		return 0;
+	if (answer && dispatching && appended == dispatch_appended)
+		return 0;
+	return journal_batch(journal);
+}
+
+void
+durable_dispatch_begin(void)
+{
+	dispatching = true;
+	dispatch_appended = appended;
+}
+
+void
+durable_dispatch_end(void)
+{
+	dispatching = false;
 }
 
 uint64_t
@@ -809,6 +836,8 @@ durable_stats(struct journal_stats *out)
 		return false;
 	journal_stats(journal, out);
 	out->appended = appended;
+	out->held_starts = nwaiting;
+	conn_journal_held(&out->held_conns, &out->held_bytes);
 	return true;
 }
 

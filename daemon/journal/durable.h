@@ -45,6 +45,21 @@ const char *durable_state_dir(const struct conf *c, char *buf, size_t len);
  */
 uint64_t durable_prepare(void);
 
+/*
+ * The batch output given to a connection now depends on (conn.c marks it
+ * with the least of this and durable_prepare's): the batch records are
+ * appended to now, or 0 for output that depends on no record. answer: a
+ * line of an answer (not a done, not a task's stream event); it depends on
+ * no record when it is given while a request is handled
+ * (durable_dispatch_begin) that appended none: ping, stats, status, list,
+ * a refused submit, an error. Those are never held by a failed journal.
+ */
+uint64_t durable_output_batch(bool answer);
+
+/* ops.c: one request is handled between these two calls. */
+void durable_dispatch_begin(void);
+void durable_dispatch_end(void);
+
 /* Every batch up to this one may be seen (UINT64_MAX with the journal off). */
 uint64_t durable_seen(void);
 

@@ -108,6 +108,7 @@ compact(struct journal *j, uint64_t max_seq, uint64_t gen)
 	uint64_t t0 = journal_mono_us(), total, records = 0, seq;
 	size_t n;
 	int rc = -1;
+	bool dir_failed = false;
 
 	if (jread_load(j->dirfd, j->dir, max_seq, &r, &cause) == -1)
 		goto done;
@@ -172,14 +173,28 @@ compact(struct journal *j, uint64_t max_seq, uint64_t gen)
 		cause_set(&cause, "compaction abandoned: the journal was recovered meanwhile");
 		goto done;
 	}
-	if (renameat(j->dirfd, tmp, j->dirfd, name) == -1 || fsync(j->dirfd) == -1) {
+	/*
+	 * Past this point a failure leaves the directory in a state nobody
+	 * knows (a rename that may or may not be on disk): the loop fails the
+	 * journal, whose recovery writes the whole live state afresh.
+	 */
+	if (renameat(j->dirfd, tmp, j->dirfd, name) == -1) {
 		int e = errno;
 		pthread_mutex_unlock(&j->dirlock);
-		cause_set(&cause, "journal %s/%s: cannot put it in place: %s", j->dir, name,
-		    strerror(e));
+		cause_set(&cause, "journal %s/%s: cannot rename its compaction into place: %s",
+		    j->dir, name, strerror(e));
+		dir_failed = true;
 		goto done;
 	}
 	tmp[0] = '\0'; /* renamed: nothing to remove */
+	if (fsync(j->dirfd) == -1) {
+		int e = errno;
+		pthread_mutex_unlock(&j->dirlock);
+		cause_set(&cause, "journal %s: fsync of the directory after compacting into %s: %s",
+		    j->dir, name, strerror(e));
+		dir_failed = true;
+		goto done;
+	}
 	for (size_t i = 0; i + 1 < r->nsegs; i++) {
 		jseg_name(name, sizeof name, r->segs[i].seq);
 		unlinkat(j->dirfd, name, 0);
@@ -207,6 +222,7 @@ done:
 	jread_free(r);
 	pthread_mutex_lock(&mt->lock);
 	mt->rc = rc;
+	mt->dir_failed = dir_failed;
 	free(mt->cause);
 	mt->cause = cause;
 	mt->duration_us = journal_mono_us() - t0;

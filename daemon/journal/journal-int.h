@@ -88,6 +88,7 @@ struct jmaint {
 	/* the result, for the loop */
 	bool done;
 	int rc;                     /* 0, or -1 with cause */
+	bool dir_failed;            /* rc -1 at the rename or the directory's fsync: the journal fails */
 	char *cause;
 	uint64_t out_seq, out_bytes, out_records, out_live, duration_us, done_gen;
 	atomic_uint_fast64_t gen;   /* bumped to abort a compaction in flight */

@@ -489,7 +489,7 @@ fail:
 	return -1;
 }
 
-/* The journal cannot be written: says so once, refuses submits, lets every batch be seen. */
+/* The journal cannot be written: says so once, refuses submits; nothing more is seen until recover(). */
 static void
 journal_fail(struct journal *j, const char *fmt, ...)
 {
@@ -514,12 +514,12 @@ journal_fail(struct journal *j, const char *fmt, ...)
 	log_warnx("journal %s: %s: new submits are refused (storage) until it can be written "
 	    "again", j->dir, msg ? msg : "out of memory");
 	j->switch_wait = false;
+	/*
+	 * Nothing counts as seen that was not on disk when this happened: what
+	 * waits for a batch written since the last sync (or never written) waits
+	 * for the recovery, whose snapshot holds it.
+	 */
 	j->nhold = 0;
-	if (j->seen < j->batch) {
-		j->seen = j->batch;
-		if (j->on_seen != NULL)
-			j->on_seen(j->arg, j->seen);
-	}
 }
 
 int
@@ -801,9 +801,7 @@ journal_flush(struct journal *j)
 		jbuf_reset(&j->pending);
 		j->pending_records = j->pending_dead = 0;
 		j->pending_sync = false;
-		j->seen = j->batch++;
-		if (j->on_seen != NULL)
-			j->on_seen(j->arg, j->seen);
+		j->batch++;     /* not seen: what waits for it waits for the recovery */
 		return;
 	}
 	if (j->switch_wait)
@@ -812,7 +810,7 @@ journal_flush(struct journal *j)
 	if (a->data_end > JFMT_SEG_HEADER &&
 	    a->data_end + j->pending.len + JFMT_REC_HEADER > j->seg_bytes) {
 		if (segment_switch(j) == -1) {
-			journal_flush(j); /* failed: let the batch be seen */
+			journal_flush(j); /* failed: the batch is dropped, the snapshot will hold it */
 			return;
 		}
 		a = active(j);
@@ -1025,10 +1023,12 @@ compaction_done(struct journal *j)
 	uint64_t out_seq, out_bytes, out_records, duration, gen;
 	size_t keep = 0;
 	uint64_t lo = 0;
+	bool dir_failed;
 
 	pthread_mutex_lock(&mt->lock);
 	mt->done = false;
 	rc = mt->rc;
+	dir_failed = mt->dir_failed;
 	cause = mt->cause;
 	mt->cause = NULL;
 	out_seq = mt->out_seq;
@@ -1040,6 +1040,11 @@ compaction_done(struct journal *j)
 	j->compacting = false;
 	if (gen != atomic_load(&mt->gen)) {
 		free(cause); /* a recovery made it obsolete */
+		return;
+	}
+	if (rc == -1 && dir_failed) {
+		journal_fail(j, "%s", cause ? cause : "compaction failed");
+		free(cause);
 		return;
 	}
 	if (rc == -1) {

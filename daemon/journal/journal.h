@@ -47,13 +47,17 @@
  * loop only counts bytes: each record's journal_ref, released when the
  * record dies (journal_release), says which segment it is in.
  *
- * Failure: a failed write or fdatasync marks the journal failed (fsyncgate:
- * an fdatasync is never retried on the same file). Until it recovers,
- * journal_writable says no (submits are rejected), batches are not written
- * and are seen at once, and journal_tick tries, at each call (once a second),
- * to write a fresh segment holding a snapshot of the live state, which the
- * daemon gives through settings.snapshot; once it is on disk every older
- * segment is removed and the journal works again.
+ * Failure: a failed write, fdatasync, segment creation, or compaction
+ * rename (or the directory's fsync after one) marks the journal failed
+ * (fsyncgate: an fdatasync is never retried on the same file). Until it
+ * recovers, journal_writable says no (submits are rejected), batches are
+ * not written, and journal_seen does not move: no batch that was not on
+ * disk (synced, in commit) when the failure came is ever seen, so what the
+ * daemon holds for it stays held. journal_tick tries, at each call (once a
+ * second), to write a fresh segment holding a snapshot of the live state,
+ * which the daemon gives through settings.snapshot; once it is on disk
+ * every older segment is removed, every batch so far is seen, and the
+ * journal works again.
  */
 #ifndef TPD_JOURNAL_H
 #define TPD_JOURNAL_H
@@ -106,6 +110,10 @@ struct journal_stats {
 	unsigned segments;
 	uint64_t records;           /* in the segments on disk */
 	uint64_t appended;          /* records appended since start (the daemon's count) */
+	/* the daemon's: what waits for a batch not yet seen (all of it, while failed) */
+	size_t held_starts;         /* exec tasks whose program waits for its STARTED record */
+	size_t held_conns;          /* connections whose output waits */
+	uint64_t held_bytes;        /* their bytes */
 	uint64_t live_bytes;        /* of records not yet dead */
 	uint64_t batches;           /* writes since start */
 	uint64_t syncs;             /* fdatasyncs since start */

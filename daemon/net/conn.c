@@ -147,6 +147,7 @@ struct conn {
 	 * go. marks: [end of bytes, batch], oldest first.
 	 */
 	uint64_t out_total, sent_total, tagged_total, safe_total;
+	uint64_t dep;          /* the batch the output given since the last mark depends on */
 	struct { uint64_t end, batch; } marks[CONN_MARKS];
 	unsigned nmarks;
 	char *token_name;         /* TCP: the token hello presented, by name; NULL: none */
@@ -689,6 +690,17 @@ held_remove(struct conn *c)
 }
 
 void
+conn_journal_held(size_t *nconns, uint64_t *bytes)
+{
+	*nconns = 0;
+	*bytes = 0;
+	for (struct conn *c = held_head; c != NULL; c = c->next_held) {
+		(*nconns)++;
+		*bytes += c->out_total - c->safe_total;
+	}
+}
+
+void
 conn_journal_seen(void)
 {
 	if (held_head == NULL)
@@ -713,9 +725,13 @@ journal_allows(struct conn *c, size_t n)
 	batch = durable_prepare();
 	seen = durable_seen();
 	if (c->tagged_total < c->out_total) {
+		/* output that depends on no record (durable_output_batch) waits only behind older bytes */
+		if (c->dep < batch)
+			batch = c->dep;
+		c->dep = 0;
 		if (c->nmarks == 0 && batch <= seen)
 			c->safe_total = c->out_total;
-		else if (c->nmarks > 0 && c->marks[c->nmarks - 1].batch == batch)
+		else if (c->nmarks > 0 && batch <= c->marks[c->nmarks - 1].batch)
 			c->marks[c->nmarks - 1].end = c->out_total;
 		else if (c->nmarks == CONN_MARKS) {
 			/* folded into the newest: it waits a little longer, never less */
@@ -872,6 +888,14 @@ conn_send_text(struct conn *c, struct proto_text *pt)
 	proto_text_free(pt);
 }
 
+/* The output c is given from now on depends on the journal's batch (0: on none). */
+static void
+conn_depends(struct conn *c, uint64_t batch)
+{
+	if (batch > c->dep)
+		c->dep = batch;
+}
+
 /* Adds a line and its newline to the buffer, over the cap if need be. */
 static void
 out_add_line(struct conn *c, const char *line, size_t len)
@@ -893,6 +917,7 @@ conn_send_line(struct conn *c, const char *line, size_t len)
 
 	if (!conn_can_send(c))
 		return;
+	conn_depends(c, durable_output_batch(true));
 	if (out_takes(c, len + 1))
 		out_add_line(c, line, len);
 	else if ((it = hold(c, len + 1)) != NULL) {
@@ -909,6 +934,7 @@ conn_send_done(struct conn *c, json_t *id, struct blob *body)
 
 	if (!conn_can_send(c))
 		return;
+	conn_depends(c, durable_output_batch(false));
 	if (out_takes(c, body->len))
 		conn_sent(c, out_add_done(c, id, body) == 0);
 	else if ((it = hold(c, 0)) != NULL) {
@@ -928,6 +954,7 @@ conn_send_stream(struct conn *c, struct proto_text *pt, conn_sent_fn sent, uint6
 		sent(key, weight);
 		return;
 	}
+	conn_depends(c, durable_output_batch(false));
 	if (out_takes(c, weight)) {
 		out_add_line(c, pt->data, pt->len);
 		proto_text_free(pt);
@@ -1022,9 +1049,16 @@ conn_write(struct conn *c)
 	}
 	c->sent_total += (uint64_t)n;
 	if (may < avail && (size_t)n == may) {
-		/* the socket took all it may: the rest goes when the journal moves on */
+		/*
+		 * The socket took all it may: the rest goes when the journal moves
+		 * on. A failed journal holds it until its recovery: past
+		 * output_stall_timeout the sweep treats it as a stalled socket.
+		 */
 		o->off += (size_t)n;
 		held_add(c);
+		if (n > 0 || c->prev_stuck == NULL)
+			o->progress_us = clock_now_us();
+		stuck_add(c);
 		conn_set_events(c, (short)(c->events & ~EV_WRITE));
 		return;
 	}
@@ -1243,9 +1277,11 @@ conn_stall_cb(evutil_socket_t fd, short what, void *arg)
 		next = c->next_stuck;
 		if (now - c->out->progress_us < timeout_ms * 1000)
 			continue;
-		log_warnx("connection %llu (%s): its socket took no output for %llu ms "
+		log_warnx("connection %llu (%s): %s for %llu ms "
 		    "(output_stall_timeout) with %zu bytes and %zu answers waiting: "
 		    "disconnecting; its tasks go on", (unsigned long long)c->id, conn_peer(c),
+		    c->prev_held != NULL ? "its output waited for the journal" :
+		    "its socket took no output",
 		    (unsigned long long)((now - c->out->progress_us) / 1000), conn_pending(c),
 		    c->out->nheld);
 		conn_close(c, NULL);

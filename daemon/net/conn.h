@@ -146,4 +146,7 @@ void conn_refuse(int fd, const char *code, const char *message);
  */
 void conn_journal_seen(void);
 
+/* The output waiting for the journal: how many connections, and their bytes not yet allowed. */
+void conn_journal_held(size_t *nconns, uint64_t *bytes);
+
 #endif

@@ -86,6 +86,9 @@ op_stats(struct conn *c, struct request *req)
 		pj.compactions = js.compactions;
 		pj.last_compaction_us = js.last_compaction_us;
 		pj.recoveries = js.recoveries;
+		pj.held_starts = js.held_starts;
+		pj.held_connections = js.held_conns;
+		pj.held_bytes = js.held_bytes;
 	}
 	st.journal = &pj;
 	st.tcp_auth = auth_tcp_mode();

@@ -573,6 +573,12 @@ pt_journal_stats(struct proto_text *pt, const struct proto_journal_stats *j)
 		pt_ms(pt, j->last_compaction_us);
 		pt_key(pt, "recoveries");
 		pt_u64(pt, j->recoveries);
+		pt_key(pt, "held_starts");
+		pt_u64(pt, j->held_starts);
+		pt_key(pt, "held_connections");
+		pt_u64(pt, j->held_connections);
+		pt_key(pt, "held_bytes");
+		pt_u64(pt, j->held_bytes);
 	}
 	pt_close(pt, '}');
 }

@@ -225,6 +225,7 @@ struct proto_journal_stats {
 	bool at_limit;
 	uint64_t bytes, max_bytes, segment_bytes, segments, records, appended, batches, syncs;
 	uint64_t last_sync_us, max_sync_us, compactions, last_compaction_us, recoveries;
+	uint64_t held_starts, held_connections, held_bytes; /* waiting for the journal */
 };
 
 struct proto_stats {
