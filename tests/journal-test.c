@@ -873,11 +873,20 @@ test_crash_torn_tail(void)
 			off += JFMT_REC_HEADER + plen;
 		}
 	}
-	/* truncated at every byte of the last record: it opens, without that record */
+	/*
+	 * torn at every byte of the last record (the bytes after the cut still
+	 * the preallocated zeros; a file shorter than it was made is damage):
+	 * it opens, without that record
+	 */
 	for (size_t cut = last + 1; cut < end; cut++) {
 		struct tj t;
+		unsigned char *torn = malloc(len);
 
-		write_file(seg, orig, cut);
+		CHECK(torn != NULL, "out of memory");
+		memcpy(torn, orig, cut);
+		memset(torn + cut, 0, len - cut);
+		write_file(seg, torn, len);
+		free(torn);
 		CHECK(tj_open(&t, dir, JOURNAL_SYNC_COMMIT, 0, &cause) == 0,
 		    "cut at %zu (record at %zu): %s", cut, last, cause);
 		journal_replay_done(t.j, t.replay);

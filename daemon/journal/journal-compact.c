@@ -130,7 +130,7 @@ compact(struct journal *j, uint64_t max_seq, uint64_t gen)
 	total = JFMT_SEG_HEADER + next.len + jstate_live_bytes(r->state);
 	jseg_name(name, sizeof name, seq);
 	snprintf(tmp, sizeof tmp, "%s.tmp", name);
-	if ((o.fd = openat(j->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) == -1) {
+	if ((o.fd = journal_create_tmp(j->dirfd, tmp)) == -1) {
 		cause_set(&cause, "journal %s/%s: cannot create it: %s", j->dir, tmp, strerror(errno));
 		goto done;
 	}
@@ -140,6 +140,7 @@ compact(struct journal *j, uint64_t max_seq, uint64_t gen)
 		goto done;
 	}
 	jseg_header(hdr, seq, JFMT_SEG_SNAPSHOT, journal_wall_us());
+	jseg_header_size(hdr, total);
 	out_add(&o, hdr, sizeof hdr);
 	out_add(&o, next.p, next.len);
 	for (size_t i = 0; i < n && o.err == 0; i++) {

@@ -129,6 +129,7 @@ struct journal {
 	uint64_t reserve_value;     /* a reservation written, not yet synced (0 = none) */
 	uint64_t reserve_batch;
 
+	bool prealloc_logged;       /* a segment could not be preallocated: said once */
 	bool failed;
 	char *error;
 	char *why;                  /* journal_writable's message */
@@ -160,6 +161,9 @@ struct journal_snap {
 	uint64_t batch;
 	uint64_t records;
 };
+
+/* journal.c, for the compaction too: creates name.tmp (O_EXCL, O_NOFOLLOW); -1 with errno. */
+int journal_create_tmp(int dirfd, const char *tmp);
 
 /* journal-sync.c */
 int jsync_start(struct journal *j, char **cause);

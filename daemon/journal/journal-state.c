@@ -125,11 +125,19 @@ jstate_apply(struct jstate *s, uint32_t seg, const struct jrec *rec, const char 
 	if (rec->type == JREC_MARK)
 		return 0;
 	if (rec->type == JREC_NEXT_ID) {
+		if (rec->id > JFMT_MAX_TASK_ID + 1) {
+			*why = "a next task id past the largest task id (2^53-1)";
+			return -1;
+		}
 		s->next_id_rec = rec->id;
 		return 0;
 	}
 	if (rec->id == 0) {
 		*why = "a task record for task 0";
+		return -1;
+	}
+	if (rec->id > JFMT_MAX_TASK_ID) {
+		*why = "a task record for a task id past the largest (2^53-1)";
 		return -1;
 	}
 	s->sorted_valid = false;
