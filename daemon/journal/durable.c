@@ -61,6 +61,7 @@
 #include "daemon.h"
 #include "durable.h"
 #include "base/log.h"
+#include "base/utf8.h"
 #include "pool/pools.h"
 #include "proto/proto.h"
 #include "task/tasks.h"
@@ -520,6 +521,41 @@ blob_of(const char *p, size_t len)
 	return b;
 }
 
+/*
+ * What the journal gives back is checked as strictly as what a client
+ * sends: a text is UTF-8 without control characters (a done's text goes
+ * out as one wire line: a newline in it would make two), and a label is no
+ * longer than a client may give. NULL when it is fine, else what is wrong.
+ */
+static const char *
+replay_text_bad(const struct jtext *s, size_t max)
+{
+	if (s->p == NULL)
+		return NULL;
+	if (max != 0 && s->len > max)
+		return "longer than allowed";
+	if (!utf8_text(s->p, s->len))
+		return "not UTF-8";
+	for (uint32_t i = 0; i < s->len; i++)
+		if ((unsigned char)s->p[i] < 0x20 || s->p[i] == 0x7f)
+			return "holds a control character";
+	return NULL;
+}
+
+/* Refuses the start when a record's texts are not what tpd writes. */
+static void
+replay_check_texts(uint64_t id, const char *rec, const struct jtext *texts[],
+    const char *const names[], const size_t max[], size_t n)
+{
+	const char *bad;
+
+	for (size_t i = 0; i < n; i++)
+		if ((bad = replay_text_bad(texts[i], max[i])) != NULL)
+			fatalx("journal %s: damaged: task %llu's %s record: its %s %s; tpd never "
+			    "writes that (move the journal away to start, losing what it held)",
+			    state_path, (unsigned long long)id, rec, names[i], bad);
+}
+
 /* A retained result comes back. */
 static void
 replay_finished(struct journal *j, struct jread *rd, const struct jtask *jt)
@@ -532,6 +568,13 @@ replay_finished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	if (jstate_finished(rd->state, jt, &f) == -1 || (state = state_name(&f.state)) == NULL)
 		fatalx("journal %s: task %llu's finished record cannot be read",
 		    state_path, (unsigned long long)jt->id);
+	{
+		const struct jtext *texts[] = { &f.done, &f.pool, &f.owner, &f.label, &f.kind };
+		static const char *const names[] = { "done", "pool", "owner", "label", "kind" };
+		static const size_t max[] = { 0, 0, 0, WIRE_MAX_LABEL, 0 };
+
+		replay_check_texts(jt->id, "finished", texts, names, max, 5);
+	}
 	if ((t = calloc(1, sizeof *t)) == NULL || (jd = calloc(1, sizeof *jd)) == NULL)
 		fatalx("journal replay: out of memory");
 	t->id = jt->id;
@@ -615,6 +658,13 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	if (jstate_accepted(rd->state, jt, &a) == -1)
 		fatalx("journal %s: task %llu's accepted record cannot be read",
 		    state_path, (unsigned long long)jt->id);
+	{
+		const struct jtext *texts[] = { &a.pool, &a.owner, &a.label, &a.kind };
+		static const char *const names[] = { "pool", "owner", "label", "kind" };
+		static const size_t max[] = { 0, 0, WIRE_MAX_LABEL, 0 };
+
+		replay_check_texts(jt->id, "accepted", texts, names, max, 4);
+	}
 	if ((jd = calloc(1, sizeof *jd)) == NULL)
 		fatalx("journal replay: out of memory");
 	jd->accepted = journal_replay_ref(j, rd, &jt->accepted);
