@@ -2,7 +2,9 @@
 """The journal against the real daemon and real files: restarts, kill -9, torn
 tails, damage, a full disk, compaction, replay speed (tpd(8), "DURABILITY")."""
 import glob
+import http.client
 import json
+import re
 import os
 import random
 import shutil
@@ -226,6 +228,41 @@ def test_stats_journal():
         for k in ("path", "bytes", "segments", "records", "syncs", "last_sync_ms", "state"):
             check(k in j, "stats.journal has no %s: %r", k, j)
         check(j["path"] == st.dir and j["state"] == "ok" and j["syncs"] >= 1, "%r", j)
+
+
+def test_lost_task_is_counted_with_its_wait():
+    with State() as st:
+        with st.daemon() as d:
+            c = d.client()
+            _, ev = c.submit({"kind": "exec", "argv": ["sleep", "30"]})
+            tid = ev["task"]
+            eventually(lambda: c.request({"op": "status", "task": tid})["state"] == "running",
+                       "it runs")
+            time.sleep(1.0)
+            kill9(d)
+        with st.daemon("--metrics-listen", "127.0.0.1:0") as d:
+            c = d.client()
+            ev = c.request({"op": "status", "task": tid})
+            check(ev["state"] == "lost" and ev["queued_ms"] < 900,
+                  "a lost task's queued_ms is its wait, not the time until the restart: %r", ev)
+            check(c.stats()["lost"] == 1, "stats: %r", c.stats())
+            m = re.search(r"metrics: serving GET /metrics on tcp 127\.0\.0\.1:(\d+)",
+                          d.read_log())
+            conn = http.client.HTTPConnection("127.0.0.1", int(m.group(1)), timeout=TIMEOUT)
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+            conn.close()
+            check('tpd_tasks_finished_total{pool="default",state="lost"} 1' in text,
+                  "%s", [l for l in text.splitlines() if "finished" in l])
+
+
+def test_lock_error_names_the_way_out():
+    with State() as st, st.daemon():
+        p = subprocess.run([TPD, "-f", "-s", os.path.join(st.root, "b.sock"), "--state-dir",
+                            st.dir], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=TIMEOUT)
+        check("give another --state-dir, or --journal off" in p.stderr.decode(), "%r",
+              p.stderr.decode())
 
 
 # ---------------------------------------------------------------- torn tails, damage

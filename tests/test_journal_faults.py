@@ -9,8 +9,10 @@ that depend on no record (ping, stats, storage rejections) are never held;
 and after a kill -9 every task a client saw accepted is known, with the state
 its done said. The faults come from tests/faultfs.so (LD_PRELOAD), and from a
 real full tmpfs where mounting one is allowed."""
+import http.client
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -95,6 +97,10 @@ def check_operator_sees_it(d, state_dir):
           state_dir in ev["error"]["message"], "%r", ev)
     check(time.monotonic() - t0 < 2 * SLOW, "the operator's answers waited %.1f s",
           time.monotonic() - t0)
+    p = o.stats()
+    check(p["rejected_storage"] >= 1 and p["rejected"] >= p["rejected_storage"],
+          "stats count no storage rejection: %r", p)
+    eventually(lambda: "refused (storage)" in d.read_log(), "the refusal is logged")
     o.close()
     d.clients.remove(o)
 
@@ -209,6 +215,39 @@ def test_compaction_rename_failing_fails_the_journal_and_recovers():
                 ev = c.request({"op": "status", "task": tid})
                 check(ev["event"] != "error" or "never" not in ev["error"]["message"],
                       "task %d, seen accepted, is unknown after the restart: %r", tid, ev)
+
+
+def scrape(d):
+    """{sample line's name and labels: value} of GET /metrics."""
+    m = re.search(r"metrics: serving GET /metrics on tcp 127\.0\.0\.1:(\d+)", d.read_log())
+    check(m is not None, "no metrics port in the log")
+    conn = http.client.HTTPConnection("127.0.0.1", int(m.group(1)), timeout=TIMEOUT)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    return dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+
+
+def test_metrics_show_the_failed_journal_and_storage_rejections():
+    with Faulty() as f, f.daemon("--metrics-listen", "127.0.0.1:0") as d:
+        c = d.client()
+        m = scrape(d)
+        check(m.get("tpd_journal_failed") == "0" and int(m["tpd_journal_bytes"]) > 0 and
+              m.get("tpd_journal_at_limit") == "0", "%r", m)
+        f.set("sync 0 %d 0" % EIO)
+        rid = c.send({"op": "submit", "task": {"kind": "echo"}})
+        check(silent(c, rid, 0.5 * SLOW), "the answer was not held")
+        o = d.client()
+        eventually(lambda: o.submit({"kind": "echo"})[1]["event"] == "rejected", "refused")
+        m = scrape(d)
+        check(m.get("tpd_journal_failed") == "1" and int(m["tpd_journal_held_bytes"]) > 0,
+              "%r", {k: v for k, v in m.items() if "journal" in k})
+        check(int(m.get('tpd_tasks_rejected_total{pool="default",reason="storage"}', 0)) >= 1,
+              "%r", {k: v for k, v in m.items() if "rejected" in k})
+        f.set()
+        c.done(rid, timeout=10 * SLOW)
+        eventually(lambda: scrape(d).get("tpd_journal_failed") == "0", "ok again")
+        check(int(scrape(d)["tpd_journal_recoveries_total"]) >= 1, "no recovery counted")
 
 
 # ---------------------------------------------------------------- the full disk

@@ -597,12 +597,18 @@ replay_finished(struct journal *j, struct jread *rd, const struct jtask *jt)
 
 /* A task that cannot run again ends lost now, with its FINISHED record. */
 static void
-end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, uint64_t started_us,
+    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
+/*
+ * started_us: when its last start was recorded (0: never started). Its
+ * queued_ms is the wait until that start, never the time until the restart.
+ */
 static void
-end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, const char *fmt, ...)
+end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, uint64_t started_us,
+    const char *fmt, ...)
 {
+	struct pools_entry *e;
 	struct proto_task v;
 	char msg[512];
 	va_list ap;
@@ -613,7 +619,12 @@ end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, const char
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	t->final_state = STATE_LOST;
-	t->queued_us = now > a->time_us ? now - a->time_us : 0;
+	if (started_us != 0)
+		t->queued_us = started_us > a->time_us ? started_us - a->time_us : 0;
+	else
+		t->queued_us = now > a->time_us ? now - a->time_us : 0;
+	if (t->pool_name != NULL && (e = pools_find(t->pool_name)) != NULL)
+		pool_count_lost(e->pool);
 	task_describe(t, &v);
 	v.state = STATE_LOST;
 	v.finished = true;
@@ -654,10 +665,14 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	uint64_t now = wall_now_us();
 	bool ran = (jt->flags & JT_STARTED) != 0;
 	bool cancelled = (jt->flags & JT_CANCELLED) != 0;
+	struct jstarted started;
+	uint64_t started_us = 0;
 
 	if (jstate_accepted(rd->state, jt, &a) == -1)
 		fatalx("journal %s: task %llu's accepted record cannot be read",
 		    state_path, (unsigned long long)jt->id);
+	if (ran && jstate_started(rd->state, jt, &started) == 0)
+		started_us = started.time_us;
 	{
 		const struct jtext *texts[] = { &a.pool, &a.owner, &a.label, &a.kind };
 		static const char *const names[] = { "pool", "owner", "label", "kind" };
@@ -730,7 +745,7 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 		bare->attempt = jt->attempt;
 		bare->accepted_wall_us = a.time_us;
 		pool = owner = label = NULL;
-		end_lost(bare, jd, &a, "task %llu could not be queued again at the restart: "
+		end_lost(bare, jd, &a, started_us, "task %llu could not be queued again at the restart: "
 		    "the queue of pool %s is full", (unsigned long long)jt->id, bare->pool_name);
 		goto out;
 	}
@@ -745,18 +760,18 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	bare->accepted_wall_us = a.time_us;
 	pool = owner = label = NULL;
 	if (e == NULL)
-		end_lost(bare, jd, &a, "task %llu's pool %s no longer exists", (unsigned long long)
+		end_lost(bare, jd, &a, started_us, "task %llu's pool %s no longer exists", (unsigned long long)
 		    jt->id, bare->pool_name);
 	else if (ran && cancelled)
-		end_lost(bare, jd, &a, "task %llu was running, and asked to cancel, when tpd "
+		end_lost(bare, jd, &a, started_us, "task %llu was running, and asked to cancel, when tpd "
 		    "stopped (attempt %u); it is not run again", (unsigned long long)jt->id,
 		    jt->attempt);
 	else if (ran)
-		end_lost(bare, jd, &a, "task %llu was running when tpd stopped (attempt %u); "
+		end_lost(bare, jd, &a, started_us, "task %llu was running when tpd stopped (attempt %u); "
 		    "it is not run again (on_lost is lost)", (unsigned long long)jt->id,
 		    jt->attempt);
 	else
-		end_lost(bare, jd, &a, "task %llu cannot be read back from the journal: %s",
+		end_lost(bare, jd, &a, started_us, "task %llu cannot be read back from the journal: %s",
 		    (unsigned long long)jt->id, msg != NULL ? msg : "its task object is not valid");
 out:
 	free(msg);
@@ -871,6 +886,21 @@ bool
 durable_on(void)
 {
 	return journal != NULL;
+}
+
+void
+durable_refused(const char *why)
+{
+	static uint64_t last_us, count;
+	uint64_t now = clock_now_us();
+
+	count++;
+	if (last_us != 0 && now - last_us < 10 * 1000000ull)
+		return;
+	log_warnx("%llu submit%s refused (storage)%s: %s", (unsigned long long)count,
+	    count == 1 ? "" : "s", last_us != 0 ? " in the last 10 s" : "", why);
+	last_us = now;
+	count = 0;
 }
 
 bool

@@ -69,6 +69,9 @@ uint64_t durable_seen(void);
  */
 bool durable_writable(const char **why);
 
+/* A submit was refused (storage) for why: logged, at most once in 10 s with the count. */
+void durable_refused(const char *why);
+
 struct task;
 
 /* Loop thread: cancel was asked of t, unfinished: a CANCEL record (a rerun is not made). */

@@ -275,6 +275,17 @@ jstate_accepted(const struct jstate *s, const struct jtask *t, struct jaccepted 
 }
 
 int
+jstate_started(const struct jstate *s, const struct jtask *t, struct jstarted *out)
+{
+	const unsigned char *r = t->started.size != 0 ? jstate_record(s, &t->started) : NULL;
+	const char *why;
+
+	if (r == NULL)
+		return -1;
+	return jstarted_decode(r + JFMT_REC_HEADER, t->started.size - JFMT_REC_HEADER, out, &why);
+}
+
+int
 jstate_finished(const struct jstate *s, const struct jtask *t, struct jfinished *out)
 {
 	const unsigned char *r = jstate_record(s, &t->finished);

@@ -94,6 +94,9 @@ op_submit(struct conn *c, struct request *req)
 	}
 	if (!durable_writable(&why)) {
 		/* nothing is accepted that the journal cannot keep; accepted work goes on */
+		if ((e = pools_find(sub.pool)) != NULL)
+			pool_count_rejected_storage(e->pool);
+		durable_refused(why);
 		send_rejected(c, req, ERR_STORAGE, "%s", why);
 		return;
 	}

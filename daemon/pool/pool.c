@@ -133,8 +133,8 @@ struct pool {
 	unsigned serial;
 	pool_thread_start_fn thread_start;
 
-	uint64_t accepted, rejected_full, rejected_closed;
-	uint64_t succeeded, failed, timed_out, cancelled, expired;
+	uint64_t accepted, rejected_full, rejected_closed, rejected_storage;
+	uint64_t succeeded, failed, timed_out, cancelled, expired, lost;
 
 	struct pool_timing timing;      /* queue waits and run times */
 };
@@ -165,6 +165,22 @@ set_cause(char **cause, const char *fmt, ...)
 	if (vasprintf(cause, fmt, ap) == -1)
 		*cause = NULL;
 	va_end(ap);
+}
+
+void
+pool_count_lost(struct pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->lost++;
+	pthread_mutex_unlock(&p->lock);
+}
+
+void
+pool_count_rejected_storage(struct pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->rejected_storage++;
+	pthread_mutex_unlock(&p->lock);
 }
 
 const char *
@@ -1128,7 +1144,9 @@ pool_snapshot(struct pool *p, struct pool_snapshot *s)
 	s->accepted = p->accepted;
 	s->rejected_full = p->rejected_full;
 	s->rejected_closed = p->rejected_closed;
-	s->rejected = p->rejected_full + p->rejected_closed;
+	s->rejected_storage = p->rejected_storage;
+	s->rejected = p->rejected_full + p->rejected_closed + p->rejected_storage;
+	s->lost = p->lost;
 	s->succeeded = p->succeeded;
 	s->failed = p->failed;
 	s->timed_out = p->timed_out;
