@@ -137,15 +137,18 @@ def test_planted_tmp_symlinks_are_not_followed():
         victim = os.path.join(st.root, "victim")
         with open(victim, "w") as f:
             f.write("keep\n")
-        # every temporary name a segment or a compaction could take
-        for seq in range(1, 6):
-            os.symlink(victim, os.path.join(st.dir, "journal.%012d.tmp" % seq))
-        with st.daemon() as d:
+        # 64 KiB segments: new ones (and compactions) while it runs, under names planted
+        # once it started (the leftovers of a crash are removed at the start)
+        with st.daemon("--journal-max-bytes", "256k", "--result-retain", "10") as d:
+            for seq in range(2, 40):
+                os.symlink(victim, os.path.join(st.dir, "journal.%012d.tmp" % seq))
             c = d.client()
-            for i in range(5):
-                rid, _ = c.submit({"kind": "exec", "argv": ["true"],
-                                   "env": {"SECRET": "s3cret-%d" % i}})
+            for i in range(200):
+                rid, _ = c.submit({"kind": "echo", "value": "s3cret-%d " % i + "x" * 2000})
                 c.done(rid)
+            check(len(st.segments()) >= 1 and
+                  c.request({"op": "stats"}, "stats")["journal"]["state"] == "ok",
+                  "the journal failed: %s", d.read_log()[-2000:])
         check(open(victim).read() == "keep\n", "tpd wrote the victim's file: %r",
               open(victim).read()[:200])
 
