@@ -362,6 +362,12 @@ check_only(struct daemon *d)
 			exit(1);
 		}
 	auth_free(a);
+	if (d->conf.journal && d->conf.journal_max_bytes < d->conf.result_retain_bytes)
+		fprintf(stderr, "warning: journal_max_bytes (%llu) is smaller than "
+		    "result_retain_bytes (%llu): at journal_max_bytes the oldest retained results "
+		    "are forgotten to make room\n",
+		    (unsigned long long)d->conf.journal_max_bytes,
+		    (unsigned long long)d->conf.result_retain_bytes);
 	if (cgroup_probe(d->conf.containment, d->conf.cgroup_root, &probe, &cause) == -1) {
 		if (d->conf.path != NULL)
 			fprintf(stderr, "%s: ", d->conf.path);

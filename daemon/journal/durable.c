@@ -155,11 +155,15 @@ append(enum jrec_type type, uint64_t id, const struct jbuf *b, struct journal_re
 		*ref = r;
 }
 
+static uint64_t released_bytes;     /* of records released since start (make_room counts) */
+
 static void
 release(struct journal_ref *ref)
 {
-	if (ref->size != 0)
+	if (ref->size != 0) {
 		journal_release(journal, *ref);
+		released_bytes += ref->size;
+	}
 	ref->size = 0;
 }
 
@@ -886,6 +890,36 @@ bool
 durable_on(void)
 {
 	return journal != NULL;
+}
+
+void
+durable_make_room(void)
+{
+	static uint64_t logged_us;
+	uint64_t want, before = released_bytes, now = clock_now_us();
+	size_t n = 0;
+
+	if (journal == NULL || !journal_at_limit(journal))
+		return;
+	/*
+	 * The oldest retained results go first, as retention would drop them:
+	 * half a segment of their records dies, which compaction (on its
+	 * thread) then wins back, rather than every submit being refused while
+	 * finished results fill the journal.
+	 */
+	want = journal_segment_size(journal) / 2;
+	while (released_bytes - before < want && tasks_forget_oldest())
+		n++;
+	if (n == 0)
+		return;
+	durable_prepare();              /* the FORGOTTEN records: dead once written */
+	journal_compact_soon(journal);
+	if (logged_us == 0 || now - logged_us >= 10 * 1000000ull) {
+		log_warnx("journal %s is at journal_max_bytes: the %zu oldest retained results "
+		    "forgotten to make room (raise journal_max_bytes, or lower result_retain_bytes)",
+		    state_path, n);
+		logged_us = now;
+	}
 }
 
 void

@@ -69,6 +69,13 @@ uint64_t durable_seen(void);
  */
 bool durable_writable(const char **why);
 
+/*
+ * Before a submit is checked: at journal_max_bytes, forgets the oldest
+ * retained results (logged) and asks for a compaction, so that their room
+ * comes back. Nothing otherwise.
+ */
+void durable_make_room(void);
+
 /* A submit was refused (storage) for why: logged, at most once in 10 s with the count. */
 void durable_refused(const char *why);
 

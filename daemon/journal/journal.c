@@ -1063,6 +1063,24 @@ at_limit(const struct journal *j)
 }
 
 bool
+journal_at_limit(const struct journal *j)
+{
+	return !j->failed && at_limit(j);
+}
+
+uint64_t
+journal_segment_size(const struct journal *j)
+{
+	return j->seg_bytes;
+}
+
+void
+journal_compact_soon(struct journal *j)
+{
+	maybe_compact(j);
+}
+
+bool
 journal_writable(struct journal *j, const char **why)
 {
 	free(j->why);

@@ -193,6 +193,15 @@ void journal_process(struct journal *);
  */
 bool journal_writable(struct journal *, const char **why);
 
+/* True when max_bytes is reached (and the journal is not failed). */
+bool journal_at_limit(const struct journal *);
+
+/* The size of a segment (settings.segment_bytes, or the rule for 0). */
+uint64_t journal_segment_size(const struct journal *);
+
+/* Asks for a compaction now if the dead records allow one (after records died). */
+void journal_compact_soon(struct journal *);
+
 /* Once a second: recovery while failed, and the compaction check. */
 void journal_tick(struct journal *);
 

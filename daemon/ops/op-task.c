@@ -92,6 +92,7 @@ op_submit(struct conn *c, struct request *req)
 		ops_bad_request(c, req, msg);
 		return;
 	}
+	durable_make_room();
 	if (!durable_writable(&why)) {
 		/* nothing is accepted that the journal cannot keep; accepted work goes on */
 		if ((e = pools_find(sub.pool)) != NULL)
