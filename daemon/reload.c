@@ -41,7 +41,9 @@
 #include "base/log.h"
 #include "obs/metrics.h"
 #include "pool/pools.h"
+#include "reload.h"
 #include "sd.h"
+#include "shutdown.h"
 #include "source/sources.h"
 #include "task/task.h"
 
@@ -158,7 +160,7 @@ daemon_reload(void)
 		log_notice("SIGHUP: no configuration file (-c) to read again; nothing changed");
 		return;
 	}
-	if (d->phase != DAEMON_RUNNING) {
+	if (shutdown_phase() != DAEMON_RUNNING) {
 		log_notice("SIGHUP while shutting down: ignored");
 		return;
 	}

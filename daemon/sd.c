@@ -24,6 +24,7 @@
 #include <event2/event.h>
 #include <systemd/sd-daemon.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "sd.h"
 
@@ -52,15 +53,6 @@ static struct {
 	bool have_pending;
 	uint64_t status_sent_usec;  /* monotonic; 0 = never */
 } sdn;
-
-static uint64_t
-sdn_now_usec(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
 
 static void
 sdn_send(const char *state)
@@ -100,7 +92,7 @@ sdn_timer_add(struct event *ev, uint64_t usec)
 static void
 sdn_status_flush(void)
 {
-	uint64_t now = sdn_now_usec(), elapsed = now - sdn.status_sent_usec;
+	uint64_t now = clock_now_us(), elapsed = now - sdn.status_sent_usec;
 	char msg[sizeof sdn.status_pending + 8];
 
 	if (!sdn.have_pending)

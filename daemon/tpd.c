@@ -1,7 +1,8 @@
 /*
  * tpd.c: the daemon's main: the command line (parsed once, into the
- * settings' flags of conf.c and tpd's own), start-up, the event loop,
- * signals, and the shutdown sequence (drain, then now; see tpd(8)).
+ * settings' flags of conf.c and tpd's own), start-up as a table of steps
+ * undone in reverse, the event loop, and signals. The shutdown sequence
+ * (drain, then now; see tpd(8)) is shutdown.c's.
  */
 #include "config.h"
 
@@ -29,13 +30,14 @@
 #include "task/mailbox.h"
 #include "obs/metrics.h"
 #include "exec/pgroup.h"
+#include "ops/ops.h"
 #include "pool/pools.h"
+#include "reload.h"
 #include "sd.h"
+#include "shutdown.h"
 #include "source/sources.h"
 #include "task/tasks.h"
 #include "wire.h"
-
-#define EXIT_FLUSH_MS 5000 /* at exit, how long clients get to read their last events */
 
 struct daemon *daemon_state;
 static struct daemon the_daemon;
@@ -205,90 +207,13 @@ usage:
 }
 
 static void
-shutdown_timeout_cb(evutil_socket_t fd, short what, void *arg)
-{
-	log_warnx("shutdown_timeout passed with tasks still running: stopping now");
-	daemon_begin_shutdown(true);
-}
-
-static void
-exit_timeout_cb(evutil_socket_t fd, short what, void *arg)
-{
-	if (!sources_idle())
-		log_warnx("sources' last results not written to Redis within %d ms: exiting "
-		    "anyway (their entries stay pending: Redis delivers them again)",
-		    EXIT_FLUSH_MS);
-	if (!conn_all_flushed())
-		log_warnx("clients did not read their last events within %d ms: exiting anyway",
-		    EXIT_FLUSH_MS);
-	daemon_state->leave = true;
-}
-
-void
-daemon_begin_shutdown(bool now)
-{
-	struct daemon *d = daemon_state;
-
-	if (d->phase == DAEMON_RUNNING) {
-		sdn_stopping();
-		d->phase = now ? DAEMON_STOPPING_NOW : DAEMON_DRAINING;
-		log_notice("shutting down (%s): %llu task%s outstanding", now ? "now" : "drain",
-		    (unsigned long long)tasks_outstanding(), tasks_outstanding() == 1 ? "" : "s");
-		sources_stop(now);      /* first: a task cancelled by now stays pending */
-		pools_close_all(now ? POOL_NOW : POOL_DRAIN);
-		if (!now && d->conf.shutdown_timeout_ms > 0) {
-			struct timeval tv = {
-				(time_t)(d->conf.shutdown_timeout_ms / 1000),
-				(suseconds_t)(d->conf.shutdown_timeout_ms % 1000) * 1000,
-			};
-			evtimer_add(d->shutdown_timer, &tv);
-		}
-	} else if (now && d->phase == DAEMON_DRAINING) {
-		d->phase = DAEMON_STOPPING_NOW;
-		log_notice("shutdown turned into now: cancelling %llu outstanding task%s",
-		    (unsigned long long)tasks_outstanding(), tasks_outstanding() == 1 ? "" : "s");
-		sources_stop(true);
-		pools_close_all(POOL_NOW);
-	}
-	task_wake_streams();    /* a run blocked on its stream budget sees the cancel */
-}
-
-/*
- * Once per pass of the loop, and only here: whether tpd may leave now.
- * Once it is shutting down and the done of every accepted task is
- * processed, it is exiting: it leaves when every connection's output is
- * written and every source's results are in Redis, or when the exit flush
- * (EXIT_FLUSH_MS) runs out (a source's entry whose result was not written
- * stays pending: Redis delivers it again).
- */
-static bool
-daemon_may_leave(struct daemon *d)
-{
-	struct timeval tv = { EXIT_FLUSH_MS / 1000, (EXIT_FLUSH_MS % 1000) * 1000 };
-
-	if (d->leave)
-		return true;
-	if (d->phase == DAEMON_RUNNING || tasks_outstanding() > 0)
-		return false;
-	if (d->phase != DAEMON_EXITING) {
-		d->phase = DAEMON_EXITING;
-		log_info("every accepted task is done; flushing %zu connection%s", conn_count(),
-		    conn_count() == 1 ? "" : "s");
-		evtimer_add(d->exit_timer, &tv);
-	}
-	return conn_all_flushed() && sources_idle();
-}
-
-static void
 signal_cb(evutil_socket_t sig, short what, void *arg)
 {
-	struct daemon *d = daemon_state;
-
 	switch (sig) {
 	case SIGTERM:
 	case SIGINT:
 		log_notice("SIG%s received", sigabbrev_np((int)sig));
-		daemon_begin_shutdown(d->phase != DAEMON_RUNNING);
+		shutdown_begin(shutdown_phase() != DAEMON_RUNNING);
 		break;
 	case SIGHUP:
 		daemon_reload();
@@ -555,17 +480,29 @@ open_journal(struct daemon *d)
 	durable_open(&d->conf);
 }
 
-/* The journal: replayed into the registry and the pools before anyone connects. */
+/*
+ * The journal: replayed into the registry and the pools before anyone
+ * connects. With it on, it is the connections' output gate: what a client
+ * reads is recorded first (durable.c).
+ */
 static void
 start_journal(struct daemon *d)
 {
+	static const struct conn_gate gate = { durable_prepare, durable_seen,
+	    durable_output_batch };
+
+	durable_set_seen_hook(conn_gate_seen);
 	durable_start(&d->conf, d->base);
+	if (durable_on())
+		conn_set_gate(&gate);
 }
 
 static void
 stop_journal(struct daemon *d)
 {
+	conn_set_gate(NULL);
 	durable_stop();
+	durable_set_seen_hook(NULL);
 }
 
 static void
@@ -610,6 +547,13 @@ static void
 stop_pools(struct daemon *d)
 {
 	pools_stop_all();
+}
+
+/* Each request line a connection reads is run by the op table (ops.c). */
+static void
+start_conns(struct daemon *d)
+{
+	conn_set_dispatch(ops_dispatch);
 }
 
 static void
@@ -699,10 +643,8 @@ start_timers(struct daemon *d)
 {
 	struct timeval second = { 1, 0 };
 
-	d->shutdown_timer = evtimer_new(d->base, shutdown_timeout_cb, NULL);
-	d->exit_timer = evtimer_new(d->base, exit_timeout_cb, NULL);
-	prune_timer = event_new(d->base, -1, EV_PERSIST, prune_cb, NULL);
-	if (d->shutdown_timer == NULL || d->exit_timer == NULL || prune_timer == NULL)
+	shutdown_timers_start(d->base);
+	if ((prune_timer = event_new(d->base, -1, EV_PERSIST, prune_cb, NULL)) == NULL)
 		fatalx("cannot make the timers");
 	evtimer_add(prune_timer, &second);
 }
@@ -711,9 +653,8 @@ static void
 stop_timers(struct daemon *d)
 {
 	event_free(prune_timer);
-	event_free(d->shutdown_timer);
-	event_free(d->exit_timer);
-	prune_timer = d->shutdown_timer = d->exit_timer = NULL;
+	prune_timer = NULL;
+	shutdown_timers_stop();
 }
 
 /* Ready: the log says so, and systemd hears it (READY=1). */
@@ -772,7 +713,7 @@ static const struct step {
 	{ start_pools, stop_pools },            /* the workers start here */
 	{ start_journal, stop_journal },        /* state_dir: the replay */
 	{ start_sources, stop_sources },        /* [source NAME]: tasks from Redis streams */
-	{ NULL, stop_conns },                   /* connections come with the listeners */
+	{ start_conns, stop_conns },            /* connections come with the listeners */
 	{ start_metrics, stop_metrics },        /* before the listeners: /metrics answers once they do */
 	{ start_listeners, stop_listeners },
 	{ start_timers, stop_timers },          /* shutdown_timeout, the exit flush, pruning */
@@ -803,7 +744,7 @@ main(int argc, char **argv)
 		if (steps[i].start != NULL)
 			steps[i].start(d);
 	/* One pass of the loop at a time; after each, the one exit decision. */
-	while (!daemon_may_leave(d))
+	while (!shutdown_may_leave())
 		if (event_base_loop(d->base, EVLOOP_ONCE) == -1)
 			fatalx("the event loop failed");
 	while (i-- > 0)

@@ -519,28 +519,30 @@ remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 	return remove(path);
 }
 
+static const struct test_case cases[] = {
+	{ "every_key", test_every_key },
+	{ "sources", test_sources },
+	{ "defaults_kept", test_defaults_kept },
+	{ "errors_collected", test_errors_collected },
+	{ "missing_file", test_missing_file },
+	{ "validate", test_validate },
+	{ "hostport", test_hostport },
+	{ "check_file", test_check_file },
+	{ "flags_over_the_file", test_flags_over_the_file },
+	{ "file_units", test_file_units },
+};
+
 int
-main(void)
+main(int argc, char **argv)
 {
+	int rc;
+
 	if (mkdtemp(dir) == NULL) {
 		perror("mkdtemp");
 		return 1;
 	}
-	test_every_key();
-	test_sources();
-	test_defaults_kept();
-	test_errors_collected();
-	test_missing_file();
-	test_validate();
-	test_hostport();
-	test_check_file();
-	test_flags_over_the_file();
-	test_file_units();
+	rc = test_run(cases, TEST_COUNT(cases), argc, argv);
 	if (nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS) == -1)
 		perror(dir);
-	if (test_failures) {
-		fprintf(stderr, "%d checks failed\n", test_failures);
-		return 1;
-	}
-	return 0;
+	return rc;
 }

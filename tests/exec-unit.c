@@ -35,6 +35,7 @@
 
 #include "base64.h"
 #include "exec/capture.h"
+#define TEST_ALARM_S 120        /* per test (check.h) */
 #include "check.h"
 #include "conf/conf.h"
 #include "exec/exec-spawn.h"
@@ -43,7 +44,6 @@
 #include "base/utf8.h"
 #include "wire.h"
 
-#define TEST_ALARM_S 120
 #define TEST_WAIT_S 30
 
 static char test_dir[] = "/tmp/exec-unit.XXXXXX";
@@ -1226,12 +1226,32 @@ test_cleanup(void)
 		fprintf(stderr, "could not remove %s\n", test_dir);
 }
 
+static const struct test_case cases[] = {
+	{ "utf8", test_utf8 },
+	{ "base64", test_base64 },
+	{ "capture", test_capture },
+	{ "parse_errors", test_parse_errors },
+	{ "exit_status", test_exit_status },
+	{ "output_and_stdin", test_output_and_stdin },
+	{ "environment", test_environment },
+	{ "cwd_and_spawn_errors", test_cwd_and_spawn_errors },
+	{ "spawn_creds", test_spawn_creds },
+	{ "spawn_with_clone", test_spawn_with_clone },
+	{ "fds_and_signals", test_fds_and_signals },
+	{ "truncation_and_binary", test_truncation_and_binary },
+	{ "stream", test_stream },
+	{ "timeout_kills_group", test_timeout_kills_group },
+	{ "cancel", test_cancel },
+	{ "many_and_no_zombies", test_many_and_no_zombies },
+	{ "reconfigure", test_reconfigure },
+};
+
 int
-main(void)
+main(int argc, char **argv)
 {
 	struct conf c;
+	int rc;
 
-	alarm(TEST_ALARM_S);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	CHECK(mkdtemp(test_dir) != NULL, "mkdtemp");
 	atexit(test_cleanup);
@@ -1243,23 +1263,7 @@ main(void)
 	exec_configure(&c);
 	conf_free(&c);
 
-	test_utf8();
-	test_base64();
-	test_capture();
-	test_parse_errors();
-	test_exit_status();
-	test_output_and_stdin();
-	test_environment();
-	test_cwd_and_spawn_errors();
-	test_spawn_creds();
-	test_spawn_with_clone();
-	test_fds_and_signals();
-	test_truncation_and_binary();
-	test_stream();
-	test_timeout_kills_group();
-	test_cancel();
-	test_many_and_no_zombies();
-	test_reconfigure();
+	rc = test_run(cases, TEST_COUNT(cases), argc, argv);
 	exec_configure(NULL);
-	return 0;
+	return rc;
 }

@@ -317,19 +317,19 @@ test_limit_changes(void)
 	framing_reset(&f);
 }
 
+static const struct test_case cases[] = {
+	{ "every_cut", test_every_cut },
+	{ "every_pair_of_cuts", test_every_pair_of_cuts },
+	{ "byte_at_a_time", test_byte_at_a_time },
+	{ "feeding_while_paused", test_feeding_while_paused },
+	{ "empty_feed", test_empty_feed },
+	{ "stop", test_stop },
+	{ "pause_at_a_cut", test_pause_at_a_cut },
+	{ "limit_changes", test_limit_changes },
+};
+
 int
-main(void)
+main(int argc, char **argv)
 {
-	test_every_cut();
-	test_every_pair_of_cuts();
-	test_byte_at_a_time();
-	test_feeding_while_paused();
-	test_empty_feed();
-	test_stop();
-	test_pause_at_a_cut();
-	test_limit_changes();
-	if (test_failures > 0)
-		return 1;
-	printf("framing-test: all passed\n");
-	return 0;
+	return test_run(cases, TEST_COUNT(cases), argc, argv);
 }

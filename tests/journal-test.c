@@ -1190,7 +1190,7 @@ main(int argc, char **argv)
 	int rc;
 
 	log_init(getenv("TPD_TEST_VERBOSE") ? LOG_DEBUG : LOG_WARNING);
-	rc = test_run_all(cases, sizeof cases / sizeof cases[0], argc, argv);
+	rc = test_run(cases, TEST_COUNT(cases), argc, argv);
 
 	if (tmp_root[0] != '\0')
 		rmdir(tmp_root);

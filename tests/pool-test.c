@@ -1834,5 +1834,5 @@ int
 main(int argc, char **argv)
 {
 	latch_init(&tracker.exited);
-	return test_run_all(cases, sizeof cases / sizeof cases[0], argc, argv);
+	return test_run(cases, TEST_COUNT(cases), argc, argv);
 }

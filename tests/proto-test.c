@@ -19,6 +19,7 @@
 
 #include "base/blob.h"
 #include "check.h"
+#include "pool/pool.h"
 #include "proto/proto.h"
 #include "wire.h"
 
@@ -405,7 +406,8 @@ test_durations_have_three_decimals(void)
 {
 	struct proto_task v = { .id = 1, .pool = "p", .state = STATE_SUCCEEDED,
 	    .finished = true, .queued_us = 30, .run_us = 1234567 };
-	struct proto_pool_stats ps = { .name = "p" };
+	struct pool_snapshot snap = { .target = 0 };
+	struct proto_pool_stats ps = { .name = "p", .s = &snap };
 	struct proto_stats st = { .pools = &ps, .npools = 1, .version = "1",
 	    .containment = CONTAINMENT_PROCESS, .phase = PHASE_RUNNING,
 	    .tcp_auth = TCP_AUTH_TOKEN };
@@ -419,7 +421,7 @@ test_durations_have_three_decimals(void)
 	CHECK(strstr(body->data, "\"queued_ms\":0.030,\"run_ms\":1234.567") != NULL, "done: %s",
 	    body->data);
 	blob_release(body);
-	ps.s.oldest_queued_us = 29;
+	snap.oldest_queued_us = 29;
 	proto_encode_stats(&pt, NULL, &st);
 	has_text(&pt, "\"oldest_queued_ms\":0.029");
 	proto_text_free(&pt);
@@ -428,12 +430,16 @@ test_durations_have_three_decimals(void)
 static void
 test_stats_parse_back(void)
 {
+	struct pool_snapshot snaps[2] = {
+		{ .target = 2, .workers = 3, .busy = 1, .idle = 2, .queued = 4, .capacity = 16,
+		    .limit = 64, .accepted = 100, .rejected = 5, .rejected_full = 4,
+		    .succeeded = 90, .failed = 1, .timed_out = 2, .cancelled = 3, .expired = 4,
+		    .closed = false },
+		{ .closed = true },
+	};
 	struct proto_pool_stats ps[2] = {
-		{ .name = "default", .s = { .target = 2, .workers = 3, .busy = 1, .idle = 2,
-		    .queued = 4, .capacity = 16, .limit = 64, .accepted = 100, .rejected = 5,
-		    .rejected_full = 4, .succeeded = 90, .failed = 1, .timed_out = 2,
-		    .cancelled = 3, .expired = 4, .closed = false } },
-		{ .name = "io", .removed = true, .s = { .closed = true } },
+		{ .name = "default", .s = &snaps[0] },
+		{ .name = "io", .removed = true, .s = &snaps[1] },
 	};
 	struct proto_stats st = { .pools = ps, .npools = 2, .connections = 3, .uptime_ms = 99,
 	    .tasks_outstanding = 5, .tasks_retained = 6, .tasks_retained_bytes = 7,
@@ -700,10 +706,7 @@ test_long_id(void)
 	free(s);
 }
 
-static const struct {
-	const char *name;
-	void (*fn)(void);
-} tests[] = {
+static const struct test_case cases[] = {
 	{ "parse_cases", test_parse_cases },
 	{ "deep_request_keeps_its_id", test_deep_request_keeps_its_id },
 	{ "readers_name_the_field", test_readers_name_the_field },
@@ -722,12 +725,5 @@ static const struct {
 int
 main(int argc, char **argv)
 {
-	for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-		if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
-			continue;
-		test_current = tests[i].name;
-		tests[i].fn();
-		printf("ok   %s\n", tests[i].name);
-	}
-	return test_failures > 0;
+	return test_run(cases, TEST_COUNT(cases), argc, argv);
 }

@@ -121,8 +121,10 @@ first(const char *prefix)
 	return -1;
 }
 
+static char dir[] = "/tmp/sd-test.XXXXXX";   /* the tests' sockets (main makes it) */
+
 static void
-test_notify(const char *dir)
+test_notify(void)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	struct sdn_hooks hooks = { hook_healthy, hook_status, NULL };
@@ -316,7 +318,7 @@ pass_fds(const int *fds, int n, const char *names)
 }
 
 static void
-test_activation(const char *dir)
+test_activation(void)
 {
 	struct sdn_activated *a;
 	char path[256], *cause = NULL;
@@ -376,22 +378,22 @@ test_activation(const char *dir)
 	unlink(path);
 }
 
+static const struct test_case cases[] = {
+	{ "notify", test_notify },
+	{ "activation", test_activation },
+};
+
 int
-main(void)
+main(int argc, char **argv)
 {
-	char dir[] = "/tmp/sd-test.XXXXXX";
+	int rc;
 
 	log_init(LOG_WARNING);
 	if (mkdtemp(dir) == NULL) {
 		perror("mkdtemp");
 		return 1;
 	}
-	test_notify(dir);
-	test_activation(dir);
+	rc = test_run(cases, TEST_COUNT(cases), argc, argv);
 	rmdir(dir);
-	if (test_failures) {
-		fprintf(stderr, "%d checks failed\n", test_failures);
-		return 1;
-	}
-	return 0;
+	return rc;
 }

@@ -39,21 +39,11 @@
 
 #include "conf/conf.h"
 #include "base/log.h"
+#define TEST_ALARM_S 240        /* a test that hangs is killed (and says so) */
 #include "check.h"
 #include "source/source-redis.h"
 
 #define SKIP 77
-#define TEST_ALARM_S 240        /* a test that hangs is killed (and says so) */
-
-static uint64_t
-test_ms_since(const struct timespec *t0)
-{
-	struct timespec t1;
-
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	return (uint64_t)(t1.tv_sec - t0->tv_sec) * 1000 +
-	    (uint64_t)((t1.tv_nsec - t0->tv_nsec) / 1000000);
-}
 
 static const char *sanitizer_slow;      /* TPD_TEST_SLOW: deadlines stretch */
 static double slow = 1;
@@ -1133,22 +1123,6 @@ rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 	return remove(path);
 }
 
-static void
-on_alarm(int sig)
-{
-	static const char msg[] = " hung: killed by its alarm\n";
-
-	(void)!write(STDERR_FILENO, "FAIL ", 5);
-	(void)!write(STDERR_FILENO, test_current, strlen(test_current));
-	(void)!write(STDERR_FILENO, msg, sizeof msg - 1);
-	_exit(1);
-}
-
-struct test_case {
-	const char *name;
-	void (*fn)(void);
-};
-
 static const struct test_case cases[] = {
 	{ "backpressure_one_result_each", test_backpressure_one_result_each },
 	{ "bad_entries_failed_at_once", test_bad_entries_failed_at_once },
@@ -1183,29 +1157,8 @@ main(int argc, char **argv)
 	}
 	redis_stop();
 	base = event_base_new();
-	signal(SIGALRM, on_alarm);
 	signal(SIGPIPE, SIG_IGN);
-	rv = 1;
-	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		bool wanted = argc <= 1;
-		struct timespec t0;
-
-		for (int k = 1; k < argc; k++)
-			wanted = wanted || strcmp(argv[k], cases[i].name) == 0;
-		if (!wanted)
-			continue;
-		test_current = cases[i].name;
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		alarm(TEST_ALARM_S);
-		cases[i].fn();
-		alarm(0);
-		printf("ok %zu %s (%llu ms)\n", i + 1, cases[i].name,
-		    (unsigned long long)test_ms_since(&t0));
-		fflush(stdout);
-		rv = 0;
-	}
-	if (rv != 0)
-		fprintf(stderr, "no test matches the names given\n");
+	rv = test_run(cases, TEST_COUNT(cases), argc, argv);
 	event_base_free(base);
 	nftw(rdir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 	return rv;

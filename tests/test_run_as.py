@@ -11,6 +11,7 @@ import json
 import os
 import pwd
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -72,6 +73,18 @@ def parents(path):
         out.append(path)
         path = os.path.dirname(path)
     return out
+
+
+def tpd_for_others(d):
+    """tpd where another user may run it: a copy in d's directory, since the build
+    may be in a directory that others cannot traverse (a checkout in a mode 0700 dir)."""
+    path = os.path.join(d.dir, "tpd")
+    shutil.copy2(TPD, path)
+    os.chmod(path, 0o755)
+    for p in parents(path):
+        if not os.stat(p).st_mode & 0o001:
+            raise Skip("other users cannot reach %s: %s is not searchable by them" % (path, p))
+    return path
 
 
 def as_user(uid, gid, groups, d, pool, task):
@@ -211,6 +224,7 @@ def test_unprivileged_daemon_refuses_run_as():
     try:
         os.chmod(d.dir, 0o777)
         path = os.path.join(d.dir, "tpd.conf")
+        tpd = tpd_for_others(d)
 
         def drop():
             os.setgroups([])
@@ -220,16 +234,16 @@ def test_unprivileged_daemon_refuses_run_as():
             with open(path, "w") as f:
                 f.write("[pool x]\nrun_as = %s\n" % run_as)
             os.chmod(path, 0o644)
-            p = subprocess.run([TPD, "-n", "-c", path], preexec_fn=drop, capture_output=True,
+            p = subprocess.run([tpd, "-n", "-c", path], preexec_fn=drop, capture_output=True,
                                text=True, timeout=TIMEOUT)
             check(p.returncode == 1 and ("run_as: %s needs root or the capabilities CAP_SETUID "
                                          "and CAP_SETGID" % run_as) in p.stderr, "%r", p)
-            p = subprocess.run([TPD, "-f", "-c", path, "-s", os.path.join(d.dir, "s")],
+            p = subprocess.run([tpd, "-f", "-c", path, "-s", os.path.join(d.dir, "s")],
                                preexec_fn=drop, capture_output=True, text=True, timeout=TIMEOUT)
             check(p.returncode != 0 and "CAP_SETUID" in p.stderr, "start refused: %r", p)
         with open(path, "w") as f:
             f.write("[pool x]\nrun_as = daemon\n")
-        p = subprocess.run([TPD, "-n", "-c", path], preexec_fn=drop, capture_output=True,
+        p = subprocess.run([tpd, "-n", "-c", path], preexec_fn=drop, capture_output=True,
                            text=True, timeout=TIMEOUT)
         check(p.returncode == 0, "run_as daemon needs nothing: %r", p)
     finally:

@@ -30,20 +30,32 @@ def need(tool):
 
 
 class Spawned:
-    """A process of the test, always killed and reaped; its stderr goes to a file."""
+    """A process of the test, always killed and reaped; its stderr goes to a file.
+    The tpd it starts keeps its journal in the test's directory (--state-dir), never in
+    the default one (/var/lib/tpd as root), which another tpd may hold."""
 
     def __init__(self, argv, env=None, log=None):
         self.dir = tempfile.mkdtemp(prefix="tpdsd-")
+        self.state = os.path.join(self.dir, "state")
         self.log_path = log or os.path.join(self.dir, "log")
         self.log = open(self.log_path, "wb")
         self.argv, self.env = argv, env
         self.proc = None
 
     def start(self, argv=None, env=None):
-        self.proc = subprocess.Popen(argv or self.argv, stdin=subprocess.DEVNULL,
+        argv = list(argv or self.argv)
+        at = argv.index(TPD) + 1    # tpd's own flags follow it, wrapped or not
+        argv[at:at] = ["--state-dir", self.state]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                      stdout=self.log, stderr=self.log,
                                      env=env or self.env)
         return self
+
+    def check_state_dir(self, log):
+        """Every journal tpd opened is the test's own."""
+        for path in re.findall(r"\bjournal (/[^\s:]+)", log):
+            check(path == self.state, "tpd used the state_dir %s, not the test's %s",
+                  path, self.state)
 
     def read_log(self):
         with open(self.log_path, errors="replace") as f:
@@ -67,6 +79,8 @@ class Spawned:
             print("---- log ----\n%s\n-------------" % log[-4000:])
         elif any(mark in log for mark in SANITIZER_MARKS):
             raise AssertionError("sanitizer report in the tpd log:\n" + log[-8000:])
+        elif exc[0] is None:
+            self.check_state_dir(log)
 
 
 def units_for_verify(dest):
@@ -409,7 +423,8 @@ def test_config_errors_at_start_are_errors_in_the_journal():
             f.write("[daemon]\nmax_connections = 0\nbogus = 1\n")
         with open(os.path.join(d, "log"), "wb") as log:
             st = os.fstat(log.fileno())
-            r = subprocess.run([TPD, "-f", "-c", conf, "-s", os.path.join(d, "s")],
+            r = subprocess.run([TPD, "-f", "-c", conf, "-s", os.path.join(d, "s"),
+                                "--state-dir", os.path.join(d, "state")],
                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, timeout=30,
                                env=dict(os.environ, JOURNAL_STREAM="%d:%d" % (st.st_dev,
                                                                              st.st_ino)))

@@ -21,13 +21,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "check.h"
-
 /* How long any single wait may take before the test is declared hung. */
 #define TEST_WAIT_LIMIT_S 30
 
 /* A test that hangs where no latch guards it (a join, say) is killed after this. */
 #define TEST_ALARM_S (2 * TEST_WAIT_LIMIT_S)
+
+#include "check.h"
 
 static void
 test_deadline(struct timespec *ts)
@@ -173,67 +173,6 @@ gate_wait_or(struct gate *g, bool (*leave)(const void *), const void *arg)
 	opened = g->open;
 	pthread_mutex_unlock(&g->m);
 	return opened;
-}
-
-static uint64_t
-test_ms_since(const struct timespec *t0)
-{
-	struct timespec t1;
-
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	return (uint64_t)(t1.tv_sec - t0->tv_sec) * 1000 +
-	    (uint64_t)((t1.tv_nsec - t0->tv_nsec) / 1000000);
-}
-
-static void
-test_on_alarm(int sig)
-{
-	static const char msg[] = " hung: killed by its alarm\n";
-
-	(void)sig;
-	(void)!write(STDERR_FILENO, "FAIL ", 5);
-	(void)!write(STDERR_FILENO, test_current, strlen(test_current));
-	(void)!write(STDERR_FILENO, msg, sizeof msg - 1);
-	_exit(1);
-}
-
-/* A table of named tests; main runs all, or those named on the command line. */
-struct test_case {
-	const char *name;
-	void (*fn)(void);
-};
-
-static int
-test_run_all(const struct test_case *cases, size_t n, int argc, char **argv)
-{
-	size_t i;
-	int k, ran = 0;
-	struct timespec t0;
-
-	signal(SIGALRM, test_on_alarm);
-	for (i = 0; i < n; i++) {
-		bool wanted = argc <= 1;
-
-		for (k = 1; k < argc; k++)
-			if (strcmp(argv[k], cases[i].name) == 0)
-				wanted = true;
-		if (!wanted)
-			continue;
-		test_current = cases[i].name;
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		alarm(TEST_ALARM_S);
-		cases[i].fn();
-		alarm(0);
-		printf("ok %zu %s (%llu ms)\n", i + 1, cases[i].name,
-		    (unsigned long long)test_ms_since(&t0));
-		fflush(stdout);
-		ran++;
-	}
-	if (ran == 0) {
-		fprintf(stderr, "no test matches the names given\n");
-		return 1;
-	}
-	return 0;
 }
 
 #endif

@@ -242,17 +242,16 @@ test_load_files(void)
 	printf("ok: tokens_load_files reads both files, or names the one that is wrong\n");
 }
 
+static const struct test_case cases[] = {
+	{ "good_files", test_good_files },
+	{ "lengths", test_lengths },
+	{ "errors", test_errors },
+	{ "two_files_share_names", test_two_files_share_names },
+	{ "load_files", test_load_files },
+};
+
 int
-main(void)
+main(int argc, char **argv)
 {
-	test_good_files();
-	test_lengths();
-	test_errors();
-	test_two_files_share_names();
-	test_load_files();
-	if (test_failures) {
-		fprintf(stderr, "%d checks failed\n", test_failures);
-		return 1;
-	}
-	return 0;
+	return test_run(cases, TEST_COUNT(cases), argc, argv);
 }

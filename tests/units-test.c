@@ -163,15 +163,14 @@ test_format_round_trip(void)
 	printf("ok: formatted sizes and durations read back the same\n");
 }
 
+static const struct test_case cases[] = {
+	{ "durations", test_durations },
+	{ "sizes", test_sizes },
+	{ "format_round_trip", test_format_round_trip },
+};
+
 int
-main(void)
+main(int argc, char **argv)
 {
-	test_durations();
-	test_sizes();
-	test_format_round_trip();
-	if (test_failures) {
-		fprintf(stderr, "%d checks failed\n", test_failures);
-		return 1;
-	}
-	return 0;
+	return test_run(cases, TEST_COUNT(cases), argc, argv);
 }

@@ -124,15 +124,14 @@ test_scrub(void)
 	printf("ok: utf8_scrub turns what is not UTF-8 into '?'\n");
 }
 
+static const struct test_case cases[] = {
+	{ "quote_cuts_at_boundaries", test_quote_cuts_at_boundaries },
+	{ "format_cuts_at_boundaries", test_format_cuts_at_boundaries },
+	{ "scrub", test_scrub },
+};
+
 int
-main(void)
+main(int argc, char **argv)
 {
-	test_quote_cuts_at_boundaries();
-	test_format_cuts_at_boundaries();
-	test_scrub();
-	if (test_failures) {
-		fprintf(stderr, "%d checks failed\n", test_failures);
-		return 1;
-	}
-	return 0;
+	return test_run(cases, TEST_COUNT(cases), argc, argv);
 }

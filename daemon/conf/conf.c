@@ -39,7 +39,6 @@
 #include <unistd.h>
 
 #include "conf.h"
-#include "journal/journal.h"
 #include "base/log.h"
 #include "units.h"
 #include "wire.h"

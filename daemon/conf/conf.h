@@ -33,6 +33,13 @@ enum conf_limit {
 };
 #define CONF_NO_LIMIT UINT64_MAX
 
+/* journal_sync: when the journal's records may be seen (journal.h). */
+enum journal_sync {
+	JOURNAL_SYNC_COMMIT,
+	JOURNAL_SYNC_INTERVAL,
+	JOURNAL_SYNC_NONE,
+};
+
 /* Who a pool's exec tasks run as. */
 enum conf_run_as {
 	CONF_RUN_AS_DAEMON,     /* the daemon's own user */

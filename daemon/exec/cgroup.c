@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "wire.h"
 
@@ -50,15 +51,6 @@ const char *
 cgroup_containment(void)
 {
 	return cgroup_state.cgroup ? CONTAINMENT_CGROUP : CONTAINMENT_PROCESS;
-}
-
-static uint64_t
-cgroup_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* Reads a small file of dirfd into buf (NUL-terminated). Returns its length or -1. */
@@ -288,7 +280,7 @@ cgroup_remove_tree(int parent, const char *name, uint64_t deadline)
 		return -1;
 	snprintf(ct.name, sizeof ct.name, "%s", name);
 	ct.events_fd = openat(ct.dirfd, "cgroup.events", O_RDONLY | O_CLOEXEC);
-	now = cgroup_now_ms();
+	now = clock_now_us() / 1000;
 	cgroup_task_kill_wait(&ct, deadline > now ? deadline - now : 1);
 	/* a task may have made cgroups of its own below (were it delegated them) */
 	if ((fd = dup(ct.dirfd)) != -1 && (d = fdopendir(fd)) != NULL) {
@@ -308,7 +300,7 @@ cgroup_remove_tree(int parent, const char *name, uint64_t deadline)
 static void
 cgroup_clean_leftovers(void)
 {
-	uint64_t deadline = cgroup_now_ms() + CGROUP_LEFTOVER_WAIT_MS;
+	uint64_t deadline = clock_now_us() / 1000 + CGROUP_LEFTOVER_WAIT_MS;
 	struct dirent *de;
 	char names[256] = "";
 	size_t count = 0;
@@ -460,7 +452,7 @@ cgroup_task_new(struct cgroup_task *ct, char **cause)
 			    cgroup_state.root, ct->name, strerror(errno));
 		log_warnx("cgroup: tasks/%s exists already: removing it", ct->name);
 		cgroup_remove_tree(cgroup_tasks_fd, ct->name,
-		    cgroup_now_ms() + CGROUP_LEFTOVER_WAIT_MS);
+		    clock_now_us() / 1000 + CGROUP_LEFTOVER_WAIT_MS);
 		if (mkdirat(cgroup_tasks_fd, ct->name, 0755) == -1)
 			return cause_set(cause, "cannot create cgroup %s/tasks/%s: %s",
 			    cgroup_state.root, ct->name, strerror(errno));
@@ -576,7 +568,7 @@ cgroup_populated(struct cgroup_task *ct)
 int
 cgroup_task_kill_wait(struct cgroup_task *ct, uint64_t timeout_ms)
 {
-	uint64_t deadline = cgroup_now_ms() + timeout_ms;
+	uint64_t deadline = clock_now_us() / 1000 + timeout_ms;
 
 	if (ct->dirfd == -1)
 		return 0;
@@ -590,7 +582,7 @@ cgroup_task_kill_wait(struct cgroup_task *ct, uint64_t timeout_ms)
 	}
 	while (cgroup_populated(ct)) {
 		struct pollfd pfd = { .fd = ct->events_fd, .events = POLLPRI };
-		uint64_t now = cgroup_now_ms();
+		uint64_t now = clock_now_us() / 1000;
 
 		if (now >= deadline) {
 			log_warnx("cgroup: tasks/%s still has processes after SIGKILL",

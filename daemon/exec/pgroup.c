@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "pgroup.h"
 
@@ -67,11 +68,8 @@ static unsigned long long
 pgroup_now_ticks(void)
 {
 	unsigned long long hz = pgroup_hz > 0 ? (unsigned long long)pgroup_hz : 100;
-	struct timespec ts;
 
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (unsigned long long)ts.tv_sec * hz +
-	    (unsigned long long)ts.tv_nsec / (1000000000ULL / hz);
+	return clock_us(CLOCK_BOOTTIME) / (1000000ULL / hz);
 }
 
 void
@@ -319,15 +317,6 @@ pgroup_open(const struct pgroup_proc *p)
 	return fd;
 }
 
-static uint64_t
-pgroup_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /*
  * One round: SIGKILL to each live process of the task, then a wait until
  * they have exited. Returns the count found (0: none left), or -1.
@@ -363,7 +352,7 @@ pgroup_round(struct pgroup_walk *w, struct pgroup_task *pt, uint64_t deadline,
 
 	*left = (int)nfds;
 	while (*left > 0) {
-		uint64_t now = pgroup_now_ms();
+		uint64_t now = clock_now_us() / 1000;
 		int ready;
 
 		if (now >= deadline)
@@ -391,7 +380,7 @@ int
 pgroup_kill_wait(struct pgroup_task *pt, uint64_t timeout_ms)
 {
 	struct pgroup_walk w = { 0 };
-	uint64_t deadline = pgroup_now_ms() + timeout_ms;
+	uint64_t deadline = clock_now_us() / 1000 + timeout_ms;
 	int found, left = 0;
 
 	/*
@@ -410,7 +399,7 @@ pgroup_kill_wait(struct pgroup_task *pt, uint64_t timeout_ms)
 			    "task leader %ld", (long)pt->leader);
 			break;
 		}
-	} while (found > 0 && left == 0 && pgroup_now_ms() < deadline);
+	} while (found > 0 && left == 0 && clock_now_us() / 1000 < deadline);
 	free(w.p);
 	free(w.orphans);
 	pgroup_task_end(pt);

@@ -12,12 +12,14 @@
  * snapshot.
  *
  * The order "written before it is seen": every byte a client reads goes
- * through conn_write, which asks durable_prepare first. That writes the
+ * through conn_write, which asks its gate, durable_prepare, first. That writes the
  * records appended since (one write: the group commit of what the loop did
  * in this pass; a pass with records also writes them at its end, output or
  * not) and says which batch the connection's new output waits for; the
  * connection sends only the bytes whose batch journal_seen has reached, and
- * keeps the rest until the journal moves on (seen_cb, conn_journal_seen).
+ * keeps the rest until the journal moves on (seen_cb, the seen hook: tpd.c
+ * gives conn.c durable_prepare and durable_seen as its output gate, and
+ * conn_gate_seen as this file's seen hook).
  * With journal_sync = commit a batch is seen once the sync thread's
  * fdatasync covers it; the loop never waits for it: it goes on reading
  * requests and handling dones, which gather in the next batch, synced by
@@ -56,8 +58,8 @@
 #include <jansson.h>
 
 #include "base/blob.h"
+#include "base/clock.h"
 #include "conf/conf.h"
-#include "net/conn.h"
 #include "daemon.h"
 #include "durable.h"
 #include "base/log.h"
@@ -80,6 +82,7 @@ static bool pending;                /* records appended since the last write */
 static uint64_t appended;           /* records appended since start (stats) */
 static uint64_t wanted;             /* the batch of the last record appended */
 static struct event *journal_ev, *tick_ev, *gate_ev;
+static void (*seen_hook)(void);     /* durable_set_seen_hook */
 static char status_line[512];
 static char state_path[4096];
 
@@ -96,15 +99,6 @@ static uint64_t dispatch_appended;
 
 /* During the replay: the task being submitted again, with its records already on disk. */
 static struct jdata *replaying;
-
-static uint64_t
-wall_now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
 
 const char *
 durable_state_dir(const struct conf *c, char *buf, size_t len)
@@ -273,7 +267,7 @@ hook_started(struct task *t, void *arg)
 {
 	struct jdata *jd = t->jdata;
 	struct jbuf b = { 0 };
-	struct jstarted s = { t->attempt, wall_now_us() };
+	struct jstarted s = { t->attempt, clock_wall_us() };
 
 	if (jd != NULL) {
 		jstarted_encode(&b, &s);
@@ -320,7 +314,7 @@ hook_finished(struct task *t, void *arg)
 
 	if (jd == NULL)
 		return;
-	jd->finished_wall_us = wall_now_us();
+	jd->finished_wall_us = clock_wall_us();
 	finished_payload(t, jd->finished_wall_us, &b);
 	append(JREC_FINISHED, t->id, &b, &jd->finished);
 	jbuf_free(&b);
@@ -338,7 +332,7 @@ durable_cancel(struct task *t)
 
 	if (journal == NULL || jd == NULL || t->finished || jd->cancel.size != 0)
 		return;
-	jcancel_encode(&b, wall_now_us());
+	jcancel_encode(&b, clock_wall_us());
 	append(JREC_CANCEL, t->id, &b, &jd->cancel);
 	jbuf_free(&b);
 }
@@ -383,13 +377,13 @@ snap_one(struct task *t, void *arg)
 	    jd->payload.len);
 	if (jd->started.size != 0) {
 		s.attempt = t->attempt;
-		s.time_us = wall_now_us();
+		s.time_us = clock_wall_us();
 		jstarted_encode(&b, &s);
 		jd->started = journal_snap_add(snap, JREC_STARTED, t->id, b.p, b.len);
 		jbuf_free(&b);
 	}
 	if (jd->cancel.size != 0) {
-		jcancel_encode(&b, wall_now_us());
+		jcancel_encode(&b, clock_wall_us());
 		jd->cancel = journal_snap_add(snap, JREC_CANCEL, t->id, b.p, b.len);
 		jbuf_free(&b);
 	}
@@ -449,7 +443,14 @@ static void
 seen_cb(void *arg, uint64_t batch)
 {
 	release_waiting(batch);
-	conn_journal_seen();
+	if (seen_hook != NULL)
+		seen_hook();
+}
+
+void
+durable_set_seen_hook(void (*fn)(void))
+{
+	seen_hook = fn;
 }
 
 static void
@@ -616,7 +617,7 @@ end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, uint64_t s
 	struct proto_task v;
 	char msg[512];
 	va_list ap;
-	uint64_t now = wall_now_us();
+	uint64_t now = clock_wall_us();
 	struct jbuf b = { 0 };
 
 	va_start(ap, fmt);
@@ -666,7 +667,7 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	json_t *spec = NULL;
 	json_error_t jerr;
 	char *pool, *owner, *label, *msg = NULL;
-	uint64_t now = wall_now_us();
+	uint64_t now = clock_wall_us();
 	bool ran = (jt->flags & JT_STARTED) != 0;
 	bool cancelled = (jt->flags & JT_CANCELLED) != 0;
 	struct jstarted started;
@@ -951,8 +952,29 @@ durable_stats(struct journal_stats *out)
 	journal_stats(journal, out);
 	out->appended = appended;
 	out->held_starts = nwaiting;
-	conn_journal_held(&out->held_conns, &out->held_bytes);
+	out->segment_bytes = journal_segment_size(journal);
 	return true;
+}
+
+json_t *
+durable_stats_json(void)
+{
+	struct journal_stats js;
+
+	if (!durable_stats(&js))
+		return json_pack("{s:s}", "state", "off");
+	return json_pack("{s:s, s:s, s:s*, s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+	    "s:f, s:f, s:I, s:f, s:I, s:I}",
+	    "state", js.state, "path", js.path, "error", js.error, "sync", js.sync_mode,
+	    "at_limit", js.at_limit, "bytes", (json_int_t)js.bytes,
+	    "max_bytes", (json_int_t)js.max_bytes,
+	    "segment_bytes", (json_int_t)js.segment_bytes,
+	    "segments", (json_int_t)js.segments, "records", (json_int_t)js.records,
+	    "records_written", (json_int_t)js.appended, "batches", (json_int_t)js.batches,
+	    "syncs", (json_int_t)js.syncs, "last_sync_ms", js.last_sync_us / 1000.0,
+	    "max_sync_ms", js.max_sync_us / 1000.0, "compactions", (json_int_t)js.compactions,
+	    "last_compaction_ms", js.last_compaction_us / 1000.0,
+	    "recoveries", (json_int_t)js.recoveries, "held_starts", (json_int_t)js.held_starts);
 }
 
 const char *

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "journal.h"
 
 struct conf;
@@ -38,7 +40,7 @@ void durable_stop(void);
 const char *durable_state_dir(const struct conf *c, char *buf, size_t len);
 
 /*
- * Before any output reaches a socket (conn.c): the records appended so far
+ * Before any output reaches a socket (conn.c's gate): the records appended so far
  * are written. Returns the batch that output put until now waits for: it
  * may go once durable_seen() is at least that (journal_sync says when:
  * commit, once on disk). 0 with the journal off.
@@ -62,6 +64,12 @@ void durable_dispatch_end(void);
 
 /* Every batch up to this one may be seen (UINT64_MAX with the journal off). */
 uint64_t durable_seen(void);
+
+/*
+ * fn is called (loop thread) each time more batches may be seen: the
+ * output waiting for them may go (tpd.c gives conn_gate_seen). NULL: none.
+ */
+void durable_set_seen_hook(void (*fn)(void));
 
 /*
  * True when a submit may be accepted; otherwise *why names the directory
@@ -89,6 +97,12 @@ bool durable_on(void);
 
 /* The journal's figures; false with the journal off (out untouched). */
 bool durable_stats(struct journal_stats *out);
+
+/*
+ * The same as stats' "journal" object (doc/protocol.md): {"state":"off"}
+ * with the journal off. A new reference; NULL when out of memory.
+ */
+json_t *durable_stats_json(void);
 
 /* "journal failed: ..." for STATUS=, or NULL when it is fine or off. */
 const char *durable_status(void);

@@ -38,22 +38,22 @@ struct out {
 	int err;
 };
 
+/* Writes p[0..n) at the output's end; the first error stays in o->err. */
+static void
+out_write(struct out *o, const void *p, size_t n)
+{
+	if (o->err != 0)
+		return;
+	if (journal_write_all(o->fd, p, n, o->off) == -1)
+		o->err = errno;
+	else
+		o->off += n;
+}
+
 static void
 out_flush(struct out *o)
 {
-	size_t done = 0;
-
-	while (o->err == 0 && done < o->buf.len) {
-		ssize_t n = pwrite(o->fd, o->buf.p + done, o->buf.len - done, (off_t)o->off);
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			o->err = n == 0 ? ENOSPC : errno;
-			break;
-		}
-		done += (size_t)n;
-		o->off += (uint64_t)n;
-	}
+	out_write(o, o->buf.p, o->buf.len);
 	jbuf_reset(&o->buf);
 }
 
@@ -63,19 +63,7 @@ out_add(struct out *o, const void *p, size_t n)
 	if (o->buf.len + n > OUT_CHUNK)
 		out_flush(o);
 	if (n >= OUT_CHUNK) {
-		/* a large record goes straight from the map */
-		size_t done = 0;
-		while (o->err == 0 && done < n) {
-			ssize_t w = pwrite(o->fd, (const char *)p + done, n - done, (off_t)o->off);
-			if (w == -1 && errno == EINTR)
-				continue;
-			if (w <= 0) {
-				o->err = w == 0 ? ENOSPC : errno;
-				break;
-			}
-			done += (size_t)w;
-			o->off += (uint64_t)w;
-		}
+		out_write(o, p, n);  /* a large record goes straight from the map */
 		return;
 	}
 	jbuf_add(&o->buf, p, n);
@@ -105,7 +93,7 @@ compact(struct journal *j, uint64_t max_seq, uint64_t gen)
 	unsigned char hdr[JFMT_SEG_HEADER];
 	struct jtask *const *tasks;
 	struct jbuf next = { 0 };
-	uint64_t t0 = journal_mono_us(), total, records = 0, seq;
+	uint64_t t0 = clock_now_us(), total, records = 0, seq;
 	size_t n;
 	int rc = -1;
 	bool dir_failed = false;
@@ -139,7 +127,7 @@ compact(struct journal *j, uint64_t max_seq, uint64_t gen)
 		    total, strerror(errno));
 		goto done;
 	}
-	jseg_header(hdr, seq, JFMT_SEG_SNAPSHOT, journal_wall_us());
+	jseg_header(hdr, seq, JFMT_SEG_SNAPSHOT, clock_wall_us());
 	jseg_header_size(hdr, total);
 	out_add(&o, hdr, sizeof hdr);
 	out_add(&o, next.p, next.len);
@@ -226,7 +214,7 @@ done:
 	mt->dir_failed = dir_failed;
 	free(mt->cause);
 	mt->cause = cause;
-	mt->duration_us = journal_mono_us() - t0;
+	mt->duration_us = clock_now_us() - t0;
 	mt->done_gen = gen;
 	mt->done = true;
 	mt->running = false;

@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/clock.h"
 #include "journal.h"
 
 #define JOURNAL_ID_BLOCK 65536      /* ids one NEXT_ID reservation covers */
@@ -183,8 +184,10 @@ void jmaint_request(struct journal *j, uint64_t max_seq);
 /* journal.c, for the threads: wakes the loop (any thread). */
 void journal_wake(struct journal *j);
 
-/* Monotonic and wall clocks in microseconds. */
-uint64_t journal_mono_us(void);
-uint64_t journal_wall_us(void);
+/*
+ * Writes all of buf at off (pwrite, again after EINTR or a short write);
+ * -1 with errno (ENOSPC for a write that wrote nothing). Any thread.
+ */
+int journal_write_all(int fd, const void *buf, size_t len, uint64_t off);
 
 #endif

@@ -44,7 +44,7 @@ jsync_main(void *arg)
 
 	pthread_mutex_lock(&sy->lock);
 	for (;;) {
-		uint64_t now = journal_mono_us(), target, gen, seq;
+		uint64_t now = clock_now_us(), target, gen, seq;
 		bool due = sy->interval_us != 0 && sy->dirty_since_us != 0 &&
 		    now >= sy->dirty_since_us + sy->interval_us;
 		bool sync_active = sy->fd != -1 && sy->err == 0 && (sy->want > sy->synced || due ||
@@ -90,7 +90,7 @@ jsync_main(void *arg)
 		}
 		free(sealed);
 		if (err == 0 && sync_active) {
-			uint64_t t0 = journal_mono_us();
+			uint64_t t0 = clock_now_us();
 			int r;
 
 			if (inject != 0) {
@@ -98,7 +98,7 @@ jsync_main(void *arg)
 				r = -1;
 			} else
 				r = fdatasync(fd);
-			dt = journal_mono_us() - t0;
+			dt = clock_now_us() - t0;
 			synced_one = true;
 			if (r == -1) {
 				err = errno;

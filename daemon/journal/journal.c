@@ -37,24 +37,6 @@ static void journal_fail(struct journal *j, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void maybe_compact(struct journal *j);
 
-uint64_t
-journal_mono_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
-uint64_t
-journal_wall_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
 void
 journal_wake(struct journal *j)
 {
@@ -74,18 +56,6 @@ journal_segment_bytes(uint64_t max_bytes)
 	if (s > MAX_SEGMENT)
 		s = MAX_SEGMENT;
 	return s & ~(uint64_t)4095;
-}
-
-int
-journal_sync_parse(const char *name)
-{
-	if (strcmp(name, "commit") == 0)
-		return JOURNAL_SYNC_COMMIT;
-	if (strcmp(name, "interval") == 0)
-		return JOURNAL_SYNC_INTERVAL;
-	if (strcmp(name, "none") == 0)
-		return JOURNAL_SYNC_NONE;
-	return -1;
 }
 
 const char *
@@ -444,9 +414,8 @@ journal_replay_done(struct journal *j, struct jread *r)
 	jread_free(r);
 }
 
-/* Writes all of buf at off; -1 with errno (ENOSPC for a short write that wrote nothing). */
-static int
-write_all(int fd, const void *buf, size_t len, uint64_t off)
+int
+journal_write_all(int fd, const void *buf, size_t len, uint64_t off)
 {
 	size_t done = 0;
 
@@ -548,10 +517,10 @@ segment_create(struct journal *j, uint64_t seq, uint32_t flags, const struct jbu
 		    size > j->seg_bytes ? size : j->seg_bytes, strerror(errno));
 		goto fail;
 	}
-	jseg_header(hdr, seq, flags, journal_wall_us());
+	jseg_header(hdr, seq, flags, clock_wall_us());
 	jseg_header_size(hdr, (uint64_t)got);
-	if (write_all(fd, hdr, sizeof hdr, 0) == -1 ||
-	    write_all(fd, data->p, data->len, JFMT_SEG_HEADER) == -1) {
+	if (journal_write_all(fd, hdr, sizeof hdr, 0) == -1 ||
+	    journal_write_all(fd, data->p, data->len, JFMT_SEG_HEADER) == -1) {
 		cause_set(cause, "journal %s/%s: write: %s", j->dir, tmp, strerror(errno));
 		goto fail;
 	}
@@ -642,7 +611,7 @@ journal_begin(struct journal *j, char **cause)
 			return -1;
 		while (off < j->torn_end) {
 			size_t n = j->torn_end - off < sizeof zeros ? j->torn_end - off : sizeof zeros;
-			if (write_all(fd, zeros, n, off) == -1)
+			if (journal_write_all(fd, zeros, n, off) == -1)
 				break;
 			off += n;
 		}
@@ -935,7 +904,7 @@ journal_flush(struct journal *j)
 		journal_flush(j);
 		return;
 	}
-	if (write_all(j->active_fd, j->pending.p, j->pending.len, a->data_end) == -1) {
+	if (journal_write_all(j->active_fd, j->pending.p, j->pending.len, a->data_end) == -1) {
 		jseg_name(name, sizeof name, a->seq);
 		journal_fail(j, "write to %s/%s: %s", j->dir, name, strerror(errno));
 		journal_flush(j);
@@ -962,7 +931,7 @@ journal_flush(struct journal *j)
 	pthread_mutex_lock(&j->sy.lock);
 	j->sy.written = b;
 	if (j->sy.dirty_since_us == 0)
-		j->sy.dirty_since_us = journal_mono_us();
+		j->sy.dirty_since_us = clock_now_us();
 	if (j->sync == JOURNAL_SYNC_COMMIT || needs_sync) {
 		j->sy.want = b;
 		pthread_cond_signal(&j->sy.cv);
@@ -1223,7 +1192,7 @@ recover(struct journal *j)
 {
 	struct journal_snap snap = { j, { 0 }, 0, 0 };
 	struct jseg seg = { 0 };
-	uint64_t seq = 1, now = journal_mono_us(), next, end = 0, made = 0;
+	uint64_t seq = 1, now = clock_now_us(), next, end = 0, made = 0;
 	char *why = NULL, name[32];
 	int fd;
 

@@ -66,14 +66,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "conf/conf.h"          /* enum journal_sync, a setting's values */
 #include "journal-format.h"
 #include "journal-read.h"
-
-enum journal_sync {
-	JOURNAL_SYNC_COMMIT,
-	JOURNAL_SYNC_INTERVAL,
-	JOURNAL_SYNC_NONE,
-};
 
 struct journal;
 struct journal_snap;
@@ -112,8 +107,7 @@ struct journal_stats {
 	uint64_t appended;          /* records appended since start (the daemon's count) */
 	/* the daemon's: what waits for a batch not yet seen (all of it, while failed) */
 	size_t held_starts;         /* exec tasks whose program waits for its STARTED record */
-	size_t held_conns;          /* connections whose output waits */
-	uint64_t held_bytes;        /* their bytes */
+	uint64_t segment_bytes;     /* a segment's size */
 	uint64_t live_bytes;        /* of records not yet dead */
 	uint64_t batches;           /* writes since start */
 	uint64_t syncs;             /* fdatasyncs since start */
@@ -128,8 +122,7 @@ struct journal_stats {
 /* Segment size for max_bytes, as settings.segment_bytes = 0 gives it. */
 uint64_t journal_segment_bytes(uint64_t max_bytes);
 
-/* Parses "commit", "interval", "none"; -1 if unknown. */
-int journal_sync_parse(const char *name);
+/* "commit", "interval" or "none". */
 const char *journal_sync_name(enum journal_sync);
 
 /*

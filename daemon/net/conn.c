@@ -91,19 +91,17 @@
 #include "base/blob.h"
 #include "conn.h"
 #include "daemon.h"
-#include "journal/durable.h"
 #include "framing.h"
 #include "base/idmap.h"
 #include "base/log.h"
 #include "task/mailbox.h"
-#include "ops/ops.h"
 #include "pool/pool.h"
 #include "proto/proto.h"
 #include "base/utf8.h"
 #include "wire.h"
 
 #define CONN_SCRATCH (64 * 1024)  /* bytes taken from a socket per read */
-#define CONN_MARKS 4              /* journal batches a connection's output waits for */
+#define CONN_MARKS 4              /* the gate's batches a connection's output waits for */
 #define CONN_OUT_MIN 2048         /* first allocation of an output buffer */
 #define CONN_LINES_PER_WRITE 32   /* a long run of lines is answered in parts this long */
 #define CONN_ERROR_MAX 512        /* bytes of an error message, cut at a character boundary */
@@ -139,10 +137,10 @@ struct conn {
 	struct conn *next_stuck;  /* the list of connections whose socket is full... */
 	struct conn **prev_stuck; /* ...which c is on when this is not NULL */
 	struct conn *next_dead;   /* the graveyard (dead connections to free) */
-	struct conn *next_held;   /* the list of connections whose output waits for the journal... */
+	struct conn *next_held;   /* the list of connections whose output waits for the gate... */
 	struct conn **prev_held;  /* ...which c is on when this is not NULL */
 	/*
-	 * The journal's hold (durable.c): bytes ever put in the output buffer,
+	 * The gate's hold (the journal's, durable.c): bytes ever put in the output buffer,
 	 * sent, and marked with the batch they wait for; bytes up to safe may
 	 * go. marks: [end of bytes, batch], oldest first.
 	 */
@@ -176,8 +174,10 @@ struct conn_out {
 };
 
 static struct idmap *conns;
-static struct conn *held_head;      /* output held until the journal's batch may be seen */
-static bool held_released;          /* the journal moved on: the held are written again */
+static conn_dispatch_fn dispatch;   /* the request lines' handler (conn_set_dispatch) */
+static const struct conn_gate *gate; /* the output gate (conn_set_gate); NULL: none */
+static struct conn *held_head;      /* output held until the gate's batch may be seen */
+static bool held_released;          /* the gate moved on: the held are written again */
 static uint64_t next_conn_id = 1;
 static size_t nunflushed;           /* live connections with output waiting */
 static struct conn *dirty_head;     /* to write at the end of the iteration */
@@ -690,7 +690,7 @@ held_remove(struct conn *c)
 }
 
 void
-conn_journal_held(size_t *nconns, uint64_t *bytes)
+conn_gate_held(size_t *nconns, uint64_t *bytes)
 {
 	*nconns = 0;
 	*bytes = 0;
@@ -701,7 +701,19 @@ conn_journal_held(size_t *nconns, uint64_t *bytes)
 }
 
 void
-conn_journal_seen(void)
+conn_set_dispatch(conn_dispatch_fn fn)
+{
+	dispatch = fn;
+}
+
+void
+conn_set_gate(const struct conn_gate *g)
+{
+	gate = g;
+}
+
+void
+conn_gate_seen(void)
 {
 	if (held_head == NULL)
 		return;
@@ -711,21 +723,21 @@ conn_journal_seen(void)
 
 /*
  * How many of the n bytes c could send now may go: the output of a loop
- * pass waits until the journal's records of that pass may be seen
- * (durable.c). The bytes put since the last call are marked with the
- * batch they wait for.
+ * pass waits until the gate says that pass may be seen (the journal's
+ * records of that pass, durable.c). The bytes put since the last call are
+ * marked with the batch they wait for.
  */
 static size_t
-journal_allows(struct conn *c, size_t n)
+gate_allows(struct conn *c, size_t n)
 {
 	uint64_t batch, seen;
 
-	if (!durable_on())
+	if (gate == NULL)
 		return n;
-	batch = durable_prepare();
-	seen = durable_seen();
+	batch = gate->prepare();
+	seen = gate->seen();
 	if (c->tagged_total < c->out_total) {
-		/* output that depends on no record (durable_output_batch) waits only behind older bytes */
+		/* output that depends on no batch (output_batch) waits only behind older bytes */
 		if (c->dep < batch)
 			batch = c->dep;
 		c->dep = 0;
@@ -917,7 +929,7 @@ conn_send_line(struct conn *c, const char *line, size_t len)
 
 	if (!conn_can_send(c))
 		return;
-	conn_depends(c, durable_output_batch(true));
+	conn_depends(c, gate != NULL ? gate->output_batch(true) : 0);
 	if (out_takes(c, len + 1))
 		out_add_line(c, line, len);
 	else if ((it = hold(c, len + 1)) != NULL) {
@@ -934,7 +946,7 @@ conn_send_done(struct conn *c, json_t *id, struct blob *body)
 
 	if (!conn_can_send(c))
 		return;
-	conn_depends(c, durable_output_batch(false));
+	conn_depends(c, gate != NULL ? gate->output_batch(false) : 0);
 	if (out_takes(c, body->len))
 		conn_sent(c, out_add_done(c, id, body) == 0);
 	else if ((it = hold(c, 0)) != NULL) {
@@ -954,7 +966,7 @@ conn_send_stream(struct conn *c, struct proto_text *pt, conn_sent_fn sent, uint6
 		sent(key, weight);
 		return;
 	}
-	conn_depends(c, durable_output_batch(false));
+	conn_depends(c, gate != NULL ? gate->output_batch(false) : 0);
 	if (out_takes(c, weight)) {
 		out_add_line(c, pt->data, pt->len);
 		proto_text_free(pt);
@@ -1034,10 +1046,10 @@ static void
 conn_write(struct conn *c)
 {
 	struct conn_out *o = c->out;
-	size_t avail = o->len - o->off, may = journal_allows(c, avail);
+	size_t avail = o->len - o->off, may = gate_allows(c, avail);
 	ssize_t n = 0;
 
-	/* what the output stands for is in the journal first: the rest waits for it */
+	/* what the output stands for is recorded first (the gate): the rest waits for it */
 	if (may > 0)
 		n = send(c->fd, o->data + o->off, may, MSG_NOSIGNAL | MSG_DONTWAIT);
 	if (n == -1) {
@@ -1050,8 +1062,8 @@ conn_write(struct conn *c)
 	c->sent_total += (uint64_t)n;
 	if (may < avail && (size_t)n == may) {
 		/*
-		 * The socket took all it may: the rest goes when the journal moves
-		 * on. A failed journal holds it until its recovery: past
+		 * The socket took all it may: the rest goes when the gate moves on.
+		 * A failed journal holds it until its recovery: past
 		 * output_stall_timeout the sweep treats it as a stalled socket.
 		 */
 		o->off += (size_t)n;
@@ -1113,7 +1125,7 @@ conn_line(void *arg, enum framing_event ev, const char *line, size_t len)
 
 	switch (ev) {
 	case FRAMING_LINE:
-		ops_dispatch(c, line, len);
+		dispatch(c, line, len);
 		break;
 	case FRAMING_TOO_LONG:
 		conn_send_error(c, NULL, ERR_REQUEST_TOO_LARGE, "request line of %zu bytes is "
@@ -1280,7 +1292,7 @@ conn_stall_cb(evutil_socket_t fd, short what, void *arg)
 		log_warnx("connection %llu (%s): %s for %llu ms "
 		    "(output_stall_timeout) with %zu bytes and %zu answers waiting: "
 		    "disconnecting; its tasks go on", (unsigned long long)c->id, conn_peer(c),
-		    c->prev_held != NULL ? "its output waited for the journal" :
+		    c->prev_held != NULL ? "its output waited for the gate (the journal)" :
 		    "its socket took no output",
 		    (unsigned long long)((now - c->out->progress_us) / 1000), conn_pending(c),
 		    c->out->nheld);

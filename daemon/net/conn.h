@@ -141,12 +141,41 @@ void conn_close_all(void);
 void conn_refuse(int fd, const char *code, const char *message);
 
 /*
- * The journal moved on (durable.c): the connections whose output waited for
- * it are written again at the end of this loop pass.
+ * What conn.c is given by the top (tpd.c), so that it depends on nothing
+ * above it.
+ *
+ * The handler of each request line (ops.c's ops_dispatch): every line is
+ * answered on c, through the conn_send_* functions.
  */
-void conn_journal_seen(void);
+typedef void (*conn_dispatch_fn)(struct conn *, const char *line, size_t len);
+void conn_set_dispatch(conn_dispatch_fn);
 
-/* The output waiting for the journal: how many connections, and their bytes not yet allowed. */
-void conn_journal_held(size_t *nconns, uint64_t *bytes);
+/*
+ * The output gate (durable.c's, with the journal on): output reaches a
+ * socket only once what it stands for may be seen. prepare is asked before
+ * bytes are sent and returns the batch the output put until then waits
+ * for; seen returns the newest batch that may be seen. NULL (the default):
+ * every byte may go. The gate is borrowed until it is set again.
+ */
+struct conn_gate {
+	uint64_t (*prepare)(void);
+	uint64_t (*seen)(void);
+	/*
+	 * The batch output given now depends on (0: none; the least of it and
+	 * prepare's is its mark). answer: a line of an answer, not a done or a
+	 * task's stream event.
+	 */
+	uint64_t (*output_batch)(bool answer);
+};
+void conn_set_gate(const struct conn_gate *);
+
+/*
+ * The gate moved on (its owner calls this): the connections whose output
+ * waited for it are written again at the end of this loop pass.
+ */
+void conn_gate_seen(void);
+
+/* The output waiting for the gate: how many connections, and their bytes not yet allowed. */
+void conn_gate_held(size_t *nconns, uint64_t *bytes);
 
 #endif

@@ -11,11 +11,11 @@
 #include <string.h>
 
 #include "net/conn.h"
-#include "daemon.h"
 #include "journal/durable.h"
 #include "health.h"
 #include "base/log.h"
 #include "pool/pools.h"
+#include "shutdown.h"
 #include "source/sources.h"
 #include "task/tasks.h"
 
@@ -67,7 +67,6 @@ health_us(uint64_t us, char *buf, size_t len)
 void
 health_status(void *arg, char *buf, size_t len)
 {
-	struct daemon *d = daemon_state;
 	const char *jstatus;
 	char d1[32];
 	size_t off = 0;
@@ -83,8 +82,8 @@ health_status(void *arg, char *buf, size_t len)
 	buf[0] = '\0';
 	if ((jstatus = durable_status()) != NULL)
 		APPEND("%s; ", jstatus);
-	if (d->phase != DAEMON_RUNNING)
-		APPEND("%s, %llu task%s left; ", d->phase == DAEMON_DRAINING ? "draining" :
+	if (shutdown_phase() != DAEMON_RUNNING)
+		APPEND("%s, %llu task%s left; ", shutdown_phase() == DAEMON_DRAINING ? "draining" :
 		    "stopping", (unsigned long long)tasks_outstanding(),
 		    tasks_outstanding() == 1 ? "" : "s");
 	for (size_t i = 0; i < pools_count(); i++) {

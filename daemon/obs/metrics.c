@@ -223,16 +223,19 @@ metrics_journal(struct evbuffer *out)
 		    "record." },
 	};
 	unsigned long long v[8];
+	size_t nheld;
+	uint64_t held;
 
 	if (!durable_stats(&js))
 		return;
+	conn_gate_held(&nheld, &held);
 	v[0] = strcmp(js.state, "failed") == 0;
 	v[1] = js.at_limit;
 	v[2] = js.bytes;
 	v[3] = js.max_bytes;
 	v[4] = js.syncs;
 	v[5] = js.recoveries;
-	v[6] = js.held_bytes;
+	v[6] = held;
 	v[7] = js.held_starts;
 	for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
 		family(out, fam[i].name, fam[i].type, fam[i].help);

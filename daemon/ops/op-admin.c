@@ -13,6 +13,7 @@
 #include "ops.h"
 #include "pool/pools.h"
 #include "proto/proto.h"
+#include "shutdown.h"
 #include "source/sources.h"
 #include "task/tasks.h"
 #include "base/utf8.h"
@@ -37,9 +38,8 @@ op_stats(struct conn *c, struct request *req)
 {
 	struct daemon *d = daemon_state;
 	struct proto_pool_stats pools[CONF_MAX_POOLS * 2];
+	struct pool_snapshot snaps[CONF_MAX_POOLS * 2];
 	struct proto_stats st;
-	struct proto_journal_stats pj;
-	struct journal_stats js;
 	struct proto_text pt;
 	char *msg = NULL;
 
@@ -52,7 +52,8 @@ op_stats(struct conn *c, struct request *req)
 		struct pools_entry *e = pools_at(i);
 		pools[i].name = e->name;
 		pools[i].removed = e->removed;
-		pool_snapshot(e->pool, &pools[i].s);
+		pool_snapshot(e->pool, &snaps[i]);
+		pools[i].s = &snaps[i];
 		st.npools++;
 	}
 	st.pools = pools;
@@ -64,36 +65,21 @@ op_stats(struct conn *c, struct request *req)
 	st.results_forgotten = tasks_results_forgotten();
 	st.version = PACKAGE_VERSION;
 	st.containment = cgroup_containment();
-	st.phase = phase_name(d->phase);
-	memset(&pj, 0, sizeof pj);
-	pj.state = "off";
-	if (durable_stats(&js)) {
-		pj.state = js.state;
-		pj.path = js.path;
-		pj.error = js.error;
-		pj.sync = js.sync_mode;
-		pj.at_limit = js.at_limit;
-		pj.bytes = js.bytes;
-		pj.max_bytes = js.max_bytes;
-		pj.segment_bytes = journal_segment_bytes(js.max_bytes);
-		pj.segments = js.segments;
-		pj.records = js.records;
-		pj.appended = js.appended;
-		pj.batches = js.batches;
-		pj.syncs = js.syncs;
-		pj.last_sync_us = js.last_sync_us;
-		pj.max_sync_us = js.max_sync_us;
-		pj.compactions = js.compactions;
-		pj.last_compaction_us = js.last_compaction_us;
-		pj.recoveries = js.recoveries;
-		pj.held_starts = js.held_starts;
-		pj.held_connections = js.held_conns;
-		pj.held_bytes = js.held_bytes;
+	st.phase = phase_name(shutdown_phase());
+	st.journal = durable_stats_json();
+	if (st.journal != NULL && durable_on()) {
+		/* what waits for the journal: the output part is the connections' */
+		size_t nheld;
+		uint64_t held;
+
+		conn_gate_held(&nheld, &held);
+		json_object_set_new(st.journal, "held_connections", json_integer((json_int_t)nheld));
+		json_object_set_new(st.journal, "held_bytes", json_integer((json_int_t)held));
 	}
-	st.journal = &pj;
 	st.tcp_auth = auth_tcp_mode();
 	st.sources = sources_stats();
 	proto_encode_stats(&pt, req->id, &st);
+	json_decref(st.journal);
 	json_decref(st.sources);
 	conn_send_text(c, &pt);
 }
@@ -157,5 +143,5 @@ op_shutdown(struct conn *c, struct request *req)
 	    (unsigned long long)conn_id(c), conn_peer(c));
 	proto_encode_shutting_down(&pt, req->id, sd.mode);
 	conn_send_text(c, &pt);
-	daemon_begin_shutdown(sd.now);
+	shutdown_begin(sd.now);
 }

@@ -145,15 +145,6 @@ static _Thread_local struct worker *current_worker;
 static void *worker_main(void *);
 static void *watcher_main(void *);
 
-uint64_t
-clock_now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
 static void __attribute__((format(printf, 2, 3)))
 set_cause(char **cause, const char *fmt, ...)
 {

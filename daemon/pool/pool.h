@@ -28,6 +28,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/clock.h"
+
 struct pool;
 struct pool_job;
 
@@ -215,9 +217,6 @@ struct pool_config {
 	unsigned capacity;      /* >= 1 */
 	pool_thread_start_fn thread_start; /* NULL = pthread_create */
 };
-
-/* Monotonic clock in microseconds, the clock of queue deadlines. */
-uint64_t clock_now_us(void);
 
 /*
  * Creates a pool and starts cfg->size workers. On failure returns NULL with

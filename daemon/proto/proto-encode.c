@@ -22,6 +22,7 @@
 
 #include "base/blob.h"
 #include "fmt.h"
+#include "pool/pool.h"
 #include "proto.h"
 #include "base/utf8.h"
 #include "wire.h"
@@ -473,7 +474,7 @@ proto_encode_list(struct proto_text *pt, json_t *id, const struct proto_task *ta
 static void
 pt_pool_stats(struct proto_text *pt, const struct proto_pool_stats *p)
 {
-	const struct pool_snapshot *s = &p->s;
+	const struct pool_snapshot *s = p->s;
 
 	pt_next(pt);
 	pt_open(pt, '{');
@@ -533,60 +534,6 @@ pt_pool_stats(struct proto_text *pt, const struct proto_pool_stats *p)
 	pt_close(pt, '}');
 }
 
-static void
-pt_journal_stats(struct proto_text *pt, const struct proto_journal_stats *j)
-{
-	pt_key(pt, FIELD_JOURNAL);
-	pt_open(pt, '{');
-	pt_key(pt, "state");
-	pt_cstring(pt, j->state);
-	if (strcmp(j->state, "off") != 0) {
-		pt_key(pt, "path");
-		pt_cstring(pt, j->path);
-		if (j->error != NULL) {
-			pt_key(pt, "error");
-			pt_cstring(pt, j->error);
-		}
-		pt_key(pt, "sync");
-		pt_cstring(pt, j->sync);
-		pt_key(pt, "at_limit");
-		pt_bool(pt, j->at_limit);
-		pt_key(pt, "bytes");
-		pt_u64(pt, j->bytes);
-		pt_key(pt, "max_bytes");
-		pt_u64(pt, j->max_bytes);
-		pt_key(pt, "segment_bytes");
-		pt_u64(pt, j->segment_bytes);
-		pt_key(pt, "segments");
-		pt_u64(pt, j->segments);
-		pt_key(pt, "records");
-		pt_u64(pt, j->records);
-		pt_key(pt, "records_written");
-		pt_u64(pt, j->appended);
-		pt_key(pt, "batches");
-		pt_u64(pt, j->batches);
-		pt_key(pt, "syncs");
-		pt_u64(pt, j->syncs);
-		pt_key(pt, "last_sync_ms");
-		pt_ms(pt, j->last_sync_us);
-		pt_key(pt, "max_sync_ms");
-		pt_ms(pt, j->max_sync_us);
-		pt_key(pt, "compactions");
-		pt_u64(pt, j->compactions);
-		pt_key(pt, "last_compaction_ms");
-		pt_ms(pt, j->last_compaction_us);
-		pt_key(pt, "recoveries");
-		pt_u64(pt, j->recoveries);
-		pt_key(pt, "held_starts");
-		pt_u64(pt, j->held_starts);
-		pt_key(pt, "held_connections");
-		pt_u64(pt, j->held_connections);
-		pt_key(pt, "held_bytes");
-		pt_u64(pt, j->held_bytes);
-	}
-	pt_close(pt, '}');
-}
-
 void
 proto_encode_stats(struct proto_text *pt, json_t *id, const struct proto_stats *st)
 {
@@ -618,8 +565,10 @@ proto_encode_stats(struct proto_text *pt, json_t *id, const struct proto_stats *
 	pt_cstring(pt, st->containment);
 	pt_key(pt, FIELD_PHASE);
 	pt_cstring(pt, st->phase);
-	if (st->journal != NULL)
-		pt_journal_stats(pt, st->journal);
+	if (st->journal != NULL) {
+		pt_key(pt, FIELD_JOURNAL);
+		proto_text_json(pt, st->journal);
+	}
 	pt_key(pt, FIELD_TCP_AUTH);
 	pt_cstring(pt, st->tcp_auth);
 	pt_end(pt);

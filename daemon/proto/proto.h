@@ -26,8 +26,6 @@
 
 #include <jansson.h>
 
-#include "pool/pool.h"
-
 struct blob;
 
 /* ------------------------------------------------------------ requests (proto.c) */
@@ -209,27 +207,16 @@ struct proto_task {
 	const char *error_message;
 };
 
-/* The figures of one pool in stats. */
+struct pool_snapshot;
+
+/* The figures of one pool in stats (pool.h's snapshot, borrowed). */
 struct proto_pool_stats {
 	const char *name;
-	struct pool_snapshot s;
+	const struct pool_snapshot *s;
 	bool removed;
 };
 
-/* stats' "journal" object (journal.h's figures); state "off" alone when it is off. */
-struct proto_journal_stats {
-	const char *state;          /* "ok", "failed", "off" */
-	const char *path;
-	const char *error;          /* failed: why; else NULL */
-	const char *sync;           /* journal_sync */
-	bool at_limit;
-	uint64_t bytes, max_bytes, segment_bytes, segments, records, appended, batches, syncs;
-	uint64_t last_sync_us, max_sync_us, compactions, last_compaction_us, recoveries;
-	uint64_t held_starts, held_connections, held_bytes; /* waiting for the journal */
-};
-
 struct proto_stats {
-	const struct proto_journal_stats *journal;
 	const struct proto_pool_stats *pools;
 	size_t npools;
 	uint64_t connections;
@@ -242,6 +229,7 @@ struct proto_stats {
 	const char *containment;    /* CONTAINMENT_* */
 	const char *phase;          /* PHASE_* */
 	const char *tcp_auth;       /* TCP_AUTH_* */
+	json_t *journal;            /* the journal's object (durable_stats_json; borrowed) */
 	json_t *sources;            /* an array, one object per [source NAME] (borrowed) */
 };
 

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "base/blob.h"
+#include "base/clock.h"
 #include "daemon.h"
 #include "base/idmap.h"
 #include "base/log.h"
@@ -46,16 +47,6 @@ static bool hooks_want_start;       /* some hook has a started */
 static bool start_barrier;          /* tasks_set_start_barrier */
 
 static void task_event(struct task *, json_t *, size_t);
-
-/* Wall clock, microseconds since the epoch: what the journal's records keep. */
-static uint64_t
-wall_now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
 static void task_finish(struct task *);
 
 /* ------------------------------------------------------------ hooks */
@@ -211,7 +202,7 @@ tasks_submit(struct task *t, const struct task_options *o)
 	t->attempt = o->attempt;
 	t->on_lost_rerun = o->on_lost_rerun;
 	t->queued_before_us = o->queued_before_us;
-	t->accepted_wall_us = o->accepted_wall_us != 0 ? o->accepted_wall_us : wall_now_us();
+	t->accepted_wall_us = o->accepted_wall_us != 0 ? o->accepted_wall_us : clock_wall_us();
 	t->pool_entry = o->pool;
 	t->stream = o->stream;
 	t->timeout_us = o->timeout_ms * 1000;
@@ -514,7 +505,7 @@ int
 tasks_restore_finished(struct task *t, struct blob *done_text, const char *state,
     uint64_t finished_wall_us)
 {
-	uint64_t now = wall_now_us(), age;
+	uint64_t now = clock_wall_us(), age;
 
 	if (idmap_put(tasks, t->id, t) == -1) {
 		blob_release(done_text);
