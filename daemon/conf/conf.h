@@ -1,5 +1,6 @@
 /*
- * conf.h: tpd's settings. Built-in defaults, overridden by the file (-c),
+ * conf.h: tpd's settings. Built-in defaults (conf.c's key table), overridden by
+ * the file (the default one, or -c: tpd.c chooses),
  * overridden by command-line flags, both read and checked by the same code
  * (conf.c's key table). Every limit lives here.
  */
@@ -132,7 +133,10 @@ struct conf {
 	size_t nsources;
 };
 
-/* Fills c with the built-in defaults (one pool "default", size = CPUs, limit 64, capacity 1024). */
+/*
+ * Fills c with the built-in defaults, from conf.c's key table (one pool
+ * "default", its size the number of CPUs).
+ */
 void conf_init(struct conf *c);
 
 /* Frees what c owns. */
@@ -174,7 +178,12 @@ const char *conf_flags_shortopts(const struct conf_flags *f);
 int conf_flags_add(struct conf_flags *f, int ch, int longindex, const char *arg,
     char **cause);
 
-/* Writes one help line per setting's flag: the flag, its value, the key it sets, its range. */
+/*
+ * Writes two help lines per setting, from conf.c's key table: its flag and
+ * value, the key it sets, its range, its default and "read at start" when
+ * only a restart applies a change; then its line of doc. The keys of
+ * [source NAME], which have no flag, follow.
+ */
 void conf_flags_usage(FILE *out);
 
 /*
@@ -217,11 +226,14 @@ int conf_validate(const struct conf *c, char **errors);
  * all of them (empty: nothing). Filled by the hook for the configuration
  * just read (its containment and cgroup_root decide), so that a default the
  * system cannot enforce is an error of the key that set it, told where it
- * was given (FILE:LINE or its flag) like every other value's error.
+ * was given (FILE:LINE or its flag) like every other value's error; so is
+ * a containment that cannot be had (containment = cgroup on a cgroup root
+ * tpd cannot use).
  */
 struct conf_enforce {
 	const char *why[CONF_NLIMITS];
 	char note[1100];
+	char unusable[1100];    /* the containment asked for cannot be had: an error of containment */
 };
 typedef void (*conf_enforce_fn)(const struct conf *c, struct conf_enforce *out);
 
@@ -255,6 +267,17 @@ struct conf_source *conf_source_find(struct conf *c, const char *name);
 
 /* True when a and b say the same in every key (a reload keeps such a source running). */
 bool conf_source_equal(const struct conf_source *a, const struct conf_source *b);
+
+/*
+ * A reload's keys that only a restart applies (their row's reload class in
+ * conf.c): each [daemon] or [exec] one whose value differs between next
+ * (just read) and running (in force) is swapped, so that next keeps the
+ * running value and running, about to be freed, takes the new one. Writes
+ * their names into changed ("journal, journal_sync"; "" for none, cut to
+ * len) and returns how many there were.
+ */
+size_t conf_keep_restart_keys(struct conf *next, struct conf *running, char *changed,
+    size_t len);
 
 /* Parses a pool or queue count: decimal digits only, at most max. */
 int conf_parse_count(const char *s, unsigned max, unsigned *out);
