@@ -329,15 +329,16 @@ check_only(struct daemon *d, const char *errors)
 		bad = true;
 	}
 	auth_free(a);
+	if (bad)
+		exit(1);
+	printf("configuration OK: %s\n", conf_what);
+	/* a warning, not an error: part of the verdict on stdout */
 	if (d->conf.journal && d->conf.journal_max_bytes < d->conf.result_retain_bytes)
-		fprintf(stderr, "warning: journal_max_bytes (%llu) is smaller than "
+		printf("warning: journal_max_bytes (%llu) is smaller than "
 		    "result_retain_bytes (%llu): at journal_max_bytes the oldest retained results "
 		    "are forgotten to make room\n",
 		    (unsigned long long)d->conf.journal_max_bytes,
 		    (unsigned long long)d->conf.result_retain_bytes);
-	if (bad)
-		exit(1);
-	printf("configuration OK: %s\n", conf_what);
 	exit(0);
 }
 

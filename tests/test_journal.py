@@ -258,11 +258,74 @@ def test_lost_task_is_counted_with_its_wait():
 
 def test_lock_error_names_the_way_out():
     with State() as st, st.daemon():
-        p = subprocess.run([TPD, "-f", "-s", os.path.join(st.root, "b.sock"), "--state-dir",
-                            st.dir], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, timeout=TIMEOUT)
+        p = subprocess.run([TPD, "-f", "-c", "none", "-s", os.path.join(st.root, "b.sock"),
+                            "--state-dir", st.dir], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT)
         check("give another --state-dir, or --journal off" in p.stderr.decode(), "%r",
               p.stderr.decode())
+
+
+def test_at_max_bytes_the_oldest_results_make_room():
+    with State() as st, st.daemon("--journal-max-bytes", "256k", queue=10000) as d:
+        c = d.client()
+        refused = 0
+        deadline = time.monotonic() + 30 * SLOW
+        for i in range(300):
+            while True:
+                rid, ev = c.submit({"kind": "echo", "value": "r" * 2000})
+                if ev["event"] == "accepted":
+                    c.done(rid)
+                    break
+                check(ev["error"]["code"] == "storage", "%r", ev)
+                refused += 1
+                check(time.monotonic() < deadline, "submits refused for good at "
+                      "journal_max_bytes while results fill it (%d refusals)", refused)
+                time.sleep(0.05)
+        ev = c.request({"op": "stats"}, "stats")
+        check(ev["results_forgotten"] > 0, "no result forgotten: %r", ev["results_forgotten"])
+        check("oldest retained results forgotten to make room" in d.read_log(), "not logged")
+
+
+def test_check_warns_when_max_bytes_is_below_result_retain_bytes():
+    p = subprocess.run([TPD, "-c", "none", "-n", "--journal-max-bytes", "1M",
+                        "--result-retain-bytes", "2M"], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    check(p.returncode == 0 and "warning: journal_max_bytes (1048576) is smaller than "
+          "result_retain_bytes (2097152)" in p.stdout, "%d %r %r", p.returncode, p.stdout,
+          p.stderr)
+
+
+def test_segment_size_is_a_key():
+    with State() as st, st.daemon("--journal-segment-size", "128k") as d:
+        c = d.client()
+        rid, _ = c.submit({"kind": "echo"})
+        c.done(rid)
+        check(journal_stats(c)["segment_bytes"] == 131072, "%r", journal_stats(c))
+        check(os.path.getsize(st.segments()[-1]) == 131072, "a segment of %d bytes",
+              os.path.getsize(st.segments()[-1]))
+
+
+def test_disk_smaller_than_a_segment_still_takes_submits():
+    if os.geteuid() != 0:
+        raise Skip("mounting a tmpfs needs root")
+    mnt = tempfile.mkdtemp(prefix="tpdsmall-")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1M", "tmpfs", mnt],
+                      stderr=subprocess.PIPE).returncode != 0:
+        os.rmdir(mnt)
+        raise Skip("mount -t tmpfs is not allowed here")
+    try:
+        # an 8 MiB segment (the default) on a 1 MiB disk
+        with Daemon("--state-dir", os.path.join(mnt, "state")) as d:
+            c = d.client()
+            for i in range(20):
+                rid, ev = c.submit({"kind": "echo", "value": i})
+                check(ev["event"] == "accepted", "%r", ev)
+                c.done(rid)
+            log = d.read_log()
+            check(log.count("writing segments without preallocation") == 1, "%s", log[-3000:])
+    finally:
+        subprocess.run(["umount", mnt])
+        os.rmdir(mnt)
 
 
 # ---------------------------------------------------------------- torn tails, damage

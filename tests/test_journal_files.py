@@ -44,8 +44,8 @@ class State:
 
     def start_fails(self):
         """Runs tpd on the state_dir; returns (exit status, stderr) of a start that must fail."""
-        p = subprocess.run([TPD, "-f", "-s", os.path.join(self.root, "s.sock"), "--state-dir",
-                            self.dir], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        p = subprocess.run([TPD, "-c", "none", "-f", "-s", os.path.join(self.root, "s.sock"),
+                            "--state-dir", self.dir], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=TIMEOUT)
         return p.returncode, p.stderr.decode(errors="replace")
 

@@ -801,6 +801,9 @@ durable_open(const struct conf *c)
 	s.sync = (enum journal_sync)c->journal_sync;
 	s.sync_interval_us = c->journal_sync_interval_ms * 1000;
 	s.max_bytes = c->journal_max_bytes;
+	s.segment_bytes = journal_segment_bytes(c->journal_max_bytes);
+	if (c->journal_segment_size != 0 && c->journal_segment_size < s.segment_bytes)
+		s.segment_bytes = c->journal_segment_size & ~(uint64_t)4095;
 	s.snapshot = snapshot_cb;
 	s.on_seen = seen_cb;
 	sync_mode = s.sync;

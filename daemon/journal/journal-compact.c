@@ -82,9 +82,60 @@ add_loc(struct out *o, const struct jstate *st, const struct jloc *l, uint64_t *
 	}
 }
 
+static int
+forget_one(const struct jrec *rec, void *arg)
+{
+	const char *why;
+
+	if (rec->type == JREC_FORGOTTEN)
+		jstate_apply(arg, 0, rec, &why);
+	return 0;
+}
+
+/*
+ * The tasks forgotten by records of the active segment (up to end, which
+ * the loop wrote already and never writes again) are dropped from the
+ * sealed segments' state: at journal_max_bytes the oldest results are
+ * forgotten to make room (durable.c), and their FORGOTTEN records are in
+ * the active segment. Nothing else of it is taken (it stays in charge of
+ * its own records).
+ */
+static void
+forget_from_active(struct journal *j, struct jstate *st, uint64_t seq, uint64_t end)
+{
+	struct jscan_result res;
+	char name[32], *cause = NULL;
+	unsigned char *buf;
+	size_t done = 0;
+	int fd;
+
+	jseg_name(name, sizeof name, seq);
+	if ((fd = journal_open_file(j->dirfd, j->dir, name, O_RDONLY, &cause)) == -1) {
+		free(cause);
+		return;
+	}
+	if ((buf = malloc(end)) == NULL) {
+		close(fd);
+		return;
+	}
+	while (done < end) {
+		ssize_t n = pread(fd, buf + done, end - done, (off_t)done);
+		if (n <= 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		done += (size_t)n;
+	}
+	close(fd);
+	if (done == end)
+		jfmt_scan(buf, end, forget_one, st, &res);
+	free(buf);
+}
+
 /* One compaction of the segments up to max_seq; fills the result fields of mt. */
 static void
-compact(struct journal *j, uint64_t max_seq, uint64_t gen)
+compact(struct journal *j, uint64_t max_seq, uint64_t active_seq, uint64_t active_end,
+    uint64_t gen)
 {
 	struct jmaint *mt = &j->mt;
 	struct jread *r = NULL;
@@ -104,6 +155,8 @@ compact(struct journal *j, uint64_t max_seq, uint64_t gen)
 		cause_set(&cause, "journal %s: no segment to compact", j->dir);
 		goto done;
 	}
+	if (active_seq > max_seq && active_end > JFMT_SEG_HEADER)
+		forget_from_active(j, r->state, active_seq, active_end);
 	seq = r->segs[r->nsegs - 1].seq;
 	if (r->torn != SIZE_MAX) {
 		cause_set(&cause, "journal %s: a sealed segment has a torn tail at offset %" PRIu64,
@@ -230,7 +283,7 @@ jmaint_main(void *arg)
 
 	pthread_mutex_lock(&mt->lock);
 	for (;;) {
-		uint64_t max, gen;
+		uint64_t max, gen, aseq, aend;
 
 		while (!mt->quit && !mt->job)
 			pthread_cond_wait(&mt->cv, &mt->lock);
@@ -239,9 +292,11 @@ jmaint_main(void *arg)
 		mt->job = false;
 		mt->running = true;
 		max = mt->job_max;
+		aseq = mt->job_active_seq;
+		aend = mt->job_active_end;
 		gen = mt->job_gen;
 		pthread_mutex_unlock(&mt->lock);
-		compact(j, max, gen);
+		compact(j, max, aseq, aend, gen);
 		pthread_mutex_lock(&mt->lock);
 	}
 	pthread_mutex_unlock(&mt->lock);
@@ -280,13 +335,15 @@ jmaint_stop(struct journal *j)
 }
 
 void
-jmaint_request(struct journal *j, uint64_t max_seq)
+jmaint_request(struct journal *j, uint64_t max_seq, uint64_t active_seq, uint64_t active_end)
 {
 	struct jmaint *mt = &j->mt;
 
 	pthread_mutex_lock(&mt->lock);
 	mt->job = true;
 	mt->job_max = max_seq;
+	mt->job_active_seq = active_seq;
+	mt->job_active_end = active_end;
 	mt->job_gen = atomic_load(&mt->gen);
 	pthread_cond_signal(&mt->cv);
 	pthread_mutex_unlock(&mt->lock);

@@ -84,6 +84,8 @@ struct jmaint {
 	bool quit;
 	bool job;                   /* a compaction is asked for */
 	uint64_t job_max;           /* of the segments up to this one */
+	uint64_t job_active_seq;    /* the active segment, whose FORGOTTEN records up to */
+	uint64_t job_active_end;    /* ...this offset (written already) drop their tasks too */
 	uint64_t job_gen;
 	bool running;
 	/* the result, for the loop */
@@ -179,7 +181,8 @@ void jsync_switch(struct journal *j, int fd, uint64_t seq, bool sync, int new_fd
 /* journal-compact.c */
 int jmaint_start(struct journal *j, char **cause);
 void jmaint_stop(struct journal *j);
-void jmaint_request(struct journal *j, uint64_t max_seq);
+void jmaint_request(struct journal *j, uint64_t max_seq, uint64_t active_seq,
+    uint64_t active_end);
 
 /* journal.c, for the threads: wakes the loop (any thread). */
 void journal_wake(struct journal *j);

@@ -1096,7 +1096,8 @@ maybe_compact(struct journal *j)
 	j->compact_dead = 0;
 	log_debug("journal %s: compacting segments up to %" PRIu64 " (%" PRIu64 " of %" PRIu64
 	    " bytes dead)", j->dir, j->compact_max, dead, data);
-	jmaint_request(j, j->compact_max);
+	jmaint_request(j, j->compact_max, j->segs[j->nsegs - 1].seq,
+	    j->segs[j->nsegs - 1].data_end);
 }
 
 static void
