@@ -33,8 +33,44 @@ static const struct stats_col stats_tasks[] = {
 	{ "POOL", FIELD_NAME }, { "ACCEPTED", FIELD_ACCEPTED }, { "QUEUED", FIELD_QUEUED },
 	{ "RUNNING", FIELD_BUSY }, { "SUCCEEDED", FIELD_SUCCEEDED }, { "FAILED", FIELD_FAILED },
 	{ "TIMED_OUT", FIELD_TIMED_OUT }, { "CANCELLED", FIELD_CANCELLED },
-	{ "EXPIRED", FIELD_EXPIRED }, { "REJECTED", FIELD_REJECTED }, { NULL, NULL }
+	{ "EXPIRED", FIELD_EXPIRED }, { "REJECTED", FIELD_REJECTED }, { "LOST", FIELD_LOST },
+	{ NULL, NULL }
 };
+
+void
+stats_journal_line(const json_t *ev, FILE *f)
+{
+	const json_t *j = json_object_get(ev, FIELD_JOURNAL);
+	const char *state = event_str(j, "state", NULL);
+	char bytes[FORMAT_BYTES_LEN], max[FORMAT_BYTES_LEN], held[FORMAT_BYTES_LEN];
+
+	if (state == NULL)
+		return;
+	if (strcmp(state, "off") == 0) {
+		fprintf(f, "journal: off (nothing survives a restart)\n");
+		return;
+	}
+	format_bytes((uint64_t)event_int(j, "bytes", 0), bytes, sizeof bytes);
+	format_bytes((uint64_t)event_int(j, "max_bytes", 0), max, sizeof max);
+	if (strcmp(state, "failed") == 0) {
+		char *why = format_cell("error", json_object_get(j, "error"));
+
+		fprintf(f, "journal: FAILED: %s; submits are refused (storage), and %lld "
+		    "connection%s' output (%s) and %lld task start%s wait for its recovery\n",
+		    why != NULL ? why : "?", (long long)event_int(j, "held_connections", 0),
+		    event_int(j, "held_connections", 0) == 1 ? "" : "s",
+		    format_bytes((uint64_t)event_int(j, "held_bytes", 0), held, sizeof held),
+		    (long long)event_int(j, "held_starts", 0),
+		    event_int(j, "held_starts", 0) == 1 ? "" : "s");
+		free(why);
+		return;
+	}
+	fprintf(f, "journal: %s%s, %s of %s in %lld segment%s, sync %s, %lld syncs\n",
+	    state, json_is_true(json_object_get(j, "at_limit")) ? " but AT ITS LIMIT "
+	    "(journal_max_bytes: submits are refused)" : "", bytes, max,
+	    (long long)event_int(j, "segments", 0), event_int(j, "segments", 0) == 1 ? "" : "s",
+	    event_str(j, "sync", "?"), (long long)event_int(j, "syncs", 0));
+}
 
 /* open, closed (shutting down: it takes no more tasks) or removed (by SIGHUP). */
 static const char *
@@ -124,6 +160,10 @@ stats_print(const json_t *ev)
 	stats_table(pools, stats_now);
 	printf("\n");
 	stats_table(pools, stats_tasks);
+	if (json_object_get(ev, FIELD_JOURNAL) != NULL) {
+		printf("\n");
+		stats_journal_line(ev, stdout);
+	}
 }
 
 static int
@@ -159,6 +199,9 @@ const struct cmd cmd_stats = {
 	    "resize limit, and how long the oldest queued task has waited. The\n"
 	    "second counts the tasks since start: ACCEPTED = QUEUED + RUNNING +\n"
 	    "SUCCEEDED + FAILED + TIMED_OUT + CANCELLED + EXPIRED; REJECTED were\n"
-	    "never accepted.\n\n",
+	    "never accepted (by reason: a full queue, closed, or storage: the\n"
+	    "journal); LOST ended lost at this start (running when tpd stopped),\n"
+	    "outside that sum. A line after the tables says how the journal is:\n"
+	    "ok, at its limit, or failed (and what waits for it).\n\n",
 	.exec = stats_exec,
 };
