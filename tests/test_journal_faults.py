@@ -217,6 +217,25 @@ def test_compaction_rename_failing_fails_the_journal_and_recovers():
                       "task %d, seen accepted, is unknown after the restart: %r", tid, ev)
 
 
+def test_output_held_past_output_stall_timeout_is_dropped():
+    with Faulty() as f, f.daemon("--output-stall-timeout", "1s") as d:
+        c = d.client()
+        f.set("sync 0 %d 0" % EIO)
+        rid = c.send({"op": "submit", "task": {"kind": "echo"}})
+        t0 = time.monotonic()
+        try:
+            while True:
+                ev = c.recv(timeout=5 * SLOW)
+                check(ev.get("id") != rid, "an answer came from a failed journal: %r", ev)
+        except EOFError:
+            pass
+        waited = time.monotonic() - t0
+        check(0.9 <= waited <= 4 * SLOW, "dropped after %.1f s (output_stall_timeout 1s)", waited)
+        check("its output waited for the gate (the journal)" in d.read_log(), "not logged")
+        # the daemon goes on: an operator still sees it
+        check(journal_stats(d.client())["state"] == "failed", "stats")
+
+
 def scrape(d):
     """{sample line's name and labels: value} of GET /metrics."""
     m = re.search(r"metrics: serving GET /metrics on tcp 127\.0\.0\.1:(\d+)", d.read_log())
