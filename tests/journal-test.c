@@ -846,6 +846,7 @@ newest_segment(const char *dir, char *path, size_t len)
 static void
 test_crash_torn_tail(void)
 {
+	size_t cuts[10];
 	char dir[300], seg[400], *cause = NULL;
 	unsigned char *orig;
 	size_t len, end, last;
@@ -874,16 +875,25 @@ test_crash_torn_tail(void)
 		}
 	}
 	/*
-	 * torn at every byte of the last record (the bytes after the cut still
-	 * the preallocated zeros; a file shorter than it was made is damage):
-	 * it opens, without that record
+	 * torn inside the last record (the bytes after the cut still the
+	 * preallocated zeros; a file shorter than it was made is damage): it
+	 * opens, without that record. Cuts in its header, just past it, in the
+	 * middle and at its last byte (every byte is the scan test's): each is a
+	 * whole start and stop, slow under the sanitizers.
 	 */
-	for (size_t cut = last + 1; cut < end; cut++) {
+	cuts[0] = 1, cuts[1] = 2, cuts[2] = 4, cuts[3] = 8, cuts[4] = 12, cuts[5] = 19;
+	cuts[6] = 20, cuts[7] = 21, cuts[8] = (end - last) / 2, cuts[9] = end - last - 1;
+	for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+		size_t cut = last + cuts[k];
 		struct tj t;
 		size_t upto = end + 4096 < len ? end + 4096 : len;
-		unsigned char *torn = calloc(1, upto - last);
-		int fd = open(seg, O_WRONLY);
+		unsigned char *torn;
+		int fd;
 
+		if (cut <= last || cut >= end || (k > 0 && cuts[k] <= cuts[k - 1]))
+			continue;
+		torn = calloc(1, upto - last);
+		fd = open(seg, O_WRONLY);
 		/* the bytes from the last record on (what the previous round wrote there too) */
 		CHECK(torn != NULL && fd != -1, "open %s", seg);
 		memcpy(torn, orig + last, cut - last);
