@@ -36,7 +36,8 @@ static const struct stats_col stats_tasks[] = {
 	{ "RUNNING", FIELD_BUSY }, { "SUCCEEDED", FIELD_SUCCEEDED }, { "FAILED", FIELD_FAILED },
 	{ "TIMED_OUT", FIELD_TIMED_OUT }, { "CANCELLED", FIELD_CANCELLED },
 	{ "EXPIRED", FIELD_EXPIRED }, { "DISPLACED", FIELD_DISPLACED },
-	{ "REJECTED", FIELD_REJECTED }, { "QUOTA", FIELD_REJECTED_QUOTA }, { NULL, NULL }
+	{ "REJECTED", FIELD_REJECTED }, { "QUOTA", FIELD_REJECTED_QUOTA }, { "LOST", FIELD_LOST },
+	{ NULL, NULL }
 };
 
 /* The sources: what each is now, and what became of the entries it read. */
@@ -47,6 +48,42 @@ static const struct stats_col stats_sources[] = {
 	{ "LAST_ERROR", "last_error" }, { NULL, NULL }
 };
 #define STATS_SOURCES_ALIGN "lllrrrrrl"
+
+
+void
+stats_journal_line(const json_t *ev, FILE *f)
+{
+	const json_t *j = json_object_get(ev, FIELD_JOURNAL);
+	const char *state = event_str(j, "state", NULL);
+	char bytes[FORMAT_BYTES_LEN], max[FORMAT_BYTES_LEN], held[FORMAT_BYTES_LEN];
+
+	if (state == NULL)
+		return;
+	if (strcmp(state, "off") == 0) {
+		fprintf(f, "journal: off (nothing survives a restart)\n");
+		return;
+	}
+	format_bytes((uint64_t)event_int(j, "bytes", 0), bytes, sizeof bytes);
+	format_bytes((uint64_t)event_int(j, "max_bytes", 0), max, sizeof max);
+	if (strcmp(state, "failed") == 0) {
+		char *why = format_cell("error", json_object_get(j, "error"));
+
+		fprintf(f, "journal: FAILED: %s; submits are refused (storage), and %lld "
+		    "connection%s' output (%s) and %lld task start%s wait for its recovery\n",
+		    why != NULL ? format_safe(why) : "?", (long long)event_int(j, "held_connections", 0),
+		    event_int(j, "held_connections", 0) == 1 ? "" : "s",
+		    format_bytes((uint64_t)event_int(j, "held_bytes", 0), held, sizeof held),
+		    (long long)event_int(j, "held_starts", 0),
+		    event_int(j, "held_starts", 0) == 1 ? "" : "s");
+		free(why);
+		return;
+	}
+	fprintf(f, "journal: %s%s, %s of %s in %lld segment%s, sync %s, %lld syncs\n",
+	    state, json_is_true(json_object_get(j, "at_limit")) ? " but AT ITS LIMIT "
+	    "(journal_max_bytes: submits are refused)" : "", bytes, max,
+	    (long long)event_int(j, "segments", 0), event_int(j, "segments", 0) == 1 ? "" : "s",
+	    event_str(j, "sync", "?"), (long long)event_int(j, "syncs", 0));
+}
 
 /* open, paused, closed (shutting down: it takes no more tasks) or removed (by SIGHUP). */
 static const char *
@@ -156,6 +193,10 @@ stats_print(const json_t *ev)
 	printf("\n");
 	stats_table(pools, stats_tasks, NULL, stdout);
 	stats_sources_print(json_object_get(ev, FIELD_SOURCES), stdout);
+	if (json_object_get(ev, FIELD_JOURNAL) != NULL) {
+		printf("\n");
+		stats_journal_line(ev, stdout);
+	}
 }
 
 static int
@@ -191,10 +232,13 @@ const struct cmd cmd_stats = {
 	    "resize limit, and how long the oldest queued task has waited. The\n"
 	    "second counts the tasks since start: ACCEPTED = QUEUED + RUNNING +\n"
 	    "SUCCEEDED + FAILED + TIMED_OUT + CANCELLED + EXPIRED; REJECTED were\n"
-	    "never accepted. With [source NAME] sections, a third table has a row\n"
+	    "never accepted (by reason: a full queue, closed, quota, or storage: the\n"
+	    "journal); LOST ended lost at this start (running when tpd stopped),\n"
+	    "outside that sum. With [source NAME] sections, a third table has a row\n"
 	    "per source: its state (connecting, connected, down, draining, stopped),\n"
 	    "pool, the entries in flight (read, not yet acknowledged), the entries\n"
 	    "read, claimed from stopped consumers, acknowledged and dead-lettered\n"
-	    "since start, and the last Redis error.\n\n",
+	    "since start, and the last Redis error. A line after the tables says how\n"
+	    "the journal is: ok, at its limit, or failed (and what waits for it).\n\n",
 	.exec = stats_exec,
 };

@@ -155,6 +155,10 @@ top_render(const json_t *ev, unsigned width, bool live, size_t *len)
 	table_print(t, f);
 	table_free(t);
 	stats_sources_print(json_object_get(ev, FIELD_SOURCES), f);
+	if (json_object_get(ev, FIELD_JOURNAL) != NULL) {
+		fprintf(f, "\n");
+		stats_journal_line(ev, f);
+	}
 	fprintf(f, "\nTASKS/S: ran to an end, per second, last 5 s.  WAIT, RUN: queue wait "
 	    "and run time, last 5-10 s.\n%s", live ? "q: quit\n" : "");
 	if (fclose(f) != 0) {

@@ -538,6 +538,9 @@ char *format_duration(double ms, char *buf, size_t len);
 int format_parse_size(const char *s, uint64_t *out);
 /* Formats bytes for people: "900 B", "512 KiB", "12.3 MiB", "1.5 GiB". */
 char *format_bytes(uint64_t bytes, char *buf, size_t len);
+
+/* cmd-stats.c: one line saying how the daemon's journal is (stats' "journal"), for stats and top. */
+void stats_journal_line(const json_t *stats, FILE *f);
 #define FORMAT_BYTES_LEN 32
 /*
  * What an exec task used (its result's usage), in one line: "cpu 0.25s

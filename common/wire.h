@@ -206,6 +206,8 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_TIMED_OUT        "timed_out"
 #define FIELD_CANCELLED        "cancelled"
 #define FIELD_EXPIRED          "expired"
+#define FIELD_LOST             "lost"
+#define FIELD_REJECTED_STORAGE "rejected_storage"
 #define FIELD_OLDEST_QUEUED_MS "oldest_queued_ms"
 #define FIELD_CLOSED           "closed"
 #define FIELD_REMOVED          "removed"

@@ -335,6 +335,13 @@ check_only(struct daemon *d, const char *errors)
 	if (bad)
 		exit(1);
 	printf("configuration OK: %s\n", conf_what);
+	/* a warning, not an error: part of the verdict on stdout */
+	if (d->conf.journal && d->conf.journal_max_bytes < d->conf.result_retain_bytes)
+		printf("warning: journal_max_bytes (%llu) is smaller than "
+		    "result_retain_bytes (%llu): at journal_max_bytes the oldest retained results "
+		    "are forgotten to make room\n",
+		    (unsigned long long)d->conf.journal_max_bytes,
+		    (unsigned long long)d->conf.result_retain_bytes);
 	exit(0);
 }
 
@@ -532,7 +539,8 @@ open_journal(struct daemon *d)
 static void
 start_journal(struct daemon *d)
 {
-	static const struct conn_gate gate = { durable_prepare, durable_seen };
+	static const struct conn_gate gate = { durable_prepare, durable_seen,
+	    durable_output_batch };
 
 	durable_set_seen_hook(conn_gate_seen);
 	durable_start(&d->conf, d->base);

@@ -2,7 +2,9 @@
 """The journal against the real daemon and real files: restarts, kill -9, torn
 tails, damage, a full disk, compaction, replay speed (tpd(8), "DURABILITY")."""
 import glob
+import http.client
 import json
+import re
 import os
 import random
 import shutil
@@ -228,6 +230,104 @@ def test_stats_journal():
         check(j["path"] == st.dir and j["state"] == "ok" and j["syncs"] >= 1, "%r", j)
 
 
+def test_lost_task_is_counted_with_its_wait():
+    with State() as st:
+        with st.daemon() as d:
+            c = d.client()
+            _, ev = c.submit({"kind": "exec", "argv": ["sleep", "30"]})
+            tid = ev["task"]
+            eventually(lambda: c.request({"op": "status", "task": tid})["state"] == "running",
+                       "it runs")
+            time.sleep(1.0)
+            kill9(d)
+        with st.daemon("--metrics-listen", "127.0.0.1:0") as d:
+            c = d.client()
+            ev = c.request({"op": "status", "task": tid})
+            check(ev["state"] == "lost" and ev["queued_ms"] < 900,
+                  "a lost task's queued_ms is its wait, not the time until the restart: %r", ev)
+            check(c.stats()["lost"] == 1, "stats: %r", c.stats())
+            m = re.search(r"metrics: serving GET /metrics on tcp 127\.0\.0\.1:(\d+)",
+                          d.read_log())
+            conn = http.client.HTTPConnection("127.0.0.1", int(m.group(1)), timeout=TIMEOUT)
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+            conn.close()
+            check('tpd_tasks_finished_total{pool="default",state="lost"} 1' in text,
+                  "%s", [l for l in text.splitlines() if "finished" in l])
+
+
+def test_lock_error_names_the_way_out():
+    with State() as st, st.daemon():
+        p = subprocess.run([TPD, "-f", "-c", "none", "-s", os.path.join(st.root, "b.sock"),
+                            "--state-dir", st.dir], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT)
+        check("give another --state-dir, or --journal off" in p.stderr.decode(), "%r",
+              p.stderr.decode())
+
+
+def test_at_max_bytes_the_oldest_results_make_room():
+    with State() as st, st.daemon("--journal-max-bytes", "256k", queue=10000) as d:
+        c = d.client()
+        refused = 0
+        deadline = time.monotonic() + 30 * SLOW
+        for i in range(300):
+            while True:
+                rid, ev = c.submit({"kind": "echo", "value": "r" * 2000})
+                if ev["event"] == "accepted":
+                    c.done(rid)
+                    break
+                check(ev["error"]["code"] == "storage", "%r", ev)
+                refused += 1
+                check(time.monotonic() < deadline, "submits refused for good at "
+                      "journal_max_bytes while results fill it (%d refusals)", refused)
+                time.sleep(0.05)
+        ev = c.request({"op": "stats"}, "stats")
+        check(ev["results_forgotten"] > 0, "no result forgotten: %r", ev["results_forgotten"])
+        check("oldest retained results forgotten to make room" in d.read_log(), "not logged")
+
+
+def test_check_warns_when_max_bytes_is_below_result_retain_bytes():
+    p = subprocess.run([TPD, "-c", "none", "-n", "--journal-max-bytes", "1M",
+                        "--result-retain-bytes", "2M"], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    check(p.returncode == 0 and "warning: journal_max_bytes (1048576) is smaller than "
+          "result_retain_bytes (2097152)" in p.stdout, "%d %r %r", p.returncode, p.stdout,
+          p.stderr)
+
+
+def test_segment_size_is_a_key():
+    with State() as st, st.daemon("--journal-segment-size", "128k") as d:
+        c = d.client()
+        rid, _ = c.submit({"kind": "echo"})
+        c.done(rid)
+        check(journal_stats(c)["segment_bytes"] == 131072, "%r", journal_stats(c))
+        check(os.path.getsize(st.segments()[-1]) == 131072, "a segment of %d bytes",
+              os.path.getsize(st.segments()[-1]))
+
+
+def test_disk_smaller_than_a_segment_still_takes_submits():
+    if os.geteuid() != 0:
+        raise Skip("mounting a tmpfs needs root")
+    mnt = tempfile.mkdtemp(prefix="tpdsmall-")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1M", "tmpfs", mnt],
+                      stderr=subprocess.PIPE).returncode != 0:
+        os.rmdir(mnt)
+        raise Skip("mount -t tmpfs is not allowed here")
+    try:
+        # an 8 MiB segment (the default) on a 1 MiB disk
+        with Daemon("--state-dir", os.path.join(mnt, "state")) as d:
+            c = d.client()
+            for i in range(20):
+                rid, ev = c.submit({"kind": "echo", "value": i})
+                check(ev["event"] == "accepted", "%r", ev)
+                c.done(rid)
+            log = d.read_log()
+            check(log.count("writing segments without preallocation") == 1, "%s", log[-3000:])
+    finally:
+        subprocess.run(["umount", mnt])
+        os.rmdir(mnt)
+
+
 # ---------------------------------------------------------------- torn tails, damage
 
 
@@ -253,8 +353,9 @@ def test_torn_last_record_is_dropped_and_logged():
         seg = st.segments()[-1]
         data, last, end = last_record_offset(seg)
         for cut in range(last + 1, end):
+            # torn: what a write cut short leaves (the preallocated zeros after it)
             with open(seg, "wb") as f:
-                f.write(data[:cut])
+                f.write(data[:cut] + bytes(len(data) - cut))
             expect = len(data[last:cut].rstrip(b"\0"))
             with st.daemon() as d:
                 log = d.read_log()
@@ -324,20 +425,26 @@ def test_disk_full_rejects_storage_then_recovers():
                 pass
             finally:
                 os.close(fd)
-            rejected = None
+            # submits until one's answer waits (its record could not be written)
+            o = d.client()
             for i in range(20000):
-                rid, ev = c.submit({"kind": "echo", "value": "y" * 200})
-                if ev["event"] == "rejected":
-                    rejected = ev
+                rid = c.send({"op": "submit", "task": {"kind": "echo", "value": "y" * 200}})
+                try:
+                    ev = c.recv_id(rid, timeout=0.5 * SLOW)
+                except (AssertionError, OSError):
                     break
-            check(rejected is not None and rejected["error"]["code"] == "storage" and
+                check(ev["event"] == "accepted", "%r", ev)
+            # a storage rejection is not held: another client gets it at once
+            _, rejected = o.submit({"kind": "echo"})
+            check(rejected["event"] == "rejected" and rejected["error"]["code"] == "storage" and
                   state in rejected["error"]["message"], "%r", rejected)
-            check(c.done(1)["state"] == "succeeded", "accepted work goes on")
-            check(journal_stats(c)["state"] == "failed", "stats")
+            check(journal_stats(o)["state"] == "failed", "stats")
             os.unlink(filler)
-            eventually(lambda: c.submit({"kind": "echo"})[1]["event"] == "accepted",
+            # its done waited for the recovery (its record could not be written)
+            check(c.done(1)["state"] == "succeeded", "accepted work goes on")
+            eventually(lambda: o.submit({"kind": "echo"})[1]["event"] == "accepted",
                        "submits accepted again", timeout=10 * SLOW)
-            check(journal_stats(c)["state"] == "ok", "stats after the recovery")
+            check(journal_stats(o)["state"] == "ok", "stats after the recovery")
     finally:
         subprocess.run(["umount", mnt])
         os.rmdir(mnt)

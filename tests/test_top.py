@@ -102,8 +102,10 @@ def test_top_fits_a_narrow_terminal():
         try:
             screen = t.wait_for(lambda s: "q: quit" in s, "the view")
             rows = [r for r in screen.splitlines() if r.strip()]
-            # no line wrapped: the daemon's line, headers, two pools, the notes, the key
-            check(len(rows) == 6 and rows[1].startswith("POOL") and
+            # no line wrapped: the daemon's line, headers, two pools, the journal's line,
+            # the notes, the key
+            check(len(rows) == 7 and rows[1].startswith("POOL") and
+                  rows[4].startswith("journal: ok") and
                   rows[2].startswith("default") and rows[3].startswith("io"),
                   "rows at 40 columns:\n%s", screen)
             t.keys("q")

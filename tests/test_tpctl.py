@@ -850,9 +850,9 @@ def test_stats_table_formatting():
         check(lines[4] == "", "a blank line between the tables: %r", lines)
         check(lines[5].split() == ["POOL", "ACCEPTED", "QUEUED", "RUNNING", "SUCCEEDED",
                                    "FAILED", "TIMED_OUT", "CANCELLED", "EXPIRED", "DISPLACED",
-                                   "REJECTED", "QUOTA"], "%r", lines[5])
+                                   "REJECTED", "QUOTA", "LOST"], "%r", lines[5])
         check(lines[6].split() == ["default", "123456", "120", "4", "123000", "3", "-", "-",
-                                   "-", "-", "7", "-"], "fields this daemon lacks are -: %r",
+                                   "-", "-", "7", "-", "-"], "fields this daemon lacks are -: %r",
               lines[6])
         for table in (lines[1:4], lines[5:8]):
             widths = {len(l) for l in table}

@@ -128,6 +128,7 @@ struct conf {
 	int journal_sync;               /* enum journal_sync; default commit */
 	uint64_t journal_sync_interval_ms; /* interval mode; default 100 ms */
 	size_t journal_max_bytes;       /* the journal's size on disk; default 1 GiB */
+	size_t journal_segment_size;    /* a segment, at most journal_max_bytes / 16; default 8 MiB */
 	char *metrics_listen;           /* HOST:PORT of GET /metrics; NULL = off */
 	unsigned metrics_max_connections; /* open scrape connections at once; default 16 */
 	uint64_t metrics_timeout_ms;    /* a scrape connection idle this long is closed; 10 s */

@@ -63,6 +63,7 @@
 #include "daemon.h"
 #include "durable.h"
 #include "base/log.h"
+#include "base/utf8.h"
 #include "pool/pools.h"
 #include "proto/proto.h"
 #include "task/tasks.h"
@@ -91,6 +92,10 @@ static struct {
 	uint64_t batch;             /* of its STARTED record */
 } *waiting;
 static size_t nwaiting, waiting_cap;
+
+/* A request is being handled; appended counted this many records when it began. */
+static bool dispatching;
+static uint64_t dispatch_appended;
 
 /* During the replay: the task being submitted again, with its records already on disk. */
 static struct jdata *replaying;
@@ -150,11 +155,15 @@ append(enum jrec_type type, uint64_t id, const struct jbuf *b, struct journal_re
 		*ref = r;
 }
 
+static uint64_t released_bytes;     /* of records released since start (make_room counts) */
+
 static void
 release(struct journal_ref *ref)
 {
-	if (ref->size != 0)
+	if (ref->size != 0) {
 		journal_release(journal, *ref);
+		released_bytes += ref->size;
+	}
 	ref->size = 0;
 }
 
@@ -417,6 +426,29 @@ durable_prepare(void)
 }
 
 uint64_t
+durable_output_batch(bool answer)
+{
+	if (journal == NULL)
+		return 0;
+	if (answer && dispatching && appended == dispatch_appended)
+		return 0;
+	return journal_batch(journal);
+}
+
+void
+durable_dispatch_begin(void)
+{
+	dispatching = true;
+	dispatch_appended = appended;
+}
+
+void
+durable_dispatch_end(void)
+{
+	dispatching = false;
+}
+
+uint64_t
 durable_seen(void)
 {
 	return journal != NULL ? journal_seen(journal) : UINT64_MAX;
@@ -510,6 +542,41 @@ blob_of(const char *p, size_t len)
 	return b;
 }
 
+/*
+ * What the journal gives back is checked as strictly as what a client
+ * sends: a text is UTF-8 without control characters (a done's text goes
+ * out as one wire line: a newline in it would make two), and a label is no
+ * longer than a client may give. NULL when it is fine, else what is wrong.
+ */
+static const char *
+replay_text_bad(const struct jtext *s, size_t max)
+{
+	if (s->p == NULL)
+		return NULL;
+	if (max != 0 && s->len > max)
+		return "longer than allowed";
+	if (!utf8_text(s->p, s->len))
+		return "not UTF-8";
+	for (uint32_t i = 0; i < s->len; i++)
+		if ((unsigned char)s->p[i] < 0x20 || s->p[i] == 0x7f)
+			return "holds a control character";
+	return NULL;
+}
+
+/* Refuses the start when a record's texts are not what tpd writes. */
+static void
+replay_check_texts(uint64_t id, const char *rec, const struct jtext *texts[],
+    const char *const names[], const size_t max[], size_t n)
+{
+	const char *bad;
+
+	for (size_t i = 0; i < n; i++)
+		if ((bad = replay_text_bad(texts[i], max[i])) != NULL)
+			fatalx("journal %s: damaged: task %llu's %s record: its %s %s; tpd never "
+			    "writes that (move the journal away to start, losing what it held)",
+			    state_path, (unsigned long long)id, rec, names[i], bad);
+}
+
 /* A retained result comes back. */
 static void
 replay_finished(struct journal *j, struct jread *rd, const struct jtask *jt)
@@ -522,6 +589,13 @@ replay_finished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	if (jstate_finished(rd->state, jt, &f) == -1 || (state = state_name(&f.state)) == NULL)
 		fatalx("journal %s: task %llu's finished record cannot be read",
 		    state_path, (unsigned long long)jt->id);
+	{
+		const struct jtext *texts[] = { &f.done, &f.pool, &f.owner, &f.label, &f.kind };
+		static const char *const names[] = { "done", "pool", "owner", "label", "kind" };
+		static const size_t max[] = { 0, 0, 0, WIRE_MAX_LABEL, 0 };
+
+		replay_check_texts(jt->id, "finished", texts, names, max, 5);
+	}
 	if ((t = calloc(1, sizeof *t)) == NULL || (jd = calloc(1, sizeof *jd)) == NULL)
 		fatalx("journal replay: out of memory");
 	t->id = jt->id;
@@ -544,12 +618,18 @@ replay_finished(struct journal *j, struct jread *rd, const struct jtask *jt)
 
 /* A task that cannot run again ends lost now, with its FINISHED record. */
 static void
-end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, uint64_t started_us,
+    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
+/*
+ * started_us: when its last start was recorded (0: never started). Its
+ * queued_ms is the wait until that start, never the time until the restart.
+ */
 static void
-end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, const char *fmt, ...)
+end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, uint64_t started_us,
+    const char *fmt, ...)
 {
+	struct pools_entry *e;
 	struct proto_task v;
 	char msg[512];
 	va_list ap;
@@ -560,7 +640,12 @@ end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, const char
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	t->final_state = STATE_LOST;
-	t->queued_us = now > a->time_us ? now - a->time_us : 0;
+	if (started_us != 0)
+		t->queued_us = started_us > a->time_us ? started_us - a->time_us : 0;
+	else
+		t->queued_us = now > a->time_us ? now - a->time_us : 0;
+	if (t->pool_name != NULL && (e = pools_find(t->pool_name)) != NULL)
+		pool_count_lost(e->pool);
 	task_describe(t, &v);
 	v.state = STATE_LOST;
 	v.finished = true;
@@ -602,10 +687,21 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	int priority = 0;
 	bool ran = (jt->flags & JT_STARTED) != 0;
 	bool cancelled = (jt->flags & JT_CANCELLED) != 0;
+	struct jstarted started;
+	uint64_t started_us = 0;
 
 	if (jstate_accepted(rd->state, jt, &a) == -1)
 		fatalx("journal %s: task %llu's accepted record cannot be read",
 		    state_path, (unsigned long long)jt->id);
+	if (ran && jstate_started(rd->state, jt, &started) == 0)
+		started_us = started.time_us;
+	{
+		const struct jtext *texts[] = { &a.pool, &a.owner, &a.label, &a.kind };
+		static const char *const names[] = { "pool", "owner", "label", "kind" };
+		static const size_t max[] = { 0, 0, WIRE_MAX_LABEL, 0 };
+
+		replay_check_texts(jt->id, "accepted", texts, names, max, 4);
+	}
 	if ((jd = calloc(1, sizeof *jd)) == NULL)
 		fatalx("journal replay: out of memory");
 	jd->accepted = journal_replay_ref(j, rd, &jt->accepted);
@@ -682,7 +778,7 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 		bare->attempt = jt->attempt;
 		bare->accepted_wall_us = a.time_us;
 		pool = owner = label = NULL;
-		end_lost(bare, jd, &a, "task %llu could not be queued again at the restart: "
+		end_lost(bare, jd, &a, started_us, "task %llu could not be queued again at the restart: "
 		    "the queue of pool %s is full", (unsigned long long)jt->id, bare->pool_name);
 		goto out;
 	}
@@ -697,18 +793,18 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	bare->accepted_wall_us = a.time_us;
 	pool = owner = label = NULL;
 	if (e == NULL)
-		end_lost(bare, jd, &a, "task %llu's pool %s no longer exists", (unsigned long long)
+		end_lost(bare, jd, &a, started_us, "task %llu's pool %s no longer exists", (unsigned long long)
 		    jt->id, bare->pool_name);
 	else if (ran && cancelled)
-		end_lost(bare, jd, &a, "task %llu was running, and asked to cancel, when tpd "
+		end_lost(bare, jd, &a, started_us, "task %llu was running, and asked to cancel, when tpd "
 		    "stopped (attempt %u); it is not run again", (unsigned long long)jt->id,
 		    jt->attempt);
 	else if (ran)
-		end_lost(bare, jd, &a, "task %llu was running when tpd stopped (attempt %u); "
+		end_lost(bare, jd, &a, started_us, "task %llu was running when tpd stopped (attempt %u); "
 		    "it is not run again (on_lost is lost)", (unsigned long long)jt->id,
 		    jt->attempt);
 	else
-		end_lost(bare, jd, &a, "task %llu cannot be read back from the journal: %s",
+		end_lost(bare, jd, &a, started_us, "task %llu cannot be read back from the journal: %s",
 		    (unsigned long long)jt->id, msg != NULL ? msg : "its task object is not valid");
 out:
 	free(msg);
@@ -733,6 +829,9 @@ durable_open(const struct conf *c)
 	s.sync = (enum journal_sync)c->journal_sync;
 	s.sync_interval_us = c->journal_sync_interval_ms * 1000;
 	s.max_bytes = c->journal_max_bytes;
+	s.segment_bytes = journal_segment_bytes(c->journal_max_bytes);
+	if (c->journal_segment_size != 0 && c->journal_segment_size < s.segment_bytes)
+		s.segment_bytes = c->journal_segment_size & ~(uint64_t)4095;
 	s.snapshot = snapshot_cb;
 	s.on_seen = seen_cb;
 	sync_mode = s.sync;
@@ -825,6 +924,51 @@ durable_on(void)
 	return journal != NULL;
 }
 
+void
+durable_make_room(void)
+{
+	static uint64_t logged_us;
+	uint64_t want, before = released_bytes, now = clock_now_us();
+	size_t n = 0;
+
+	if (journal == NULL || !journal_at_limit(journal))
+		return;
+	/*
+	 * The oldest retained results go first, as retention would drop them:
+	 * half a segment of their records dies, which compaction (on its
+	 * thread) then wins back, rather than every submit being refused while
+	 * finished results fill the journal.
+	 */
+	want = journal_segment_size(journal) / 2;
+	while (released_bytes - before < want && tasks_forget_oldest())
+		n++;
+	if (n == 0)
+		return;
+	durable_prepare();              /* the FORGOTTEN records: dead once written */
+	journal_compact_soon(journal);
+	if (logged_us == 0 || now - logged_us >= 10 * 1000000ull) {
+		log_warnx("journal %s is at journal_max_bytes: the %zu oldest retained results "
+		    "forgotten to make room (raise journal_max_bytes, or lower result_retain_bytes)",
+		    state_path, n);
+		logged_us = now;
+	}
+}
+
+void
+durable_refused(const char *why)
+{
+	static uint64_t last_us, count;
+	uint64_t now = clock_now_us();
+
+	count++;
+	if (last_us != 0 && now - last_us < 10 * 1000000ull)
+		return;
+	log_warnx("%llu submit%s refused (storage)%s: %s", (unsigned long long)count,
+	    count == 1 ? "" : "s", last_us != 0 ? " in the last 10 s" : "", why);
+	last_us = now;
+	count = 0;
+}
+
 bool
 durable_writable(const char **why)
 {
@@ -838,6 +982,8 @@ durable_stats(struct journal_stats *out)
 		return false;
 	journal_stats(journal, out);
 	out->appended = appended;
+	out->held_starts = nwaiting;
+	out->segment_bytes = journal_segment_size(journal);
 	return true;
 }
 
@@ -849,17 +995,17 @@ durable_stats_json(void)
 	if (!durable_stats(&js))
 		return json_pack("{s:s}", "state", "off");
 	return json_pack("{s:s, s:s, s:s*, s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-	    "s:f, s:f, s:I, s:f, s:I}",
+	    "s:f, s:f, s:I, s:f, s:I, s:I}",
 	    "state", js.state, "path", js.path, "error", js.error, "sync", js.sync_mode,
 	    "at_limit", js.at_limit, "bytes", (json_int_t)js.bytes,
 	    "max_bytes", (json_int_t)js.max_bytes,
-	    "segment_bytes", (json_int_t)journal_segment_bytes(js.max_bytes),
+	    "segment_bytes", (json_int_t)js.segment_bytes,
 	    "segments", (json_int_t)js.segments, "records", (json_int_t)js.records,
 	    "records_written", (json_int_t)js.appended, "batches", (json_int_t)js.batches,
 	    "syncs", (json_int_t)js.syncs, "last_sync_ms", js.last_sync_us / 1000.0,
 	    "max_sync_ms", js.max_sync_us / 1000.0, "compactions", (json_int_t)js.compactions,
 	    "last_compaction_ms", js.last_compaction_us / 1000.0,
-	    "recoveries", (json_int_t)js.recoveries);
+	    "recoveries", (json_int_t)js.recoveries, "held_starts", (json_int_t)js.held_starts);
 }
 
 const char *

@@ -47,6 +47,21 @@ const char *durable_state_dir(const struct conf *c, char *buf, size_t len);
  */
 uint64_t durable_prepare(void);
 
+/*
+ * The batch output given to a connection now depends on (conn.c marks it
+ * with the least of this and durable_prepare's): the batch records are
+ * appended to now, or 0 for output that depends on no record. answer: a
+ * line of an answer (not a done, not a task's stream event); it depends on
+ * no record when it is given while a request is handled
+ * (durable_dispatch_begin) that appended none: ping, stats, status, list,
+ * a refused submit, an error. Those are never held by a failed journal.
+ */
+uint64_t durable_output_batch(bool answer);
+
+/* ops.c: one request is handled between these two calls. */
+void durable_dispatch_begin(void);
+void durable_dispatch_end(void);
+
 /* Every batch up to this one may be seen (UINT64_MAX with the journal off). */
 uint64_t durable_seen(void);
 
@@ -61,6 +76,16 @@ void durable_set_seen_hook(void (*fn)(void));
  * and the cause (valid until the next call). Always true with the journal off.
  */
 bool durable_writable(const char **why);
+
+/*
+ * Before a submit is checked: at journal_max_bytes, forgets the oldest
+ * retained results (logged) and asks for a compaction, so that their room
+ * comes back. Nothing otherwise.
+ */
+void durable_make_room(void);
+
+/* A submit was refused (storage) for why: logged, at most once in 10 s with the count. */
+void durable_refused(const char *why);
 
 struct task;
 

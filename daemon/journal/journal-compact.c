@@ -82,9 +82,60 @@ add_loc(struct out *o, const struct jstate *st, const struct jloc *l, uint64_t *
 	}
 }
 
+static int
+forget_one(const struct jrec *rec, void *arg)
+{
+	const char *why;
+
+	if (rec->type == JREC_FORGOTTEN)
+		jstate_apply(arg, 0, rec, &why);
+	return 0;
+}
+
+/*
+ * The tasks forgotten by records of the active segment (up to end, which
+ * the loop wrote already and never writes again) are dropped from the
+ * sealed segments' state: at journal_max_bytes the oldest results are
+ * forgotten to make room (durable.c), and their FORGOTTEN records are in
+ * the active segment. Nothing else of it is taken (it stays in charge of
+ * its own records).
+ */
+static void
+forget_from_active(struct journal *j, struct jstate *st, uint64_t seq, uint64_t end)
+{
+	struct jscan_result res;
+	char name[32], *cause = NULL;
+	unsigned char *buf;
+	size_t done = 0;
+	int fd;
+
+	jseg_name(name, sizeof name, seq);
+	if ((fd = journal_open_file(j->dirfd, j->dir, name, O_RDONLY, &cause)) == -1) {
+		free(cause);
+		return;
+	}
+	if ((buf = malloc(end)) == NULL) {
+		close(fd);
+		return;
+	}
+	while (done < end) {
+		ssize_t n = pread(fd, buf + done, end - done, (off_t)done);
+		if (n <= 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		done += (size_t)n;
+	}
+	close(fd);
+	if (done == end)
+		jfmt_scan(buf, end, forget_one, st, &res);
+	free(buf);
+}
+
 /* One compaction of the segments up to max_seq; fills the result fields of mt. */
 static void
-compact(struct journal *j, uint64_t max_seq, uint64_t gen)
+compact(struct journal *j, uint64_t max_seq, uint64_t active_seq, uint64_t active_end,
+    uint64_t gen)
 {
 	struct jmaint *mt = &j->mt;
 	struct jread *r = NULL;
@@ -96,6 +147,7 @@ compact(struct journal *j, uint64_t max_seq, uint64_t gen)
 	uint64_t t0 = clock_now_us(), total, records = 0, seq;
 	size_t n;
 	int rc = -1;
+	bool dir_failed = false;
 
 	if (jread_load(j->dirfd, j->dir, max_seq, &r, &cause) == -1)
 		goto done;
@@ -103,6 +155,8 @@ compact(struct journal *j, uint64_t max_seq, uint64_t gen)
 		cause_set(&cause, "journal %s: no segment to compact", j->dir);
 		goto done;
 	}
+	if (active_seq > max_seq && active_end > JFMT_SEG_HEADER)
+		forget_from_active(j, r->state, active_seq, active_end);
 	seq = r->segs[r->nsegs - 1].seq;
 	if (r->torn != SIZE_MAX) {
 		cause_set(&cause, "journal %s: a sealed segment has a torn tail at offset %" PRIu64,
@@ -117,7 +171,7 @@ compact(struct journal *j, uint64_t max_seq, uint64_t gen)
 	total = JFMT_SEG_HEADER + next.len + jstate_live_bytes(r->state);
 	jseg_name(name, sizeof name, seq);
 	snprintf(tmp, sizeof tmp, "%s.tmp", name);
-	if ((o.fd = openat(j->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) == -1) {
+	if ((o.fd = journal_create_tmp(j->dirfd, tmp)) == -1) {
 		cause_set(&cause, "journal %s/%s: cannot create it: %s", j->dir, tmp, strerror(errno));
 		goto done;
 	}
@@ -127,6 +181,7 @@ compact(struct journal *j, uint64_t max_seq, uint64_t gen)
 		goto done;
 	}
 	jseg_header(hdr, seq, JFMT_SEG_SNAPSHOT, clock_wall_us());
+	jseg_header_size(hdr, total);
 	out_add(&o, hdr, sizeof hdr);
 	out_add(&o, next.p, next.len);
 	for (size_t i = 0; i < n && o.err == 0; i++) {
@@ -160,14 +215,28 @@ compact(struct journal *j, uint64_t max_seq, uint64_t gen)
 		cause_set(&cause, "compaction abandoned: the journal was recovered meanwhile");
 		goto done;
 	}
-	if (renameat(j->dirfd, tmp, j->dirfd, name) == -1 || fsync(j->dirfd) == -1) {
+	/*
+	 * Past this point a failure leaves the directory in a state nobody
+	 * knows (a rename that may or may not be on disk): the loop fails the
+	 * journal, whose recovery writes the whole live state afresh.
+	 */
+	if (renameat(j->dirfd, tmp, j->dirfd, name) == -1) {
 		int e = errno;
 		pthread_mutex_unlock(&j->dirlock);
-		cause_set(&cause, "journal %s/%s: cannot put it in place: %s", j->dir, name,
-		    strerror(e));
+		cause_set(&cause, "journal %s/%s: cannot rename its compaction into place: %s",
+		    j->dir, name, strerror(e));
+		dir_failed = true;
 		goto done;
 	}
 	tmp[0] = '\0'; /* renamed: nothing to remove */
+	if (fsync(j->dirfd) == -1) {
+		int e = errno;
+		pthread_mutex_unlock(&j->dirlock);
+		cause_set(&cause, "journal %s: fsync of the directory after compacting into %s: %s",
+		    j->dir, name, strerror(e));
+		dir_failed = true;
+		goto done;
+	}
 	for (size_t i = 0; i + 1 < r->nsegs; i++) {
 		jseg_name(name, sizeof name, r->segs[i].seq);
 		unlinkat(j->dirfd, name, 0);
@@ -195,6 +264,7 @@ done:
 	jread_free(r);
 	pthread_mutex_lock(&mt->lock);
 	mt->rc = rc;
+	mt->dir_failed = dir_failed;
 	free(mt->cause);
 	mt->cause = cause;
 	mt->duration_us = clock_now_us() - t0;
@@ -213,7 +283,7 @@ jmaint_main(void *arg)
 
 	pthread_mutex_lock(&mt->lock);
 	for (;;) {
-		uint64_t max, gen;
+		uint64_t max, gen, aseq, aend;
 
 		while (!mt->quit && !mt->job)
 			pthread_cond_wait(&mt->cv, &mt->lock);
@@ -222,9 +292,11 @@ jmaint_main(void *arg)
 		mt->job = false;
 		mt->running = true;
 		max = mt->job_max;
+		aseq = mt->job_active_seq;
+		aend = mt->job_active_end;
 		gen = mt->job_gen;
 		pthread_mutex_unlock(&mt->lock);
-		compact(j, max, gen);
+		compact(j, max, aseq, aend, gen);
 		pthread_mutex_lock(&mt->lock);
 	}
 	pthread_mutex_unlock(&mt->lock);
@@ -263,13 +335,15 @@ jmaint_stop(struct journal *j)
 }
 
 void
-jmaint_request(struct journal *j, uint64_t max_seq)
+jmaint_request(struct journal *j, uint64_t max_seq, uint64_t active_seq, uint64_t active_end)
 {
 	struct jmaint *mt = &j->mt;
 
 	pthread_mutex_lock(&mt->lock);
 	mt->job = true;
 	mt->job_max = max_seq;
+	mt->job_active_seq = active_seq;
+	mt->job_active_end = active_end;
 	mt->job_gen = atomic_load(&mt->gen);
 	pthread_cond_signal(&mt->cv);
 	pthread_mutex_unlock(&mt->lock);

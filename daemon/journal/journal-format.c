@@ -259,6 +259,16 @@ jseg_header(unsigned char *hdr, uint64_t seq, uint32_t flags, uint64_t created_u
 	put32(hdr + 36, crc32c(0, hdr, 36));
 }
 
+void
+jseg_header_size(unsigned char *hdr, uint64_t made_bytes)
+{
+	uint64_t kib = made_bytes / 1024;
+
+	put32(hdr + 12, get32(hdr + 12) | JFMT_SEG_SIZED);
+	put32(hdr + 32, kib > UINT32_MAX ? UINT32_MAX : (uint32_t)kib);
+	put32(hdr + 36, crc32c(0, hdr, 36));
+}
+
 int
 jseg_parse_header(const unsigned char *buf, size_t len, struct jseg_info *out, const char **why)
 {
@@ -283,10 +293,12 @@ jseg_parse_header(const unsigned char *buf, size_t len, struct jseg_info *out, c
 		    "an unknown format version";
 		return -1;
 	}
-	if ((out->flags & ~JFMT_SEG_FLAGS_KNOWN) != 0 || get32(buf + 32) != 0) {
+	if ((out->flags & ~JFMT_SEG_FLAGS_KNOWN) != 0 ||
+	    (!(out->flags & JFMT_SEG_SIZED) && get32(buf + 32) != 0)) {
 		*why = "unknown flags in the segment header";
 		return -1;
 	}
+	out->made_bytes = out->flags & JFMT_SEG_SIZED ? (uint64_t)get32(buf + 32) * 1024 : 0;
 	return 0;
 }
 

@@ -14,7 +14,8 @@
  *        as of its start, and every segment of a lower number is obsolete
  *    16  u64 sequence number (the file's name says the same)
  *    24  u64 creation time, wall clock, microseconds since the epoch
- *    32  u32 zero
+ *    32  u32 with JFMT_SEG_SIZED: the size the file was made with, in KiB
+ *        (rounded down); zero otherwise
  *    36  u32 CRC-32C of bytes 0..35
  *
  *   record (20 bytes of header, then len bytes of payload)
@@ -44,6 +45,16 @@
  * the reader drops. When a MARK after O says O was on disk, the bytes at O
  * changed after they were synced: that is damage, and the journal is refused
  * with the file and offset named.
+ *
+ * A segment with JFMT_SEG_SIZED (every one this tpd makes) was made with its
+ * first record (a MARK, or a snapshot's NEXT_ID) and synced, with its size,
+ * before it got its name: a file shorter than the size its header says, or
+ * whose first record is missing or does not check, held records and lost
+ * them. That is damage, never an empty or torn segment.
+ *
+ * What the records give back is checked as strictly as what a client sends:
+ * a task id is at most JFMT_MAX_TASK_ID (the largest integer any JSON reader
+ * keeps exact), as is a NEXT_ID.
  */
 #ifndef TPD_JOURNAL_FORMAT_H
 #define TPD_JOURNAL_FORMAT_H
@@ -58,7 +69,9 @@
 #define JFMT_REC_HEADER 20
 #define JFMT_MAX_PAYLOAD (512u * 1024 * 1024)
 #define JFMT_SEG_SNAPSHOT 0x1u
-#define JFMT_SEG_FLAGS_KNOWN JFMT_SEG_SNAPSHOT
+#define JFMT_SEG_SIZED 0x2u     /* bytes 32..35 hold its size; its first record is there */
+#define JFMT_SEG_FLAGS_KNOWN (JFMT_SEG_SNAPSHOT | JFMT_SEG_SIZED)
+#define JFMT_MAX_TASK_ID ((1ull << 53) - 1)
 #define JFMT_NAME_PREFIX "journal."
 #define JFMT_NAME_DIGITS 12
 #define JFMT_MAX_SEQ 999999999999ull
@@ -135,6 +148,9 @@ size_t jrec_append(struct jbuf *out, enum jrec_type type, uint64_t id,
 /* Fills hdr[JFMT_SEG_HEADER] for segment seq. */
 void jseg_header(unsigned char *hdr, uint64_t seq, uint32_t flags, uint64_t created_us);
 
+/* Sets JFMT_SEG_SIZED and the size a header's file is made with (its checksum again). */
+void jseg_header_size(unsigned char *hdr, uint64_t made_bytes);
+
 /* "journal.000000000042" into name (at least 32 bytes). */
 void jseg_name(char *name, size_t len, uint64_t seq);
 
@@ -149,6 +165,7 @@ struct jseg_info {
 	uint32_t flags;
 	uint64_t seq;
 	uint64_t created_us;
+	uint64_t made_bytes;        /* JFMT_SEG_SIZED: at least this many bytes; else 0 */
 };
 
 /*

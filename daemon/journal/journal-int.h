@@ -84,11 +84,14 @@ struct jmaint {
 	bool quit;
 	bool job;                   /* a compaction is asked for */
 	uint64_t job_max;           /* of the segments up to this one */
+	uint64_t job_active_seq;    /* the active segment, whose FORGOTTEN records up to */
+	uint64_t job_active_end;    /* ...this offset (written already) drop their tasks too */
 	uint64_t job_gen;
 	bool running;
 	/* the result, for the loop */
 	bool done;
 	int rc;                     /* 0, or -1 with cause */
+	bool dir_failed;            /* rc -1 at the rename or the directory's fsync: the journal fails */
 	char *cause;
 	uint64_t out_seq, out_bytes, out_records, out_live, duration_us, done_gen;
 	atomic_uint_fast64_t gen;   /* bumped to abort a compaction in flight */
@@ -129,6 +132,7 @@ struct journal {
 	uint64_t reserve_value;     /* a reservation written, not yet synced (0 = none) */
 	uint64_t reserve_batch;
 
+	bool prealloc_logged;       /* a segment could not be preallocated: said once */
 	bool failed;
 	char *error;
 	char *why;                  /* journal_writable's message */
@@ -161,6 +165,9 @@ struct journal_snap {
 	uint64_t records;
 };
 
+/* journal.c, for the compaction too: creates name.tmp (O_EXCL, O_NOFOLLOW); -1 with errno. */
+int journal_create_tmp(int dirfd, const char *tmp);
+
 /* journal-sync.c */
 int jsync_start(struct journal *j, char **cause);
 void jsync_stop(struct journal *j, bool final);
@@ -174,7 +181,8 @@ void jsync_switch(struct journal *j, int fd, uint64_t seq, bool sync, int new_fd
 /* journal-compact.c */
 int jmaint_start(struct journal *j, char **cause);
 void jmaint_stop(struct journal *j);
-void jmaint_request(struct journal *j, uint64_t max_seq);
+void jmaint_request(struct journal *j, uint64_t max_seq, uint64_t active_seq,
+    uint64_t active_end);
 
 /* journal.c, for the threads: wakes the loop (any thread). */
 void journal_wake(struct journal *j);

@@ -125,6 +125,37 @@ list_dir(int dirfd, const char *dir, uint64_t max_seq, struct jread *r, uint64_t
 	return 0;
 }
 
+int
+journal_open_file(int dirfd, const char *dir, const char *name, int flags, char **cause)
+{
+	struct stat st;
+	int fd;
+
+	/* O_NONBLOCK: a FIFO planted in a segment's place must not hang the start */
+	if ((fd = openat(dirfd, name, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600)) == -1)
+		return cause_set(cause, "journal %s/%s: cannot open it: %s%s", dir, name,
+		    strerror(errno), errno == ELOOP ? " (a symbolic link: refused)" : "");
+	if (fstat(fd, &st) == -1) {
+		int e = errno;
+		close(fd);
+		return cause_set(cause, "journal %s/%s: cannot stat it: %s", dir, name, strerror(e));
+	}
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+		close(fd);
+		if (!S_ISREG(st.st_mode))
+			return cause_set(cause, "journal %s/%s: not a regular file: refused (move it "
+			    "away)", dir, name);
+		return cause_set(cause, "journal %s/%s: owned by uid %u, not by tpd's user (uid %u): "
+		    "refused (move it away)", dir, name, (unsigned)st.st_uid, (unsigned)geteuid());
+	}
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == -1) {
+		int e = errno;
+		close(fd);
+		return cause_set(cause, "journal %s/%s: fcntl: %s", dir, name, strerror(e));
+	}
+	return fd;
+}
+
 /* Maps one segment file; its header is checked by the caller. */
 static int
 map_segment(int dirfd, const char *dir, uint64_t seq, struct jread_seg *s, char **cause)
@@ -137,9 +168,8 @@ map_segment(int dirfd, const char *dir, uint64_t seq, struct jread_seg *s, char 
 	jseg_name(name, sizeof name, seq);
 	memset(s, 0, sizeof *s);
 	s->seq = seq;
-	if ((fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC)) == -1)
-		return cause_set(cause, "journal %s/%s: cannot open it: %s", dir, name,
-		    strerror(errno));
+	if ((fd = journal_open_file(dirfd, dir, name, O_RDONLY, cause)) == -1)
+		return -1;
 	if (fstat(fd, &st) == -1) {
 		int e = errno;
 		close(fd);
@@ -202,6 +232,13 @@ jread_load(int dirfd, const char *dir, uint64_t max_seq, struct jread **out, cha
 			goto fail;
 		}
 		s->flags = info.flags;
+		s->made_bytes = info.made_bytes;
+		if (s->len < info.made_bytes) {
+			cause_set(cause, "journal %s/%s: damaged: the file is %zu bytes, shorter than "
+			    "the %" PRIu64 " it was made with: records it held are gone", dir, name,
+			    s->len, info.made_bytes);
+			goto fail;
+		}
 		if (info.flags & JFMT_SEG_SNAPSHOT)
 			first = i;
 	}
@@ -226,6 +263,16 @@ jread_load(int dirfd, const char *dir, uint64_t max_seq, struct jread **out, cha
 		c.index = s->index;
 		jfmt_scan(s->map, s->len, replay_one, &c, &s->scan);
 		r->records += s->scan.records;
+		/* its first record was on disk before the file had its name */
+		if ((s->flags & JFMT_SEG_SIZED) && s->scan.end != JSCAN_STOPPED &&
+		    (s->scan.records == 0 || (s->scan.end != JSCAN_CLEAN &&
+		    s->scan.bad_offset == JFMT_SEG_HEADER))) {
+			cause_set(cause, "journal %s/%s: damaged at offset %u: %s: its first record, on "
+			    "disk since the segment was made, is gone", dir, name, JFMT_SEG_HEADER,
+			    s->scan.records == 0 && s->scan.end == JSCAN_CLEAN ? "no record" :
+			    s->scan.why);
+			goto fail;
+		}
 		switch (s->scan.end) {
 		case JSCAN_STOPPED:
 			cause_set(cause, "journal %s/%s: damaged at offset %" PRIu64 ": %s", dir, name,

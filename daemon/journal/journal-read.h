@@ -23,6 +23,7 @@
 struct jread_seg {
 	uint64_t seq;
 	uint32_t flags;             /* the header's */
+	uint64_t made_bytes;        /* JFMT_SEG_SIZED: the size it was made with; else 0 */
 	const unsigned char *map;   /* the whole file, read-only */
 	size_t len;                 /* the file's size */
 	uint64_t blocks_bytes;      /* what it takes on disk (st_blocks) */
@@ -52,5 +53,13 @@ int jread_load(int dirfd, const char *dir, uint64_t max_seq, struct jread **out,
 
 /* Unmaps the segments and frees everything, the state too. */
 void jread_free(struct jread *);
+
+/*
+ * Opens name in the state directory open as dirfd (named dir in messages)
+ * with flags (O_CREAT: mode 0600): never through a symbolic link, never
+ * blocking (a FIFO), and only a regular file owned by tpd's user. Returns
+ * the fd, or -1 with *cause naming the file and what is wrong with it.
+ */
+int journal_open_file(int dirfd, const char *dir, const char *name, int flags, char **cause);
 
 #endif

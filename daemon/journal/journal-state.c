@@ -125,11 +125,19 @@ jstate_apply(struct jstate *s, uint32_t seg, const struct jrec *rec, const char 
 	if (rec->type == JREC_MARK)
 		return 0;
 	if (rec->type == JREC_NEXT_ID) {
+		if (rec->id > JFMT_MAX_TASK_ID + 1) {
+			*why = "a next task id past the largest task id (2^53-1)";
+			return -1;
+		}
 		s->next_id_rec = rec->id;
 		return 0;
 	}
 	if (rec->id == 0) {
 		*why = "a task record for task 0";
+		return -1;
+	}
+	if (rec->id > JFMT_MAX_TASK_ID) {
+		*why = "a task record for a task id past the largest (2^53-1)";
 		return -1;
 	}
 	s->sorted_valid = false;
@@ -264,6 +272,17 @@ jstate_accepted(const struct jstate *s, const struct jtask *t, struct jaccepted 
 	if (r == NULL)
 		return -1;
 	return jaccepted_decode(r + JFMT_REC_HEADER, t->accepted.size - JFMT_REC_HEADER, out, &why);
+}
+
+int
+jstate_started(const struct jstate *s, const struct jtask *t, struct jstarted *out)
+{
+	const unsigned char *r = t->started.size != 0 ? jstate_record(s, &t->started) : NULL;
+	const char *why;
+
+	if (r == NULL)
+		return -1;
+	return jstarted_decode(r + JFMT_REC_HEADER, t->started.size - JFMT_REC_HEADER, out, &why);
 }
 
 int

@@ -89,6 +89,8 @@ const unsigned char *jstate_record(const struct jstate *, const struct jloc *loc
 /* The decoded payloads of a task's records (pointers into the segment's bytes); 0 or -1. */
 int jstate_accepted(const struct jstate *, const struct jtask *, struct jaccepted *out);
 int jstate_finished(const struct jstate *, const struct jtask *, struct jfinished *out);
+/* Its STARTED record (the last start); -1 when it has none. */
+int jstate_started(const struct jstate *, const struct jtask *, struct jstarted *out);
 
 /* The sum of the sizes of every live record (the bytes compaction would keep). */
 uint64_t jstate_live_bytes(const struct jstate *);

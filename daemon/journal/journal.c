@@ -106,6 +106,32 @@ make_dirs(const char *dir, char **cause)
 	return 0;
 }
 
+/*
+ * The state directory must be tpd's own: owned by its user and writable by
+ * nobody else. Otherwise another user could plant files in it (a segment
+ * whose exec tasks would run as tpd's user, symlinks in place of the files
+ * tpd writes): such a directory is refused, whatever it holds.
+ */
+static int
+check_dir_owner(struct journal *j, char **cause)
+{
+	struct stat st;
+
+	if (fstat(j->dirfd, &st) == -1)
+		return cause_set(cause, "state_dir %s: %s", j->dir, strerror(errno));
+	if (st.st_uid != geteuid())
+		return cause_set(cause, "state_dir %s is owned by uid %u, not by tpd's user (uid %u): "
+		    "refused, as another user could plant files in it; give a directory of tpd's "
+		    "own (--state-dir), or --journal off", j->dir, (unsigned)st.st_uid,
+		    (unsigned)geteuid());
+	if (st.st_mode & (S_IWGRP | S_IWOTH))
+		return cause_set(cause, "state_dir %s is writable by %s (mode %04o): refused, as "
+		    "they could plant files in it; chmod go-w it, or give another (--state-dir)",
+		    j->dir, (st.st_mode & S_IWOTH) ? "others" : "its group",
+		    (unsigned)(st.st_mode & 07777));
+	return 0;
+}
+
 /* flock on DIR/lock, which holds the holder's pid. */
 static int
 take_lock(struct journal *j, char **cause)
@@ -114,9 +140,8 @@ take_lock(struct journal *j, char **cause)
 	ssize_t n;
 	int fd;
 
-	if ((fd = openat(j->dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600)) == -1)
-		return cause_set(cause, "state_dir %s: cannot open its lock file: %s", j->dir,
-		    strerror(errno));
+	if ((fd = journal_open_file(j->dirfd, j->dir, "lock", O_RDWR | O_CREAT, cause)) == -1)
+		return -1;
 	for (int tries = 0; flock(fd, LOCK_EX | LOCK_NB) == -1; tries++) {
 		int e = errno;
 		if (e == EWOULDBLOCK) {
@@ -136,9 +161,10 @@ take_lock(struct journal *j, char **cause)
 			}
 			close(fd);
 			if (pid > 0)
-				return cause_set(cause, "state_dir %s is in use by another tpd (pid %ld)",
-				    j->dir, pid);
-			return cause_set(cause, "state_dir %s is in use by another tpd", j->dir);
+				return cause_set(cause, "state_dir %s is in use by another tpd (pid %ld): "
+				    "give another --state-dir, or --journal off", j->dir, pid);
+			return cause_set(cause, "state_dir %s is in use by another tpd: give another "
+			    "--state-dir, or --journal off", j->dir);
 		}
 		close(fd);
 		return cause_set(cause, "state_dir %s: cannot lock it: %s", j->dir, strerror(e));
@@ -294,6 +320,8 @@ journal_open(const struct journal_settings *s, struct journal **out, struct jrea
 		cause_set(cause, "state_dir %s: %s", j->dir, strerror(errno));
 		goto fail;
 	}
+	if (check_dir_owner(j, cause) == -1)
+		goto fail;
 	if ((j->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) == -1) {
 		cause_set(cause, "eventfd: %s", strerror(errno));
 		goto fail;
@@ -407,33 +435,92 @@ journal_write_all(int fd, const void *buf, size_t len, uint64_t off)
 }
 
 /*
- * Creates segment seq holding data (a snapshot's records, or nothing) with
- * flags: a temporary file, its header and data, preallocated to at least
- * seg_bytes, fdatasynced, renamed into place, the directory fsynced.
- * Returns the fd (read-write) or -1 with *cause set.
+ * Creates name.tmp in the state directory for writing: O_EXCL and
+ * O_NOFOLLOW, so that whatever lies there (a leftover of a crash, or a
+ * symlink someone planted) is removed, never followed or reused. Returns
+ * the fd or -1 with errno.
+ */
+int
+journal_create_tmp(int dirfd, const char *tmp)
+{
+	int fd;
+
+	fd = openat(dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd == -1 && errno == EEXIST && unlinkat(dirfd, tmp, 0) == 0)
+		fd = openat(dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	return fd;
+}
+
+/*
+ * Makes room for a segment of want bytes from the start of fd: all of it
+ * when the file system has it; otherwise, when the disk has too little
+ * free space for a whole segment, nothing (logged once): the records are
+ * written as they come, and a full disk shows at a write. Returns the
+ * bytes made, or -1 with errno for any other failure.
+ */
+static int64_t
+preallocate(struct journal *j, int fd, const char *name, uint64_t want, uint64_t need)
+{
+	int e = posix_fallocate(fd, 0, (off_t)want);
+
+	if (e == 0)
+		return (int64_t)want;
+	if (e == ENOSPC || e == EOPNOTSUPP || e == EINVAL) {
+		if (!j->prealloc_logged) {
+			log_warnx("journal %s/%s: cannot preallocate a segment of %" PRIu64 " bytes "
+			    "(%s): writing segments without preallocation (see journal_segment_size)",
+			    j->dir, name, want, strerror(e));
+			j->prealloc_logged = true;
+		}
+		return (int64_t)need;
+	}
+	errno = e;
+	return -1;
+}
+
+/*
+ * Creates segment seq holding data (a snapshot's records; NULL: a first
+ * MARK) with flags: a temporary file, its header (JFMT_SEG_SIZED) and data,
+ * preallocated to at least seg_bytes when the disk has the room,
+ * fdatasynced, renamed into place, the directory fsynced. Returns the fd
+ * (read-write) with *end (where its data ends) and *made (its size), or -1
+ * with *cause set.
  */
 static int
 segment_create(struct journal *j, uint64_t seq, uint32_t flags, const struct jbuf *data,
-    char **cause)
+    uint64_t *end, uint64_t *made, char **cause)
 {
 	char name[32], tmp[40];
 	unsigned char hdr[JFMT_SEG_HEADER];
-	uint64_t size = JFMT_SEG_HEADER + (data ? data->len : 0);
-	int fd, e;
+	struct jbuf first = { 0 };
+	uint64_t size;
+	int64_t got;
+	int fd;
 
+	if (data == NULL) {
+		/* a record synced with the header: a file without it lost records (journal-format.h) */
+		jrec_append(&first, JREC_MARK, JFMT_SEG_HEADER + JFMT_REC_HEADER, NULL, 0);
+		if (first.failed)
+			return cause_set(cause, "out of memory");
+		data = &first;
+	}
+	size = JFMT_SEG_HEADER + data->len;
 	jseg_name(name, sizeof name, seq);
 	snprintf(tmp, sizeof tmp, "%s.tmp", name);
-	if ((fd = openat(j->dirfd, tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) == -1)
-		return cause_set(cause, "journal %s/%s: cannot create it: %s", j->dir, tmp,
-		    strerror(errno));
-	if ((e = posix_fallocate(fd, 0, (off_t)(size > j->seg_bytes ? size : j->seg_bytes))) != 0) {
+	if ((fd = journal_create_tmp(j->dirfd, tmp)) == -1) {
+		cause_set(cause, "journal %s/%s: cannot create it: %s", j->dir, tmp, strerror(errno));
+		jbuf_free(&first);
+		return -1;
+	}
+	if ((got = preallocate(j, fd, tmp, size > j->seg_bytes ? size : j->seg_bytes, size)) == -1) {
 		cause_set(cause, "journal %s/%s: cannot allocate %" PRIu64 " bytes: %s", j->dir, tmp,
-		    size > j->seg_bytes ? size : j->seg_bytes, strerror(e));
+		    size > j->seg_bytes ? size : j->seg_bytes, strerror(errno));
 		goto fail;
 	}
 	jseg_header(hdr, seq, flags, clock_wall_us());
+	jseg_header_size(hdr, (uint64_t)got);
 	if (journal_write_all(fd, hdr, sizeof hdr, 0) == -1 ||
-	    (data != NULL && journal_write_all(fd, data->p, data->len, JFMT_SEG_HEADER) == -1)) {
+	    journal_write_all(fd, data->p, data->len, JFMT_SEG_HEADER) == -1) {
 		cause_set(cause, "journal %s/%s: write: %s", j->dir, tmp, strerror(errno));
 		goto fail;
 	}
@@ -449,16 +536,21 @@ segment_create(struct journal *j, uint64_t seq, uint32_t flags, const struct jbu
 		cause_set(cause, "journal %s: fsync of the directory: %s", j->dir, strerror(errno));
 		close(fd);
 		unlinkat(j->dirfd, name, 0);
+		jbuf_free(&first);
 		return -1;
 	}
+	*end = size;
+	*made = (uint64_t)got;
+	jbuf_free(&first);
 	return fd;
 fail:
 	close(fd);
 	unlinkat(j->dirfd, tmp, 0);
+	jbuf_free(&first);
 	return -1;
 }
 
-/* The journal cannot be written: says so once, refuses submits, lets every batch be seen. */
+/* The journal cannot be written: says so once, refuses submits; nothing more is seen until recover(). */
 static void
 journal_fail(struct journal *j, const char *fmt, ...)
 {
@@ -483,12 +575,12 @@ journal_fail(struct journal *j, const char *fmt, ...)
 	log_warnx("journal %s: %s: new submits are refused (storage) until it can be written "
 	    "again", j->dir, msg ? msg : "out of memory");
 	j->switch_wait = false;
+	/*
+	 * Nothing counts as seen that was not on disk when this happened: what
+	 * waits for a batch written since the last sync (or never written) waits
+	 * for the recovery, whose snapshot holds it.
+	 */
 	j->nhold = 0;
-	if (j->seen < j->batch) {
-		j->seen = j->batch;
-		if (j->on_seen != NULL)
-			j->on_seen(j->arg, j->seen);
-	}
 }
 
 int
@@ -515,9 +607,8 @@ journal_begin(struct journal *j, char **cause)
 		int fd;
 
 		jseg_name(name, sizeof name, j->torn_seq);
-		if ((fd = openat(j->dirfd, name, O_WRONLY | O_CLOEXEC)) == -1)
-			return cause_set(cause, "journal %s/%s: cannot open it to drop its torn tail: %s",
-			    j->dir, name, strerror(errno));
+		if ((fd = journal_open_file(j->dirfd, j->dir, name, O_WRONLY, cause)) == -1)
+			return -1;
 		while (off < j->torn_end) {
 			size_t n = j->torn_end - off < sizeof zeros ? j->torn_end - off : sizeof zeros;
 			if (journal_write_all(fd, zeros, n, off) == -1)
@@ -541,18 +632,20 @@ journal_begin(struct journal *j, char **cause)
 	a = active(j);
 	if (a != NULL) {
 		struct stat st;
+		char *why = NULL;
 		int fd;
 
 		jseg_name(name, sizeof name, a->seq);
-		if ((fd = openat(j->dirfd, name, O_RDWR | O_CLOEXEC)) == -1)
-			journal_fail(j, "cannot open %s/%s: %s", j->dir, name, strerror(errno));
-		else if (fdatasync(fd) == -1) {
+		if ((fd = journal_open_file(j->dirfd, j->dir, name, O_RDWR, &why)) == -1) {
+			journal_fail(j, "%s", why ? why : "out of memory");
+			free(why);
+		} else if (fdatasync(fd) == -1) {
 			journal_fail(j, "fdatasync of %s/%s: %s", j->dir, name, strerror(errno));
 			close(fd);
 		} else if (a->data_end >= j->seg_bytes - j->seg_bytes / 4)
 			close(fd);
 		else if (fstat(fd, &st) == 0 && (uint64_t)st.st_size < j->seg_bytes &&
-		    (errno = posix_fallocate(fd, 0, (off_t)j->seg_bytes)) != 0) {
+		    preallocate(j, fd, name, j->seg_bytes, (uint64_t)st.st_size) == -1) {
 			journal_fail(j, "cannot allocate %s/%s: %s", j->dir, name, strerror(errno));
 			close(fd);
 		} else {
@@ -563,18 +656,20 @@ journal_begin(struct journal *j, char **cause)
 		}
 	}
 	if (!j->failed && j->active_fd == -1) {
-		uint64_t seq = a != NULL ? a->seq + 1 : 1;
+		uint64_t seq = a != NULL ? a->seq + 1 : 1, end = 0, made = 0;
 		struct jseg seg = { 0 };
 		char *why = NULL;
 
 		if ((j->active_fd = segment_create(j, seq, a == NULL ? JFMT_SEG_SNAPSHOT : 0, NULL,
-		    &why)) == -1) {
+		    &end, &made, &why)) == -1) {
 			journal_fail(j, "%s", why ? why : "out of memory");
 			free(why);
 		} else {
 			seg.seq = seq;
-			seg.data_end = seg.synced_to = JFMT_SEG_HEADER;
-			seg.alloc = j->seg_bytes;
+			seg.data_end = seg.synced_to = seg.last_mark = end;
+			seg.records = 1;
+			seg.dead = end - JFMT_SEG_HEADER;
+			seg.alloc = made;
 			seg.batch_lo = j->batch;
 			seg.batch_hi = j->batch - 1;
 			if (segs_push(j, &seg) == -1) {
@@ -755,17 +850,20 @@ static int
 segment_switch(struct journal *j)
 {
 	struct jseg *a = active(j), seg = { 0 };
+	uint64_t end = 0, made = 0;
 	char *why = NULL;
 	int fd;
 
 	seg.seq = a->seq + 1;
-	if ((fd = segment_create(j, seg.seq, 0, NULL, &why)) == -1) {
+	if ((fd = segment_create(j, seg.seq, 0, NULL, &end, &made, &why)) == -1) {
 		journal_fail(j, "%s", why ? why : "out of memory");
 		free(why);
 		return -1;
 	}
-	seg.data_end = seg.synced_to = JFMT_SEG_HEADER;
-	seg.alloc = j->seg_bytes;
+	seg.data_end = seg.synced_to = seg.last_mark = end;
+	seg.records = 1;
+	seg.dead = end - JFMT_SEG_HEADER;
+	seg.alloc = made;
 	seg.batch_lo = j->batch;
 	seg.batch_hi = j->batch - 1;
 	if (segs_push(j, &seg) == -1) {
@@ -794,18 +892,16 @@ journal_flush(struct journal *j)
 		jbuf_reset(&j->pending);
 		j->pending_records = j->pending_dead = 0;
 		j->pending_sync = false;
-		j->seen = j->batch++;
-		if (j->on_seen != NULL)
-			j->on_seen(j->arg, j->seen);
+		j->batch++;     /* not seen: what waits for it waits for the recovery */
 		return;
 	}
 	if (j->switch_wait)
 		return;
 	a = active(j);
-	if (a->data_end > JFMT_SEG_HEADER &&
+	if (a->data_end > JFMT_SEG_HEADER + JFMT_REC_HEADER && /* more than its opening MARK */
 	    a->data_end + j->pending.len + JFMT_REC_HEADER > j->seg_bytes) {
 		if (segment_switch(j) == -1) {
-			journal_flush(j); /* failed: let the batch be seen */
+			journal_flush(j); /* failed: the batch is dropped, the snapshot will hold it */
 			return;
 		}
 		a = active(j);
@@ -960,6 +1056,24 @@ at_limit(const struct journal *j)
 }
 
 bool
+journal_at_limit(const struct journal *j)
+{
+	return !j->failed && at_limit(j);
+}
+
+uint64_t
+journal_segment_size(const struct journal *j)
+{
+	return j->seg_bytes;
+}
+
+void
+journal_compact_soon(struct journal *j)
+{
+	maybe_compact(j);
+}
+
+bool
 journal_writable(struct journal *j, const char **why)
 {
 	free(j->why);
@@ -1006,7 +1120,8 @@ maybe_compact(struct journal *j)
 	j->compact_dead = 0;
 	log_debug("journal %s: compacting segments up to %" PRIu64 " (%" PRIu64 " of %" PRIu64
 	    " bytes dead)", j->dir, j->compact_max, dead, data);
-	jmaint_request(j, j->compact_max);
+	jmaint_request(j, j->compact_max, j->segs[j->nsegs - 1].seq,
+	    j->segs[j->nsegs - 1].data_end);
 }
 
 static void
@@ -1018,10 +1133,12 @@ compaction_done(struct journal *j)
 	uint64_t out_seq, out_bytes, out_records, duration, gen;
 	size_t keep = 0;
 	uint64_t lo = 0;
+	bool dir_failed;
 
 	pthread_mutex_lock(&mt->lock);
 	mt->done = false;
 	rc = mt->rc;
+	dir_failed = mt->dir_failed;
 	cause = mt->cause;
 	mt->cause = NULL;
 	out_seq = mt->out_seq;
@@ -1033,6 +1150,11 @@ compaction_done(struct journal *j)
 	j->compacting = false;
 	if (gen != atomic_load(&mt->gen)) {
 		free(cause); /* a recovery made it obsolete */
+		return;
+	}
+	if (rc == -1 && dir_failed) {
+		journal_fail(j, "%s", cause ? cause : "compaction failed");
+		free(cause);
 		return;
 	}
 	if (rc == -1) {
@@ -1095,7 +1217,7 @@ recover(struct journal *j)
 {
 	struct journal_snap snap = { j, { 0 }, 0, 0 };
 	struct jseg seg = { 0 };
-	uint64_t seq = 1, now = clock_now_us(), next;
+	uint64_t seq = 1, now = clock_now_us(), next, end = 0, made = 0;
 	char *why = NULL, name[32];
 	int fd;
 
@@ -1128,7 +1250,7 @@ recover(struct journal *j)
 	}
 	atomic_fetch_add(&j->mt.gen, 1); /* a compaction in flight is now obsolete */
 	pthread_mutex_lock(&j->dirlock);
-	fd = segment_create(j, seq, JFMT_SEG_SNAPSHOT, &snap.buf, &why);
+	fd = segment_create(j, seq, JFMT_SEG_SNAPSHOT, &snap.buf, &end, &made, &why);
 	if (fd == -1) {
 		pthread_mutex_unlock(&j->dirlock);
 		goto fail;
@@ -1142,7 +1264,7 @@ recover(struct journal *j)
 
 	seg.seq = seq;
 	seg.data_end = seg.synced_to = seg.last_mark = JFMT_SEG_HEADER + snap.buf.len;
-	seg.alloc = seg.data_end > j->seg_bytes ? seg.data_end : j->seg_bytes;
+	seg.alloc = made;
 	seg.records = snap.records + 1;
 	seg.dead = JFMT_REC_HEADER;
 	seg.batch_lo = seg.batch_hi = snap.batch;

@@ -47,13 +47,17 @@
  * loop only counts bytes: each record's journal_ref, released when the
  * record dies (journal_release), says which segment it is in.
  *
- * Failure: a failed write or fdatasync marks the journal failed (fsyncgate:
- * an fdatasync is never retried on the same file). Until it recovers,
- * journal_writable says no (submits are rejected), batches are not written
- * and are seen at once, and journal_tick tries, at each call (once a second),
- * to write a fresh segment holding a snapshot of the live state, which the
- * daemon gives through settings.snapshot; once it is on disk every older
- * segment is removed and the journal works again.
+ * Failure: a failed write, fdatasync, segment creation, or compaction
+ * rename (or the directory's fsync after one) marks the journal failed
+ * (fsyncgate: an fdatasync is never retried on the same file). Until it
+ * recovers, journal_writable says no (submits are rejected), batches are
+ * not written, and journal_seen does not move: no batch that was not on
+ * disk (synced, in commit) when the failure came is ever seen, so what the
+ * daemon holds for it stays held. journal_tick tries, at each call (once a
+ * second), to write a fresh segment holding a snapshot of the live state,
+ * which the daemon gives through settings.snapshot; once it is on disk
+ * every older segment is removed, every batch so far is seen, and the
+ * journal works again.
  */
 #ifndef TPD_JOURNAL_H
 #define TPD_JOURNAL_H
@@ -101,6 +105,9 @@ struct journal_stats {
 	unsigned segments;
 	uint64_t records;           /* in the segments on disk */
 	uint64_t appended;          /* records appended since start (the daemon's count) */
+	/* the daemon's: what waits for a batch not yet seen (all of it, while failed) */
+	size_t held_starts;         /* exec tasks whose program waits for its STARTED record */
+	uint64_t segment_bytes;     /* a segment's size */
 	uint64_t live_bytes;        /* of records not yet dead */
 	uint64_t batches;           /* writes since start */
 	uint64_t syncs;             /* fdatasyncs since start */
@@ -189,6 +196,15 @@ void journal_process(struct journal *);
  * and the cause, valid until the next call.
  */
 bool journal_writable(struct journal *, const char **why);
+
+/* True when max_bytes is reached (and the journal is not failed). */
+bool journal_at_limit(const struct journal *);
+
+/* The size of a segment (settings.segment_bytes, or the rule for 0). */
+uint64_t journal_segment_size(const struct journal *);
+
+/* Asks for a compaction now if the dead records allow one (after records died). */
+void journal_compact_soon(struct journal *);
 
 /* Once a second: recovery while failed, and the compaction check. */
 void journal_tick(struct journal *);

@@ -153,6 +153,7 @@ struct conn {
 	 * go. marks: [end of bytes, batch], oldest first.
 	 */
 	uint64_t out_total, sent_total, tagged_total, safe_total;
+	uint64_t dep;          /* the batch the output given since the last mark depends on */
 	struct { uint64_t end, batch; } marks[CONN_MARKS];
 	unsigned nmarks;
 	char *token_name;         /* TCP: the token hello presented, by name; NULL: none */
@@ -764,6 +765,17 @@ held_remove(struct conn *c)
 }
 
 void
+conn_gate_held(size_t *nconns, uint64_t *bytes)
+{
+	*nconns = 0;
+	*bytes = 0;
+	for (struct conn *c = held_head; c != NULL; c = c->next_held) {
+		(*nconns)++;
+		*bytes += c->out_total - c->safe_total;
+	}
+}
+
+void
 conn_set_dispatch(conn_dispatch_fn fn)
 {
 	dispatch = fn;
@@ -800,9 +812,13 @@ gate_allows(struct conn *c, size_t n)
 	batch = gate->prepare();
 	seen = gate->seen();
 	if (c->tagged_total < c->out_total) {
+		/* output that depends on no batch (output_batch) waits only behind older bytes */
+		if (c->dep < batch)
+			batch = c->dep;
+		c->dep = 0;
 		if (c->nmarks == 0 && batch <= seen)
 			c->safe_total = c->out_total;
-		else if (c->nmarks > 0 && c->marks[c->nmarks - 1].batch == batch)
+		else if (c->nmarks > 0 && batch <= c->marks[c->nmarks - 1].batch)
 			c->marks[c->nmarks - 1].end = c->out_total;
 		else if (c->nmarks == CONN_MARKS) {
 			/* folded into the newest: it waits a little longer, never less */
@@ -961,6 +977,14 @@ conn_send_text(struct conn *c, struct proto_text *pt)
 	proto_text_free(pt);
 }
 
+/* The output c is given from now on depends on the journal's batch (0: on none). */
+static void
+conn_depends(struct conn *c, uint64_t batch)
+{
+	if (batch > c->dep)
+		c->dep = batch;
+}
+
 /* Adds a line and its newline to the buffer, over the cap if need be. */
 static void
 out_add_line(struct conn *c, const char *line, size_t len)
@@ -982,6 +1006,7 @@ conn_send_line(struct conn *c, const char *line, size_t len)
 
 	if (!conn_can_send(c))
 		return;
+	conn_depends(c, gate != NULL ? gate->output_batch(true) : 0);
 	if (out_takes(c, len + 1))
 		out_add_line(c, line, len);
 	else if ((it = hold(c, len + 1)) != NULL) {
@@ -998,6 +1023,7 @@ conn_send_done(struct conn *c, json_t *id, struct blob *body)
 
 	if (!conn_can_send(c))
 		return;
+	conn_depends(c, gate != NULL ? gate->output_batch(false) : 0);
 	if (out_takes(c, body->len))
 		conn_sent(c, out_add_done(c, id, body) == 0);
 	else if ((it = hold(c, 0)) != NULL) {
@@ -1017,6 +1043,7 @@ conn_send_stream(struct conn *c, struct proto_text *pt, conn_sent_fn sent, uint6
 		sent(key, weight);
 		return;
 	}
+	conn_depends(c, gate != NULL ? gate->output_batch(false) : 0);
 	if (out_takes(c, weight)) {
 		out_add_line(c, pt->data, pt->len);
 		proto_text_free(pt);
@@ -1131,9 +1158,16 @@ conn_write(struct conn *c)
 	}
 	c->sent_total += (uint64_t)n;
 	if (may < avail && (size_t)n == may) {
-		/* the socket took all it may: the rest goes when the gate moves on */
+		/*
+		 * The socket took all it may: the rest goes when the gate moves on.
+		 * A failed journal holds it until its recovery: past
+		 * output_stall_timeout the sweep treats it as a stalled socket.
+		 */
 		o->off += (size_t)n;
 		held_add(c);
+		if (n > 0 || c->prev_stuck == NULL)
+			o->progress_us = clock_now_us();
+		stuck_add(c);
 		conn_set_events(c, (short)(c->events & ~EV_WRITE));
 		return;
 	}
@@ -1399,9 +1433,11 @@ conn_stall_cb(evutil_socket_t fd, short what, void *arg)
 		next = c->next_stuck;
 		if (now - c->out->progress_us < timeout_ms * 1000)
 			continue;
-		log_warnx("connection %llu (%s): its socket took no output for %llu ms "
+		log_warnx("connection %llu (%s): %s for %llu ms "
 		    "(output_stall_timeout) with %zu bytes and %zu answers waiting: "
 		    "disconnecting; its tasks go on", (unsigned long long)c->id, conn_peer(c),
+		    c->prev_held != NULL ? "its output waited for the gate (the journal)" :
+		    "its socket took no output",
 		    (unsigned long long)((now - c->out->progress_us) / 1000), conn_pending(c),
 		    c->out->nheld);
 		conn_close(c, NULL);

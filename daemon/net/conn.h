@@ -184,6 +184,12 @@ void conn_set_dispatch(conn_dispatch_fn);
 struct conn_gate {
 	uint64_t (*prepare)(void);
 	uint64_t (*seen)(void);
+	/*
+	 * The batch output given now depends on (0: none; the least of it and
+	 * prepare's is its mark). answer: a line of an answer, not a done or a
+	 * task's stream event.
+	 */
+	uint64_t (*output_batch)(bool answer);
 };
 void conn_set_gate(const struct conn_gate *);
 
@@ -192,5 +198,8 @@ void conn_set_gate(const struct conn_gate *);
  * waited for it are written again at the end of this loop pass.
  */
 void conn_gate_seen(void);
+
+/* The output waiting for the gate: how many connections, and their bytes not yet allowed. */
+void conn_gate_held(size_t *nconns, uint64_t *bytes);
 
 #endif

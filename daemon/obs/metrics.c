@@ -49,6 +49,7 @@
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 
+#include "journal/durable.h"
 #include "net/conn.h"
 #include "daemon.h"
 #include "net/listen.h"
@@ -140,6 +141,8 @@ pool_add(struct metrics_pool *mp, const struct pools_entry *e)
 	mp->s.timed_out += s.timed_out;
 	mp->s.cancelled += s.cancelled;
 	mp->s.expired += s.expired;
+	mp->s.lost += s.lost;
+	mp->s.rejected_storage += s.rejected_storage;
 	if (s.oldest_queued_us > mp->s.oldest_queued_us)
 		mp->s.oldest_queued_us = s.oldest_queued_us;
 }
@@ -287,6 +290,47 @@ sources_format(struct evbuffer *out)
 	}
 }
 
+/* The journal's series (none with the journal off). */
+static void
+metrics_journal(struct evbuffer *out)
+{
+	struct journal_stats js;
+	static const struct {
+		const char *name, *type, *help;
+	} fam[] = {
+		{ "tpd_journal_failed", "gauge", "1 while the journal cannot be written (submits are "
+		    "refused with storage; what depends on lost records waits), else 0." },
+		{ "tpd_journal_at_limit", "gauge", "1 while the journal is at journal_max_bytes." },
+		{ "tpd_journal_bytes", "gauge", "Bytes the journal's segments take on disk." },
+		{ "tpd_journal_max_bytes", "gauge", "journal_max_bytes." },
+		{ "tpd_journal_syncs_total", "counter", "fdatasync calls of the journal." },
+		{ "tpd_journal_recoveries_total", "counter", "Times a failed journal was written "
+		    "afresh." },
+		{ "tpd_journal_held_bytes", "gauge", "Output bytes waiting for the journal." },
+		{ "tpd_journal_held_starts", "gauge", "Exec tasks whose program waits for its start "
+		    "record." },
+	};
+	unsigned long long v[8];
+	size_t nheld;
+	uint64_t held;
+
+	if (!durable_stats(&js))
+		return;
+	conn_gate_held(&nheld, &held);
+	v[0] = strcmp(js.state, "failed") == 0;
+	v[1] = js.at_limit;
+	v[2] = js.bytes;
+	v[3] = js.max_bytes;
+	v[4] = js.syncs;
+	v[5] = js.recoveries;
+	v[6] = held;
+	v[7] = js.held_starts;
+	for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+		family(out, fam[i].name, fam[i].type, fam[i].help);
+		evbuffer_add_printf(out, "%s %llu\n", fam[i].name, v[i]);
+	}
+}
+
 int
 metrics_format(struct evbuffer *out)
 {
@@ -299,6 +343,7 @@ metrics_format(struct evbuffer *out)
 		{ "timed_out", offsetof(struct pool_snapshot, timed_out) },
 		{ "cancelled", offsetof(struct pool_snapshot, cancelled) },
 		{ "expired", offsetof(struct pool_snapshot, expired) },
+		{ "lost", offsetof(struct pool_snapshot, lost) },
 	};
 	struct daemon *d = daemon_state;
 	struct metrics_pool *mp;
@@ -322,6 +367,7 @@ metrics_format(struct evbuffer *out)
 	    "delivered yet.");
 	evbuffer_add_printf(out, "tpd_tasks_outstanding %llu\n",
 	    (unsigned long long)tasks_outstanding());
+	metrics_journal(out);
 
 	family(out, "tpd_tasks_submitted_total", "counter", "Submissions the pool accepted.");
 	for (i = 0; i < n; i++)
@@ -335,6 +381,8 @@ metrics_format(struct evbuffer *out)
 		    mp[i].s.rejected_closed);
 		sample(out, "tpd_tasks_rejected_total", mp[i].name, "reason=\"quota\"",
 		    mp[i].s.rejected_quota);
+		sample(out, "tpd_tasks_rejected_total", mp[i].name, "reason=\"storage\"",
+		    mp[i].s.rejected_storage);
 	}
 	family(out, "tpd_submits_held", "gauge", "Submits held until their pool's queue has "
 	    "room (admission wait): not accepted, not tasks.");

@@ -83,6 +83,15 @@ op_stats(struct conn *c, struct request *req)
 	st.containment = cgroup_containment();
 	st.phase = phase_name(shutdown_phase());
 	st.journal = durable_stats_json();
+	if (st.journal != NULL && durable_on()) {
+		/* what waits for the journal: the output part is the connections' */
+		size_t nheld;
+		uint64_t held;
+
+		conn_gate_held(&nheld, &held);
+		json_object_set_new(st.journal, "held_connections", json_integer((json_int_t)nheld));
+		json_object_set_new(st.journal, "held_bytes", json_integer((json_int_t)held));
+	}
 	st.tcp_auth = auth_tcp_mode();
 	st.nwarnings = auth_warnings(&st.warnings);
 	st.sources = sources_stats();

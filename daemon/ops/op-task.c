@@ -94,8 +94,12 @@ op_submit(struct conn *c, struct request *req)
 		ops_bad_request(c, req, msg);
 		return;
 	}
+	durable_make_room();
 	if (!durable_writable(&why)) {
 		/* nothing is accepted that the journal cannot keep; accepted work goes on */
+		if ((e = pools_find(sub.pool)) != NULL)
+			pool_count_rejected_storage(e->pool);
+		durable_refused(why);
 		send_rejected(c, req, ERR_STORAGE, "%s", why);
 		return;
 	}

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "journal/durable.h"
 #include "net/auth.h"
 #include "base/log.h"
 #include "ops.h"
@@ -94,8 +95,19 @@ unknown_op(struct conn *c, const struct request *req)
 	    utf8_quote(q, req->op), names);
 }
 
+static void ops_dispatch_one(struct conn *c, const char *line, size_t len);
+
 void
 ops_dispatch(struct conn *c, const char *line, size_t len)
+{
+	/* what the answer depends on: the records its handling appends (durable.h) */
+	durable_dispatch_begin();
+	ops_dispatch_one(c, line, len);
+	durable_dispatch_end();
+}
+
+static void
+ops_dispatch_one(struct conn *c, const char *line, size_t len)
 {
 	struct request req;
 	const char *code;

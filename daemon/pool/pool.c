@@ -204,9 +204,9 @@ struct pool {
 	void *warn_arg;
 	bool want_room;           /* pool_want_room armed it; cleared when it fires */
 
-	uint64_t accepted, rejected_full, rejected_closed, rejected_quota;
+	uint64_t accepted, rejected_full, rejected_closed, rejected_quota, rejected_storage;
 	uint64_t displaced, grow_failures;
-	uint64_t succeeded, failed, timed_out, cancelled, expired;
+	uint64_t succeeded, failed, timed_out, cancelled, expired, lost;
 
 	struct pool_timing timing;      /* queue waits and run times */
 };
@@ -228,6 +228,22 @@ set_cause(char **cause, const char *fmt, ...)
 	if (vasprintf(cause, fmt, ap) == -1)
 		*cause = NULL;
 	va_end(ap);
+}
+
+void
+pool_count_lost(struct pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->lost++;
+	pthread_mutex_unlock(&p->lock);
+}
+
+void
+pool_count_rejected_storage(struct pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->rejected_storage++;
+	pthread_mutex_unlock(&p->lock);
 }
 
 const char *
@@ -1979,9 +1995,12 @@ pool_snapshot(struct pool *p, struct pool_snapshot *s)
 	s->rejected_full = p->rejected_full;
 	s->rejected_closed = p->rejected_closed;
 	s->rejected_quota = p->rejected_quota;
+	s->rejected_storage = p->rejected_storage;
 	s->displaced = p->displaced;
 	s->grow_failures = p->grow_failures;
-	s->rejected = p->rejected_full + p->rejected_closed + p->rejected_quota;
+	s->rejected = p->rejected_full + p->rejected_closed + p->rejected_quota +
+	    p->rejected_storage;
+	s->lost = p->lost;
 	s->succeeded = p->succeeded;
 	s->failed = p->failed;
 	s->timed_out = p->timed_out;

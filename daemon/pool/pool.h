@@ -243,10 +243,11 @@ struct pool_snapshot {
 	unsigned limit;
 	bool closed;
 	uint64_t accepted;
-	uint64_t rejected;      /* rejected_full + rejected_closed + rejected_quota */
+	uint64_t rejected;      /* rejected_full + rejected_closed + rejected_quota + rejected_storage */
 	uint64_t rejected_full;
 	uint64_t rejected_closed;
 	uint64_t rejected_quota;
+	uint64_t rejected_storage; /* refused by the journal (the daemon counts them here) */
 	uint64_t displaced;     /* jobs expired by drop_oldest (also counted in expired) */
 	uint64_t grow_failures; /* worker threads that could not be started to grow */
 	uint64_t succeeded;
@@ -254,6 +255,7 @@ struct pool_snapshot {
 	uint64_t timed_out;
 	uint64_t cancelled;
 	uint64_t expired;
+	uint64_t lost;          /* ended lost at a restart (the journal's replay counts them) */
 	uint64_t oldest_queued_us; /* age of the head of the queue; 0 when empty */
 	struct pool_recent recent;  /* the last seconds */
 };
@@ -410,6 +412,12 @@ void pool_job_times(struct pool *, const struct pool_job *job, uint64_t *queued_
  * and run times (observed when a job that ran ends). Either may be NULL.
  */
 void pool_timings(struct pool *, struct pool_hist *queued, struct pool_hist *run);
+
+/* Counts a task of the pool that ended lost at a restart (it never ran here). */
+void pool_count_lost(struct pool *);
+
+/* Counts a submit to the pool the journal refused (storage). */
+void pool_count_rejected_storage(struct pool *);
 
 /* Terminal state names as on the wire: "succeeded", "failed", ... */
 const char *pool_state_name(enum pool_state);

@@ -545,6 +545,10 @@ pt_pool_stats(struct proto_text *pt, const struct proto_pool_stats *p)
 	pt_u64(pt, s->cancelled);
 	pt_key(pt, FIELD_EXPIRED);
 	pt_u64(pt, s->expired);
+	pt_key(pt, FIELD_LOST);
+	pt_u64(pt, s->lost);
+	pt_key(pt, FIELD_REJECTED_STORAGE);
+	pt_u64(pt, s->rejected_storage);
 	pt_key(pt, FIELD_OLDEST_QUEUED_MS);
 	pt_ms(pt, s->oldest_queued_us);
 	/* the last seconds (pool.h's struct pool_recent) */

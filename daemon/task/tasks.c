@@ -536,6 +536,27 @@ tasks_prune(void)
 	}
 }
 
+bool
+tasks_forget_oldest(void)
+{
+	struct task *t = oldest_retained;
+
+	if (t == NULL)
+		return false;
+	results_forgotten++;
+	oldest_retained = t->newer;
+	if (oldest_retained != NULL)
+		oldest_retained->older = NULL;
+	else
+		newest_retained = NULL;
+	nretained--;
+	retained_bytes -= retained_cost(t);
+	idmap_remove(tasks, t->id);
+	hooks_forgotten(t);
+	discard(t);
+	return true;
+}
+
 size_t
 tasks_retained(void)
 {

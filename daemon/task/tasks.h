@@ -218,6 +218,13 @@ void tasks_prune(void);
 #define TASKS_FORGOT_BYTES 3
 int tasks_forgotten_why(uint64_t id);
 
+/*
+ * Forgets the oldest retained result (counted in results_forgotten), as
+ * retention would; false when none is retained. The journal's room at
+ * journal_max_bytes (durable.c).
+ */
+bool tasks_forget_oldest(void);
+
 /* How many finished tasks are retained, and what they are counted for in bytes. */
 size_t tasks_retained(void);
 size_t tasks_retained_bytes(void);
