@@ -12,11 +12,17 @@
 #include "conf/conf.h"
 #include "pool.h"
 
+struct task;
+
 struct pools_entry {
 	char *name;
 	struct pool *pool;
 	bool removed;       /* closed by a reload; freed once drained */
 	unsigned long outstanding; /* accepted tasks whose done is not yet processed (pools.c's) */
+	/* the task layer's (tasks.c): its tasks without a queue slot yet, and its counters */
+	struct task *due_head, *due_tail; /* due with no room yet, oldest due first */
+	unsigned long scheduled, waiting;
+	uint64_t retried, skipped, ended_unqueued; /* ended_unqueued: cancelled before queued */
 };
 
 /* Creates every pool of c. Returns 0, or -1 with *cause set. */

@@ -312,6 +312,13 @@ task_done_deliver(struct mail *m)
 	handlers.done(t);
 }
 
+void
+task_post_done(struct task *t)
+{
+	t->done_mail.deliver = task_done_deliver;
+	mailbox_post(&t->done_mail);
+}
+
 /*
  * Any thread, pool lock not held: the task ended. Its done is written
  * here, on the thread that ended it, which owns the outcome until the mail
@@ -397,6 +404,11 @@ task_free(struct task *t)
 		return;
 	task_lighten(t);
 	blob_release(t->done_text);
+	free(t->after);
+	free(t->dependents);
+	free(t->key);
+	free(t->request);
+	free(t->command);
 	free(t->pool_name);
 	free(t->owner);
 	free(t->label);
