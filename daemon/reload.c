@@ -17,9 +17,10 @@
  *  - sources: a [source NAME] gone or changed stops reading and goes once
  *    its running tasks are acked (a changed one starts again with its new
  *    keys at once), a new one starts (sources.c);
- *  - the listeners stay as they are: socket, socket_mode, socket_group,
- *    listen and metrics_listen need a restart, and a change to them is
- *    logged (the other metrics_* limits apply to the scrapes that come next).
+ *  - the keys that only a restart applies (the listeners, containment, the
+ *    journal's: their row in conf.c's key table says so) keep their running
+ *    values, and the ones the file changed are logged by name (the other
+ *    metrics_* limits apply to the scrapes that come next).
  *
  * daemon_state->conf is replaced here, on the loop thread: worker threads
  * must never read it (exec tasks hold a reference to the settings they
@@ -33,7 +34,6 @@
 #include <string.h>
 
 #include "net/auth.h"
-#include "exec/cgroup.h"
 #include "conf/conf.h"
 #include "daemon.h"
 #include "exec/exec.h"
@@ -44,37 +44,6 @@
 #include "sd.h"
 #include "source/sources.h"
 #include "task/task.h"
-
-static bool
-str_differs(const char *a, const char *b)
-{
-	if (a == NULL || b == NULL)
-		return a != b;
-	return strcmp(a, b) != 0;
-}
-
-/* Keeps the running listeners' settings in nc, logging what would need a restart. */
-static void
-reload_keep_listeners(struct conf *nc, struct conf *old)
-{
-	bool listen_changed = nc->nlisten != old->nlisten;
-
-	for (size_t i = 0; !listen_changed && i < nc->nlisten; i++)
-		listen_changed = strcmp(nc->listen[i], old->listen[i]) != 0;
-	if (str_differs(nc->socket, old->socket) || nc->socket_mode != old->socket_mode ||
-	    str_differs(nc->socket_group, old->socket_group) || listen_changed)
-		log_warnx("reload: socket, socket_mode, socket_group and listen take effect "
-		    "at the next start; the listeners stay as they are");
-	/* swap, so that each conf still owns exactly what it frees */
-#define SWAP(type, f) do { type tmp = nc->f; nc->f = old->f; old->f = tmp; } while (0)
-	SWAP(char *, socket);
-	SWAP(mode_t, socket_mode);
-	SWAP(char *, socket_group);
-	for (size_t i = 0; i < CONF_MAX_LISTEN; i++)
-		SWAP(char *, listen[i]);
-	SWAP(size_t, nlisten);
-#undef SWAP
-}
 
 /*
  * One pool to its new figures. The limit goes first when it grows and last
@@ -152,7 +121,8 @@ daemon_reload(void)
 	struct daemon *d = daemon_state;
 	struct conf nc, old;
 	struct auth *auth = NULL;
-	char *errors = NULL, *path;
+	char *errors = NULL, *path, changed[512];
+	size_t n;
 
 	if (d->conf.path == NULL) {
 		log_notice("SIGHUP: no configuration file (-c) to read again; nothing changed");
@@ -176,26 +146,11 @@ daemon_reload(void)
 		    auth_check_tcp(auth, listen_name(i), false, &errors) == -1)
 			goto refused;
 
-	reload_keep_listeners(&nc, &d->conf);
-	if (str_differs(nc.containment, d->conf.containment) ||
-	    str_differs(nc.cgroup_root, d->conf.cgroup_root))
-		log_warnx("reload: containment and cgroup_root take effect at the next start; "
-		    "containment stays %s", cgroup_containment());
-	if (str_differs(nc.state_dir, d->conf.state_dir) || nc.journal != d->conf.journal ||
-	    nc.journal_sync != d->conf.journal_sync ||
-	    nc.journal_sync_interval_ms != d->conf.journal_sync_interval_ms ||
-	    nc.journal_max_bytes != d->conf.journal_max_bytes) {
-		log_warnx("reload: state_dir and the journal's keys take effect at the next start; "
-		    "the journal stays as it is");
-		/* what stats and the journal say stays true until then */
-		free(nc.state_dir);
-		nc.state_dir = d->conf.state_dir != NULL ? strdup(d->conf.state_dir) : NULL;
-		nc.journal = d->conf.journal;
-		nc.journal_sync = d->conf.journal_sync;
-		nc.journal_sync_interval_ms = d->conf.journal_sync_interval_ms;
-		nc.journal_max_bytes = d->conf.journal_max_bytes;
-	}
-	metrics_reload(&nc);
+	metrics_reload(&nc);        /* before the swap: it says where /metrics stays */
+	/* what stats, the journal and the listeners say stays true until the next start */
+	if ((n = conf_keep_restart_keys(&nc, &d->conf, changed, sizeof changed)) > 0)
+		log_warnx("reload: %s take%s effect at the next start; the running value%s "
+		    "stay%s", changed, n == 1 ? "s" : "", n == 1 ? "" : "s", n == 1 ? "s" : "");
 	reload_pools(&nc);
 	log_set_level(nc.log_level);
 	task_set_stream_budget(nc.stream_budget);

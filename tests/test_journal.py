@@ -139,7 +139,7 @@ def test_a_reload_keeps_the_journal_as_it_started():
                 f.write("[daemon]\njournal_sync = none\njournal = off\n")
             d.signal(signal.SIGHUP)
             eventually(lambda: "configuration reloaded" in d.read_log(), "reloaded")
-            check("the journal's keys take effect at the next start" in d.read_log(),
+            check("reload: journal, journal_sync take effect at the next start" in d.read_log(),
                   "no word of the change: %s", d.read_log()[-2000:])
             j = journal_stats(c)
             check(j["state"] == "ok" and j["sync"] == "commit", "%r", j)

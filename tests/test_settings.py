@@ -23,7 +23,8 @@ os.write(_fd, b"settings-test-token\n")
 os.close(_fd)
 
 HELP_LINE = re.compile(r"^  (?:-(\w), )?\s*--([a-z-]+) (\S+)\s+\[(daemon|exec|pool default)\] "
-                       r"(\w+)(?:, repeatable)?(?: \((\S+) to (\S+)\))?$")
+                       r"(\w+)(?:, repeatable)?(?: \((\S+) to (\S+)\))?(?:, default .*?)?"
+                       r"(?:, read at start)?$")
 
 
 def tpd(*args):

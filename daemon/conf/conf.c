@@ -44,83 +44,6 @@
 #include "units.h"
 #include "wire.h"
 
-/* A safe base environment for exec tasks; the daemon's own never leaks. */
-static const char *const default_exec_env[] = {
-	"PATH=/usr/local/bin:/usr/bin:/bin",
-	"LANG=C.UTF-8",
-};
-
-void
-conf_init(struct conf *c)
-{
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	struct conf_pool *d;
-
-	memset(c, 0, sizeof *c);
-	c->socket_mode = 0660;
-	c->max_connections = 1024;
-	c->max_request_bytes = 1024 * 1024;
-	c->max_output_buffer = 8 * 1024 * 1024;
-	c->output_stall_timeout_ms = 60 * 1000;
-	c->result_ttl_ms = 10 * 60 * 1000;
-	c->result_retain = 10000;
-	c->result_retain_bytes = 256 * 1024 * 1024;
-	c->max_subscriptions = 10000;
-	c->shutdown_timeout_ms = 0;
-	c->log_level = LOG_INFO;
-	c->exec_output_limit = 1024 * 1024;
-	c->exec_output_limit_max = 16 * 1024 * 1024;
-	c->exec_kill_grace_ms = 5000;
-	c->stream_budget = 256 * 1024;
-	c->journal = true;
-	c->journal_sync = JOURNAL_SYNC_COMMIT;
-	c->journal_sync_interval_ms = 100;
-	c->journal_max_bytes = 1024 * 1024 * 1024;
-	c->metrics_max_connections = 16;
-	c->metrics_timeout_ms = 10 * 1000;
-	c->metrics_max_header_bytes = 8 * 1024;
-	for (size_t i = 0; i < sizeof default_exec_env / sizeof default_exec_env[0]; i++)
-		c->exec_env[c->nexec_env++] = strdup(default_exec_env[i]);
-	d = conf_pool_get(c, "default");
-	d->size = cpus > 0 && cpus <= 64 ? (unsigned)cpus : 4;
-}
-
-void
-conf_free(struct conf *c)
-{
-	free(c->path);
-	free(c->socket);
-	free(c->socket_group);
-	for (size_t i = 0; i < c->nlisten; i++)
-		free(c->listen[i]);
-	free(c->admin_group);
-	free(c->token_file);
-	free(c->admin_token_file);
-	free(c->containment);
-	free(c->cgroup_root);
-	free(c->state_dir);
-	free(c->metrics_listen);
-	for (size_t i = 0; i < c->nexec_env; i++)
-		free(c->exec_env[i]);
-	for (size_t i = 0; i < c->npools; i++) {
-		free(c->pools[i].name);
-		free(c->pools[i].run_as_user);
-	}
-	for (size_t i = 0; i < c->nsources; i++) {
-		struct conf_source *s = &c->sources[i];
-		free(s->name);
-		free(s->type);
-		free(s->redis);
-		free(s->stream);
-		free(s->group);
-		free(s->consumer);
-		free(s->pool);
-		free(s->results);
-		free(s->dead_letter);
-	}
-	memset(c, 0, sizeof *c);
-}
-
 struct conf_pool *
 conf_pool_find(struct conf *c, const char *name)
 {
@@ -130,26 +53,6 @@ conf_pool_find(struct conf *c, const char *name)
 	return NULL;
 }
 
-struct conf_pool *
-conf_pool_get(struct conf *c, const char *name)
-{
-	struct conf_pool *p = conf_pool_find(c, name);
-
-	if (p != NULL)
-		return p;
-	if (c->npools == CONF_MAX_POOLS)
-		return NULL;
-	p = &c->pools[c->npools++];
-	p->name = strdup(name);
-	p->size = 4;
-	p->limit = 64;
-	p->capacity = 1024;
-	p->run_as = CONF_RUN_AS_DAEMON;
-	for (size_t i = 0; i < CONF_NLIMITS; i++)
-		p->limits[i] = p->max_limits[i] = CONF_NO_LIMIT;
-	return p;
-}
-
 struct conf_source *
 conf_source_find(struct conf *c, const char *name)
 {
@@ -157,46 +60,6 @@ conf_source_find(struct conf *c, const char *name)
 		if (strcmp(c->sources[i].name, name) == 0)
 			return &c->sources[i];
 	return NULL;
-}
-
-/* The named source, added with its defaults if missing (NULL when full). */
-static struct conf_source *
-conf_source_get(struct conf *c, const char *name)
-{
-	struct conf_source *s = conf_source_find(c, name);
-
-	if (s != NULL)
-		return s;
-	if (c->nsources == CONF_MAX_SOURCES)
-		return NULL;
-	s = &c->sources[c->nsources++];
-	memset(s, 0, sizeof *s);
-	s->name = strdup(name);
-	s->claim_idle_ms = 60 * 1000;
-	s->max_deliveries = 3;
-	s->results_maxlen = 100000;
-	s->timeout_ms = 5000;
-	s->backoff_max_ms = 5000;
-	return s;
-}
-
-static bool
-str_same(const char *a, const char *b)
-{
-	return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
-}
-
-bool
-conf_source_equal(const struct conf_source *a, const struct conf_source *b)
-{
-	return str_same(a->name, b->name) && str_same(a->type, b->type) &&
-	    str_same(a->redis, b->redis) && str_same(a->stream, b->stream) &&
-	    str_same(a->group, b->group) && str_same(a->consumer, b->consumer) &&
-	    str_same(a->pool, b->pool) && str_same(a->results, b->results) &&
-	    str_same(a->dead_letter, b->dead_letter) &&
-	    a->claim_idle_ms == b->claim_idle_ms && a->max_deliveries == b->max_deliveries &&
-	    a->results_maxlen == b->results_maxlen && a->timeout_ms == b->timeout_ms &&
-	    a->backoff_max_ms == b->backoff_max_ms;
 }
 
 const char *
@@ -295,6 +158,7 @@ conf_split_hostport(const char *s, char *host, size_t hostlen,
 
 enum conf_sect { SECT_NONE, SECT_DAEMON, SECT_EXEC, SECT_POOL, SECT_SOURCE, SECT_BAD };
 
+/* What a key's value is read as; conf_kind_info below says how it is kept. */
 enum conf_kind {
 	KIND_COUNT,     /* unsigned, decimal digits */
 	KIND_SIZE,      /* size_t, units.h's size */
@@ -303,41 +167,135 @@ enum conf_kind {
 	KIND_MODE,      /* mode_t, octal */
 	KIND_GROUP,     /* char *, an existing group's name; empty = none */
 	KIND_FILE,      /* char *, a readable file; empty = none */
-	KIND_LOGLEVEL,  /* int, a log.h level */
 	KIND_LISTEN,    /* repeatable, space-separated HOST:PORT list */
 	KIND_ENV,       /* repeatable NAME=value */
-	KIND_CONTAINMENT, /* char *, auto, cgroup or process */
-	KIND_TCP_AUTH,  /* bool, true for "none" (the other value: "token") */
 	KIND_PATH,      /* char *, any path; empty = the default */
 	KIND_RUN_AS,    /* a pool's run_as: daemon, caller or an existing user */
 	KIND_LIMIT_SIZE,  /* uint64_t bytes, units.h's size */
 	KIND_LIMIT_COUNT, /* uint64_t, decimal digits */
 	KIND_LIMIT_CORES, /* uint64_t thousandths of a core, from "0.5", "2" */
 	KIND_DIR,       /* char *, a directory's path; empty = the default */
-	KIND_ONOFF,     /* bool, on or off */
-	KIND_JSYNC,     /* int, enum journal_sync: commit, interval or none */
 	KIND_HOSTPORT,  /* char *, one HOST:PORT; empty = none */
-	KIND_SOURCE_TYPE, /* char *, a source's type: redis-stream */
 	KIND_REDIS,     /* char *, unix:PATH or HOST:PORT */
 	KIND_NAME,      /* char *, a Redis key or consumer name (no white space) */
 	KIND_POOL_NAME, /* char *, a pool's name (that it exists is a cross-check) */
+	KIND_ENUM,      /* one word of the row's values table */
+};
+
+/* How a key's value is kept in its struct. */
+enum conf_store {
+	STORE_UINT,     /* unsigned */
+	STORE_SIZE,     /* size_t */
+	STORE_U64,      /* uint64_t */
+	STORE_INT,      /* int */
+	STORE_BOOL,     /* bool */
+	STORE_MODE,     /* mode_t */
+	STORE_STR,      /* char *, NULL when unset */
+	STORE_LIST,     /* char *[max], with its count (size_t) at the row's aux */
+	STORE_RUN_AS,   /* enum conf_run_as, with its user (char *) at the row's aux */
+};
+
+static const struct conf_kind_info {
+	enum conf_store store;
+	bool empty_ok;          /* an empty value unsets the key */
+	const char *meta;       /* the value's name in --help */
+} kind_info[] = {
+	[KIND_COUNT] = { STORE_UINT, false, "N" },
+	[KIND_SIZE] = { STORE_SIZE, false, "SIZE" },
+	[KIND_DURATION] = { STORE_U64, false, "DUR" },
+	[KIND_SOCKET] = { STORE_STR, true, "PATH" },
+	[KIND_MODE] = { STORE_MODE, false, "MODE" },
+	[KIND_GROUP] = { STORE_STR, true, "GROUP" },
+	[KIND_FILE] = { STORE_STR, true, "FILE" },
+	[KIND_LISTEN] = { STORE_LIST, true, "HOST:PORT" },
+	[KIND_ENV] = { STORE_LIST, false, "NAME=VALUE" },
+	[KIND_PATH] = { STORE_STR, true, "CGROUP" },
+	[KIND_RUN_AS] = { STORE_RUN_AS, false, "USER" },
+	[KIND_LIMIT_SIZE] = { STORE_U64, false, "SIZE" },
+	[KIND_LIMIT_COUNT] = { STORE_U64, false, "N" },
+	[KIND_LIMIT_CORES] = { STORE_U64, false, "CORES" },
+	[KIND_DIR] = { STORE_STR, true, "DIR" },
+	[KIND_HOSTPORT] = { STORE_STR, true, "HOST:PORT" },
+	[KIND_REDIS] = { STORE_STR, false, "REDIS" },
+	[KIND_NAME] = { STORE_STR, false, "NAME" },
+	[KIND_POOL_NAME] = { STORE_STR, false, "POOL" },
+	[KIND_ENUM] = { STORE_INT, false, NULL },       /* the enum's store and words */
 };
 
 /*
- * A key of the file, and its flag: --NAME with '_' written '-', or
- * --FLAG when flag is set; letter, when not 0, is its short flag. The flag
- * of a [pool NAME] key sets it for the pool "default" (--pool sets any
- * pool's). One line here makes a key, its flag and its checks. The keys
- * of [source NAME] have no flag: a source is a block of the file.
+ * The words an enum-like key takes, and what each stores: an int, a bool,
+ * or (STORE_STR) the word itself. An alias is read but not listed.
+ */
+struct conf_enum {
+	enum conf_store store;
+	const char *what;       /* "a level": "x" is not a level (A, B or C); NULL: "x" is not A, B or C */
+	const char *meta;       /* its value in --help; NULL: the words, as A|B|C */
+	struct {
+		const char *word;
+		int value;
+		bool alias;
+	} v[8];                 /* up to a NULL word */
+};
+
+static const struct conf_enum enum_log_level = { STORE_INT, "a level", "LEVEL", {
+	{ "error", LOG_ERR, false }, { "warning", LOG_WARNING, false },
+	{ "notice", LOG_NOTICE, false }, { "info", LOG_INFO, false },
+	{ "debug", LOG_DEBUG, false }, { "warn", LOG_WARNING, true } } };
+static const struct conf_enum enum_tcp_auth = { STORE_BOOL, NULL, NULL, {
+	{ "token", false, false }, { "none", true, false } } };
+static const struct conf_enum enum_containment = { STORE_STR, NULL, NULL, {
+	{ "auto", 0, false }, { "cgroup", 0, false }, { "process", 0, false } } };
+static const struct conf_enum enum_onoff = { STORE_BOOL, NULL, NULL, {
+	{ "on", true, false }, { "off", false, false } } };
+static const struct conf_enum enum_journal_sync = { STORE_INT, NULL, NULL, {
+	{ "commit", JOURNAL_SYNC_COMMIT, false }, { "interval", JOURNAL_SYNC_INTERVAL, false },
+	{ "none", JOURNAL_SYNC_NONE, false } } };
+static const struct conf_enum enum_source_type = { STORE_STR, "a source type", NULL, {
+	{ "redis-stream", 0, false } } };
+
+/* What a SIGHUP does with a key's new value. */
+enum conf_reload {
+	RELOAD_LIVE,    /* applied at once: a pool resized, a source restarted, the log level */
+	RELOAD_NEXT,    /* read at each use: what comes next (a connection, a task) gets it */
+	RELOAD_RESTART, /* read at start only: a reload keeps the running value and logs the change */
+};
+
+/*
+ * One row per setting: the key of the file and its flag, how its value is
+ * read and kept, its bounds, its default, what a reload does with it, and
+ * the line that documents it. conf_init applies the defaults from here,
+ * conf_free and conf_source_equal walk it, --help is printed from it,
+ * and reload.c learns from it which keys wait for a restart.
+ *
+ * ADDING A SETTING is one row here (plus its field in struct conf and its
+ * lines in conf/tpd.conf and conf/tpd.conf.5):
+ *   { KEY(SECT_DAEMON, "max_widgets", KIND_COUNT, D(max_widgets)),
+ *       .min = 1, .max = 1000, .def = "16", .reload = RELOAD_NEXT,
+ *       .doc = "most widgets at once" },
+ * A word-valued key is KIND_ENUM with .values pointing at a struct
+ * conf_enum (its words and what each stores). Give .def as the file would
+ * write it ("1M", "10min", "on"); NULL when the default is not a value (the
+ * doc line then says what happens unset); a repeatable key's entries are
+ * separated by "\n".
+ *
+ * The flag is --NAME with '_' written '-', or --FLAG when flag is set;
+ * letter, when not 0, is its short flag. The flag of a [pool NAME] key
+ * sets it for the pool "default" (--pool sets any pool's). The keys of
+ * [source NAME] have no flag: a source is a block of the file.
  */
 struct conf_key {
 	enum conf_sect sect;
 	const char *name;
 	enum conf_kind kind;
 	size_t off;             /* in struct conf, conf_pool (SECT_POOL) or conf_source (SECT_SOURCE) */
-	uint64_t min, max;
+	size_t aux;             /* STORE_LIST: its count's offset; STORE_RUN_AS: its user's */
+	uint64_t min, max;      /* a number's range; STORE_LIST: most entries */
+	const struct conf_enum *values; /* KIND_ENUM */
+	const char *def;        /* the built-in default as the file writes it; NULL: unset */
+	enum conf_reload reload;
 	char letter;
 	const char *flag;
+	const char *doc;        /* one line, for --help and as tpd.conf(5)'s gist */
 };
 
 #define KIB 1024ULL
@@ -348,84 +306,160 @@ struct conf_key {
 #define D(f) offsetof(struct conf, f)
 #define P(f) offsetof(struct conf_pool, f)
 #define S(f) offsetof(struct conf_source, f)
+#define KEY(s, n, k, o) .sect = (s), .name = (n), .kind = (k), .off = (o)
+#define NEXT .reload = RELOAD_NEXT
+#define LIVE .reload = RELOAD_LIVE
+#define RESTART .reload = RELOAD_RESTART
 
 static const struct conf_key conf_keys[] = {
-	{ SECT_DAEMON, "socket", KIND_SOCKET, D(socket), 0, 0, 's', NULL },
-	{ SECT_DAEMON, "socket_mode", KIND_MODE, D(socket_mode), 0, 0777, 0, NULL },
-	{ SECT_DAEMON, "socket_group", KIND_GROUP, D(socket_group), 0, 0, 0, NULL },
-	{ SECT_DAEMON, "listen", KIND_LISTEN, D(listen), 0, 0, 'l', NULL },
-	{ SECT_DAEMON, "max_connections", KIND_COUNT, D(max_connections), 1, 1048576, 0, NULL },
-	{ SECT_DAEMON, "max_request_bytes", KIND_SIZE, D(max_request_bytes), 256, GIB, 0, NULL },
-	{ SECT_DAEMON, "max_output_buffer", KIND_SIZE, D(max_output_buffer), 64 * KIB, GIB, 0, NULL },
-	{ SECT_DAEMON, "output_stall_timeout", KIND_DURATION, D(output_stall_timeout_ms), 0, DAY, 0,
-	    NULL },
-	{ SECT_DAEMON, "result_ttl", KIND_DURATION, D(result_ttl_ms), 0, 30 * DAY, 0, NULL },
-	{ SECT_DAEMON, "result_retain", KIND_COUNT, D(result_retain), 0, 10000000, 0, NULL },
-	{ SECT_DAEMON, "result_retain_bytes", KIND_SIZE, D(result_retain_bytes), 0, 1024 * GIB, 0, NULL },
-	{ SECT_DAEMON, "max_subscriptions", KIND_COUNT, D(max_subscriptions), 1, 10000000, 0, NULL },
-	{ SECT_DAEMON, "shutdown_timeout", KIND_DURATION, D(shutdown_timeout_ms), 0, 7 * DAY, 0, NULL },
-	{ SECT_DAEMON, "log_level", KIND_LOGLEVEL, D(log_level), 0, 0, 0, NULL },
-	{ SECT_DAEMON, "admin_group", KIND_GROUP, D(admin_group), 0, 0, 0, NULL },
-	{ SECT_DAEMON, "token_file", KIND_FILE, D(token_file), 0, 0, 0, NULL },
-	{ SECT_DAEMON, "admin_token_file", KIND_FILE, D(admin_token_file), 0, 0, 0, NULL },
-	{ SECT_DAEMON, "tcp_auth", KIND_TCP_AUTH, D(tcp_auth_none), 0, 0, 0, NULL },
-	{ SECT_DAEMON, "containment", KIND_CONTAINMENT, D(containment), 0, 0, 0, NULL },
-	{ SECT_DAEMON, "cgroup_root", KIND_PATH, D(cgroup_root), 0, 0, 0, NULL },
-	{ SECT_DAEMON, "state_dir", KIND_DIR, D(state_dir), 0, 0, 0, NULL },
-	{ SECT_DAEMON, "journal", KIND_ONOFF, D(journal), 0, 0, 0, NULL },
-	{ SECT_DAEMON, "journal_sync", KIND_JSYNC, D(journal_sync), 0, 0, 0, NULL },
-	{ SECT_DAEMON, "journal_sync_interval", KIND_DURATION, D(journal_sync_interval_ms), 1,
-	    60 * SEC, 0, NULL },
-	{ SECT_DAEMON, "journal_max_bytes", KIND_SIZE, D(journal_max_bytes), 256 * KIB,
-	    1024 * 1024 * GIB, 0, NULL },
-	{ SECT_DAEMON, "metrics_listen", KIND_HOSTPORT, D(metrics_listen), 0, 0, 0, NULL },
-	{ SECT_DAEMON, "metrics_max_connections", KIND_COUNT, D(metrics_max_connections), 1, 1024,
-	    0, NULL },
-	{ SECT_DAEMON, "metrics_timeout", KIND_DURATION, D(metrics_timeout_ms), 100, 3600 * SEC,
-	    0, NULL },
-	{ SECT_DAEMON, "metrics_max_header_bytes", KIND_SIZE, D(metrics_max_header_bytes),
-	    1 * KIB, MIB, 0, NULL },
-	{ SECT_EXEC, "output_limit", KIND_SIZE, D(exec_output_limit), 0, GIB, 0, NULL },
-	{ SECT_EXEC, "output_limit_max", KIND_SIZE, D(exec_output_limit_max), 0, GIB, 0, NULL },
-	{ SECT_EXEC, "kill_grace", KIND_DURATION, D(exec_kill_grace_ms), 0, 3600 * SEC, 0, NULL },
-	{ SECT_EXEC, "env", KIND_ENV, D(exec_env), 0, 0, 0, NULL },
-	{ SECT_EXEC, "stream_budget", KIND_SIZE, D(stream_budget), 4 * KIB, GIB, 0, NULL },
-	{ SECT_POOL, "size", KIND_COUNT, P(size), 1, CONF_POOL_MAX_LIMIT, 'w', "workers" },
-	{ SECT_POOL, "limit", KIND_COUNT, P(limit), 1, CONF_POOL_MAX_LIMIT, 0, NULL },
-	{ SECT_POOL, "capacity", KIND_COUNT, P(capacity), 1, CONF_POOL_MAX_CAPACITY, 'q', "queue" },
-	{ SECT_POOL, "run_as", KIND_RUN_AS, P(run_as), 0, 0, 0, NULL },
-#define LIMIT_KEYS(prefix, field) \
-	{ SECT_POOL, prefix "memory_bytes", KIND_LIMIT_SIZE, \
-	    P(field[CONF_LIMIT_MEMORY_BYTES]), 64 * KIB, 1024 * GIB, 0, NULL }, \
-	{ SECT_POOL, prefix "cpu_cores", KIND_LIMIT_CORES, \
-	    P(field[CONF_LIMIT_CPU_CORES]), 10, 1024 * 1000, 0, NULL }, \
-	{ SECT_POOL, prefix "pids", KIND_LIMIT_COUNT, P(field[CONF_LIMIT_PIDS]), 1, 4194304, \
-	    0, NULL }, \
-	{ SECT_POOL, prefix "open_files", KIND_LIMIT_COUNT, \
-	    P(field[CONF_LIMIT_OPEN_FILES]), 3, 1 << 30, 0, NULL }, \
-	{ SECT_POOL, prefix "cpu_seconds", KIND_LIMIT_COUNT, \
-	    P(field[CONF_LIMIT_CPU_SECONDS]), 1, 366 * 24 * 3600, 0, NULL }, \
-	{ SECT_POOL, prefix "file_bytes", KIND_LIMIT_SIZE, \
-	    P(field[CONF_LIMIT_FILE_BYTES]), 0, 1024 * 1024 * GIB, 0, NULL }
-	LIMIT_KEYS("limit_", limits),
-	LIMIT_KEYS("max_limit_", max_limits),
+	{ KEY(SECT_DAEMON, "socket", KIND_SOCKET, D(socket)), RESTART, .letter = 's',
+	    .doc = "the Unix socket clients connect to (unset: the default rule below)" },
+	{ KEY(SECT_DAEMON, "socket_mode", KIND_MODE, D(socket_mode)), .max = 0777, .def = "0660",
+	    RESTART, .doc = "permissions of the socket file (octal)" },
+	{ KEY(SECT_DAEMON, "socket_group", KIND_GROUP, D(socket_group)), RESTART,
+	    .doc = "group of the socket file (unset: tpd's own)" },
+	{ KEY(SECT_DAEMON, "listen", KIND_LISTEN, D(listen)), .aux = D(nlisten),
+	    .max = CONF_MAX_LISTEN, RESTART, .letter = 'l',
+	    .doc = "TCP listeners (unset: no TCP); each needs token_file or tcp_auth = none" },
+	{ KEY(SECT_DAEMON, "max_connections", KIND_COUNT, D(max_connections)), .min = 1,
+	    .max = 1048576, .def = "1024", NEXT, .doc = "most clients connected at once" },
+	{ KEY(SECT_DAEMON, "max_request_bytes", KIND_SIZE, D(max_request_bytes)), .min = 256,
+	    .max = GIB, .def = "1M", NEXT, .doc = "the longest request line a client may send" },
+	{ KEY(SECT_DAEMON, "max_output_buffer", KIND_SIZE, D(max_output_buffer)), .min = 64 * KIB,
+	    .max = GIB, .def = "8M", NEXT,
+	    .doc = "unsent output to a client past which tpd stops reading its requests" },
+	{ KEY(SECT_DAEMON, "output_stall_timeout", KIND_DURATION, D(output_stall_timeout_ms)),
+	    .max = DAY, .def = "60s", NEXT,
+	    .doc = "a client that reads none of its answers this long is cut off (0: never)" },
+	{ KEY(SECT_DAEMON, "result_ttl", KIND_DURATION, D(result_ttl_ms)), .max = 30 * DAY,
+	    .def = "10min", NEXT, .doc = "how long a finished task stays retrievable" },
+	{ KEY(SECT_DAEMON, "result_retain", KIND_COUNT, D(result_retain)), .max = 10000000,
+	    .def = "10000", NEXT, .doc = "most finished tasks kept" },
+	{ KEY(SECT_DAEMON, "result_retain_bytes", KIND_SIZE, D(result_retain_bytes)),
+	    .max = 1024 * GIB, .def = "256M", NEXT, .doc = "memory the finished tasks kept may take" },
+	{ KEY(SECT_DAEMON, "max_subscriptions", KIND_COUNT, D(max_subscriptions)), .min = 1,
+	    .max = 10000000, .def = "10000", NEXT, .doc = "waits one connection may have pending" },
+	{ KEY(SECT_DAEMON, "shutdown_timeout", KIND_DURATION, D(shutdown_timeout_ms)),
+	    .max = 7 * DAY, .def = "0", NEXT,
+	    .doc = "how long a drain waits for running tasks (0: however long)" },
+	{ KEY(SECT_DAEMON, "log_level", KIND_ENUM, D(log_level)), .values = &enum_log_level,
+	    .def = "info", LIVE,
+	    .doc = "the least important message logged: error, warning, notice, info or debug" },
+	{ KEY(SECT_DAEMON, "admin_group", KIND_GROUP, D(admin_group)), NEXT,
+	    .doc = "a group whose members may use admin ops on the Unix socket" },
+	{ KEY(SECT_DAEMON, "token_file", KIND_FILE, D(token_file)), NEXT,
+	    .doc = "the tokens TCP clients present to submit" },
+	{ KEY(SECT_DAEMON, "admin_token_file", KIND_FILE, D(admin_token_file)), NEXT,
+	    .doc = "the tokens that allow admin ops over TCP" },
+	{ KEY(SECT_DAEMON, "tcp_auth", KIND_ENUM, D(tcp_auth_none)), .values = &enum_tcp_auth,
+	    .def = "token", NEXT, .doc = "none: TCP clients need no token" },
+	{ KEY(SECT_DAEMON, "containment", KIND_ENUM, D(containment)), .values = &enum_containment,
+	    .def = "auto", RESTART, .doc = "how exec tasks are contained" },
+	{ KEY(SECT_DAEMON, "cgroup_root", KIND_PATH, D(cgroup_root)), RESTART,
+	    .doc = "the cgroup2 subtree tpd owns (unset: the one it was started in)" },
+	{ KEY(SECT_DAEMON, "state_dir", KIND_DIR, D(state_dir)), RESTART,
+	    .doc = "the journal's directory (unset: the default rule of tpd.conf(5))" },
+	{ KEY(SECT_DAEMON, "journal", KIND_ENUM, D(journal)), .values = &enum_onoff, .def = "on",
+	    RESTART, .doc = "keep every accepted task on disk across restarts" },
+	{ KEY(SECT_DAEMON, "journal_sync", KIND_ENUM, D(journal_sync)),
+	    .values = &enum_journal_sync, .def = "commit", RESTART,
+	    .doc = "what a power cut may cost the journal" },
+	{ KEY(SECT_DAEMON, "journal_sync_interval", KIND_DURATION, D(journal_sync_interval_ms)),
+	    .min = 1, .max = 60 * SEC, .def = "100ms", RESTART,
+	    .doc = "journal_sync = interval: how often records are synced" },
+	{ KEY(SECT_DAEMON, "journal_max_bytes", KIND_SIZE, D(journal_max_bytes)), .min = 256 * KIB,
+	    .max = 1024 * 1024 * GIB, .def = "1G", RESTART,
+	    .doc = "the journal's size on disk; past it submits are rejected" },
+	{ KEY(SECT_DAEMON, "metrics_listen", KIND_HOSTPORT, D(metrics_listen)), RESTART,
+	    .doc = "serve GET /metrics on this HOST:PORT (unset: off)" },
+	{ KEY(SECT_DAEMON, "metrics_max_connections", KIND_COUNT, D(metrics_max_connections)),
+	    .min = 1, .max = 1024, .def = "16", NEXT, .doc = "scrape connections open at once" },
+	{ KEY(SECT_DAEMON, "metrics_timeout", KIND_DURATION, D(metrics_timeout_ms)), .min = 100,
+	    .max = 3600 * SEC, .def = "10s", NEXT, .doc = "a scrape connection idle this long is closed" },
+	{ KEY(SECT_DAEMON, "metrics_max_header_bytes", KIND_SIZE, D(metrics_max_header_bytes)),
+	    .min = 1 * KIB, .max = MIB, .def = "8k", NEXT,
+	    .doc = "the most a scrape's request line and headers may take" },
+	{ KEY(SECT_EXEC, "output_limit", KIND_SIZE, D(exec_output_limit)), .max = GIB, .def = "1M",
+	    NEXT, .doc = "output kept per stream of an exec task, unless it asks for another" },
+	{ KEY(SECT_EXEC, "output_limit_max", KIND_SIZE, D(exec_output_limit_max)), .max = GIB,
+	    .def = "16M", NEXT, .doc = "the largest output_limit a task may ask for" },
+	{ KEY(SECT_EXEC, "kill_grace", KIND_DURATION, D(exec_kill_grace_ms)), .max = 3600 * SEC,
+	    .def = "5s", NEXT, .doc = "SIGTERM to SIGKILL for a task timed out or cancelled" },
+	{ KEY(SECT_EXEC, "env", KIND_ENV, D(exec_env)), .aux = D(nexec_env), .max = CONF_MAX_ENV,
+	    .def = "PATH=/usr/local/bin:/usr/bin:/bin\nLANG=C.UTF-8", NEXT,
+	    .doc = "a variable of exec tasks' base environment (tpd's own never leaks)" },
+	{ KEY(SECT_EXEC, "stream_budget", KIND_SIZE, D(stream_budget)), .min = 4 * KIB,
+	    .max = GIB, .def = "256k", NEXT,
+	    .doc = "output events a streaming task may have on their way" },
+	{ KEY(SECT_POOL, "size", KIND_COUNT, P(size)), .min = 1, .max = CONF_POOL_MAX_LIMIT,
+	    .def = "4", LIVE, .letter = 'w', .flag = "workers",
+	    .doc = "target workers (the pool default: the number of CPUs, within its limit)" },
+	{ KEY(SECT_POOL, "limit", KIND_COUNT, P(limit)), .min = 1, .max = CONF_POOL_MAX_LIMIT,
+	    .def = "64", LIVE, .doc = "most workers a resize may ask for" },
+	{ KEY(SECT_POOL, "capacity", KIND_COUNT, P(capacity)), .min = 1,
+	    .max = CONF_POOL_MAX_CAPACITY, .def = "1024", LIVE, .letter = 'q', .flag = "queue",
+	    .doc = "tasks that may wait when every worker is busy" },
+	{ KEY(SECT_POOL, "run_as", KIND_RUN_AS, P(run_as)), .aux = P(run_as_user),
+	    .def = "daemon", NEXT, .doc = "who exec tasks run as: daemon, caller or a user" },
+#define LIMIT_KEYS(prefix, field, what) \
+	{ KEY(SECT_POOL, prefix "memory_bytes", KIND_LIMIT_SIZE, \
+	    P(field[CONF_LIMIT_MEMORY_BYTES])), .min = 64 * KIB, .max = 1024 * GIB, NEXT, \
+	    .doc = what "memory (unset: none)" }, \
+	{ KEY(SECT_POOL, prefix "cpu_cores", KIND_LIMIT_CORES, P(field[CONF_LIMIT_CPU_CORES])), \
+	    .min = 10, .max = 1024 * 1000, NEXT, .doc = what "CPU cores (unset: none)" }, \
+	{ KEY(SECT_POOL, prefix "pids", KIND_LIMIT_COUNT, P(field[CONF_LIMIT_PIDS])), .min = 1, \
+	    .max = 4194304, NEXT, .doc = what "processes (unset: none)" }, \
+	{ KEY(SECT_POOL, prefix "open_files", KIND_LIMIT_COUNT, \
+	    P(field[CONF_LIMIT_OPEN_FILES])), .min = 3, .max = 1 << 30, NEXT, \
+	    .doc = what "open files (unset: none)" }, \
+	{ KEY(SECT_POOL, prefix "cpu_seconds", KIND_LIMIT_COUNT, \
+	    P(field[CONF_LIMIT_CPU_SECONDS])), .min = 1, .max = 366 * 24 * 3600, NEXT, \
+	    .doc = what "CPU time in seconds (unset: none)" }, \
+	{ KEY(SECT_POOL, prefix "file_bytes", KIND_LIMIT_SIZE, P(field[CONF_LIMIT_FILE_BYTES])), \
+	    .min = 0, .max = 1024 * 1024 * GIB, NEXT, \
+	    .doc = what "size of a file written (unset: none)" }
+	LIMIT_KEYS("limit_", limits, "an exec task's default limit of "),
+	LIMIT_KEYS("max_limit_", max_limits, "the most a task may ask for of "),
 #undef LIMIT_KEYS
-	{ SECT_SOURCE, "type", KIND_SOURCE_TYPE, S(type), 0, 0, 0, NULL },
-	{ SECT_SOURCE, "redis", KIND_REDIS, S(redis), 0, 0, 0, NULL },
-	{ SECT_SOURCE, "stream", KIND_NAME, S(stream), 0, 0, 0, NULL },
-	{ SECT_SOURCE, "group", KIND_NAME, S(group), 0, 0, 0, NULL },
-	{ SECT_SOURCE, "consumer", KIND_NAME, S(consumer), 0, 0, 0, NULL },
-	{ SECT_SOURCE, "pool", KIND_POOL_NAME, S(pool), 0, 0, 0, NULL },
-	{ SECT_SOURCE, "results", KIND_NAME, S(results), 0, 0, 0, NULL },
-	{ SECT_SOURCE, "dead_letter", KIND_NAME, S(dead_letter), 0, 0, 0, NULL },
-	{ SECT_SOURCE, "claim_idle", KIND_DURATION, S(claim_idle_ms), 100, DAY, 0, NULL },
-	{ SECT_SOURCE, "max_deliveries", KIND_COUNT, S(max_deliveries), 1, 1000, 0, NULL },
-	{ SECT_SOURCE, "results_maxlen", KIND_COUNT, S(results_maxlen), 0, 1000000000, 0, NULL },
-	{ SECT_SOURCE, "timeout", KIND_DURATION, S(timeout_ms), 100, 600 * SEC, 0, NULL },
-	{ SECT_SOURCE, "backoff_max", KIND_DURATION, S(backoff_max_ms), 100, 600 * SEC, 0, NULL },
+	{ KEY(SECT_SOURCE, "type", KIND_ENUM, S(type)), .values = &enum_source_type, LIVE,
+	    .doc = "required: the source's type" },
+	{ KEY(SECT_SOURCE, "redis", KIND_REDIS, S(redis)), LIVE,
+	    .doc = "required: where Redis listens, unix:PATH or HOST:PORT" },
+	{ KEY(SECT_SOURCE, "stream", KIND_NAME, S(stream)), LIVE,
+	    .doc = "required: the stream of tasks" },
+	{ KEY(SECT_SOURCE, "group", KIND_NAME, S(group)), LIVE,
+	    .doc = "required: the consumer group to read as (created if missing)" },
+	{ KEY(SECT_SOURCE, "consumer", KIND_NAME, S(consumer)), LIVE,
+	    .doc = "this tpd's name in the group (unset: the host name)" },
+	{ KEY(SECT_SOURCE, "pool", KIND_POOL_NAME, S(pool)), .def = "default", LIVE,
+	    .doc = "the pool that runs the tasks" },
+	{ KEY(SECT_SOURCE, "results", KIND_NAME, S(results)), LIVE,
+	    .doc = "the stream of results (unset: STREAM:results)" },
+	{ KEY(SECT_SOURCE, "dead_letter", KIND_NAME, S(dead_letter)), LIVE,
+	    .doc = "the stream of entries delivered too often (unset: STREAM:dead)" },
+	{ KEY(SECT_SOURCE, "claim_idle", KIND_DURATION, S(claim_idle_ms)), .min = 100, .max = DAY,
+	    .def = "60s", LIVE, .doc = "an entry pending this long is claimed by another consumer" },
+	{ KEY(SECT_SOURCE, "max_deliveries", KIND_COUNT, S(max_deliveries)), .min = 1,
+	    .max = 1000, .def = "3", LIVE, .doc = "deliveries before an entry is a dead letter" },
+	{ KEY(SECT_SOURCE, "results_maxlen", KIND_COUNT, S(results_maxlen)), .max = 1000000000,
+	    .def = "100000", LIVE, .doc = "the results stream is trimmed to about this (0: never)" },
+	{ KEY(SECT_SOURCE, "timeout", KIND_DURATION, S(timeout_ms)), .min = 100, .max = 600 * SEC,
+	    .def = "5s", LIVE, .doc = "how long a connect or a command may wait for Redis" },
+	{ KEY(SECT_SOURCE, "backoff_max", KIND_DURATION, S(backoff_max_ms)), .min = 100,
+	    .max = 600 * SEC, .def = "5s", LIVE, .doc = "the longest wait between reconnects" },
 };
 
+#undef KEY
+#undef NEXT
+#undef LIVE
+#undef RESTART
 #define CONF_NKEYS (sizeof conf_keys / sizeof conf_keys[0])
+
+static enum conf_store
+key_store(const struct conf_key *k)
+{
+	return k->kind == KIND_ENUM ? k->values->store : kind_info[k->kind].store;
+}
 
 static const struct conf_key *
 key_find(enum conf_sect sect, const char *name)
@@ -445,6 +479,24 @@ sect_label(enum conf_sect sect)
 	case SECT_POOL: return "[pool NAME]";
 	case SECT_SOURCE: return "[source NAME]";
 	default: return "no section";
+	}
+}
+
+/* An enum's words, listed as the messages list them: "a, b or c" (sep ", ") or "a|b|c" (sep "|"). */
+static void
+enum_words(const struct conf_enum *e, const char *sep, const char *last, char *buf, size_t len)
+{
+	size_t n = 0, i = 0;
+
+	for (size_t j = 0; e->v[j].word != NULL; j++)
+		n += !e->v[j].alias;
+	buf[0] = '\0';
+	for (size_t j = 0; e->v[j].word != NULL; j++) {
+		if (e->v[j].alias)
+			continue;
+		snprintf(buf + strlen(buf), len - strlen(buf), "%s%s",
+		    i == 0 ? "" : i + 1 == n ? last : sep, e->v[j].word);
+		i++;
 	}
 }
 
@@ -653,36 +705,80 @@ conf_flags_add(struct conf_flags *f, int ch, int longindex, const char *arg, cha
 	    cause, "%s %s", flag, *arg != '\0' ? arg : "\"\"");
 }
 
+/* The value a key's flag takes, as --help names it. */
+static void
+key_meta(const struct conf_key *k, char *buf, size_t len)
+{
+	if (k->kind == KIND_ENUM && k->values->meta != NULL)
+		snprintf(buf, len, "%s", k->values->meta);
+	else if (k->kind == KIND_ENUM)
+		enum_words(k->values, "|", "|", buf, len);
+	else
+		snprintf(buf, len, "%s", kind_info[k->kind].meta);
+}
+
+/*
+ * The key's range (" (1 to 1024)") or ", repeatable", its default (", default
+ * 1M"), and ", read at start" when only a restart applies a change.
+ */
+static void
+key_usage_facts(FILE *out, const struct conf_key *k)
+{
+	char lo[32], hi[32];
+
+	if (k->kind == KIND_COUNT || k->kind == KIND_LIMIT_COUNT)
+		fprintf(out, " (%llu to %llu)", (unsigned long long)k->min,
+		    (unsigned long long)k->max);
+	else if (k->kind == KIND_LIMIT_CORES)
+		fprintf(out, " (%llu.%02llu to %llu)", (unsigned long long)(k->min / 1000),
+		    (unsigned long long)(k->min % 1000 / 10), (unsigned long long)(k->max / 1000));
+	else if (k->kind == KIND_SIZE || k->kind == KIND_LIMIT_SIZE)
+		fprintf(out, " (%s to %s)", units_format_size(k->min, lo, sizeof lo),
+		    units_format_size(k->max, hi, sizeof hi));
+	else if (k->kind == KIND_DURATION)
+		fprintf(out, " (%s to %s)", units_format_duration(k->min, lo, sizeof lo),
+		    units_format_duration(k->max, hi, sizeof hi));
+	else if (key_store(k) == STORE_LIST)
+		fprintf(out, ", repeatable");
+	if (k->def != NULL) {
+		fprintf(out, ", default ");
+		for (const char *d = k->def; *d != '\0'; d++)
+			if (*d == '\n')
+				fputs(" and ", out);
+			else
+				fputc(*d, out);
+	}
+	if (k->reload == RELOAD_RESTART)
+		fprintf(out, ", read at start");
+}
+
+/* The key's line of doc, under its flag. */
+static void
+key_usage_doc(FILE *out, const struct conf_key *k)
+{
+	fprintf(out, "        %s\n", k->doc);
+}
+
 void
 conf_flags_usage(FILE *out)
 {
-	static const char *const meta[] = {
-		[KIND_COUNT] = "N", [KIND_SIZE] = "SIZE", [KIND_DURATION] = "DUR",
-		[KIND_SOCKET] = "PATH", [KIND_MODE] = "MODE", [KIND_GROUP] = "GROUP",
-		[KIND_FILE] = "FILE", [KIND_LOGLEVEL] = "LEVEL", [KIND_LISTEN] = "HOST:PORT",
-		[KIND_ENV] = "NAME=VALUE", [KIND_CONTAINMENT] = "auto|cgroup|process",
-		[KIND_TCP_AUTH] = "token|none",
-		[KIND_PATH] = "CGROUP", [KIND_RUN_AS] = "USER", [KIND_LIMIT_SIZE] = "SIZE",
-		[KIND_LIMIT_COUNT] = "N", [KIND_LIMIT_CORES] = "CORES", [KIND_DIR] = "DIR",
-		[KIND_ONOFF] = "on|off", [KIND_JSYNC] = "commit|interval|none",
-		[KIND_HOSTPORT] = "HOST:PORT",
-	};
-	char text[CONF_NKEYS][CONF_FLAG_MAX + 24], name[CONF_FLAG_MAX], lo[32], hi[32];
-	const char *m;
+	char text[CONF_NKEYS][CONF_FLAG_MAX + 64], name[CONF_FLAG_MAX], meta[64];
 	int width = 0, n;
 
 	for (size_t i = 0; i < CONF_NKEYS; i++) {
 		const struct conf_key *k = &conf_keys[i];
 		text[i][0] = '\0';
+		key_meta(k, meta, sizeof meta);
 		if (k->sect == SECT_SOURCE)
-			continue;
-		key_flag_name(k, name, sizeof name);
-		m = (size_t)k->kind < sizeof meta / sizeof meta[0] && meta[k->kind] != NULL ?
-		    meta[k->kind] : "VALUE";
-		if (k->letter != 0)
-			n = snprintf(text[i], sizeof text[i], "-%c, --%s %s", k->letter, name, m);
-		else
-			n = snprintf(text[i], sizeof text[i], "    --%s %s", name, m);
+			n = snprintf(text[i], sizeof text[i], "    %s %s", k->name, meta);
+		else {
+			key_flag_name(k, name, sizeof name);
+			if (k->letter != 0)
+				n = snprintf(text[i], sizeof text[i], "-%c, --%s %s", k->letter,
+				    name, meta);
+			else
+				n = snprintf(text[i], sizeof text[i], "    --%s %s", name, meta);
+		}
 		if (n > width)
 			width = n;
 	}
@@ -692,24 +788,22 @@ conf_flags_usage(FILE *out)
 			continue;
 		fprintf(out, "  %-*s  [%s] %s", width, text[i], k->sect == SECT_DAEMON ?
 		    "daemon" : k->sect == SECT_EXEC ? "exec" : "pool default", k->name);
-		if (k->kind == KIND_COUNT || k->kind == KIND_LIMIT_COUNT)
-			fprintf(out, " (%llu to %llu)", (unsigned long long)k->min,
-			    (unsigned long long)k->max);
-		else if (k->kind == KIND_LIMIT_CORES)
-			fprintf(out, " (%llu.%02llu to %llu)", (unsigned long long)(k->min / 1000),
-			    (unsigned long long)(k->min % 1000 / 10), (unsigned long long)(k->max / 1000));
-		else if (k->kind == KIND_SIZE || k->kind == KIND_LIMIT_SIZE)
-			fprintf(out, " (%s to %s)", units_format_size(k->min, lo, sizeof lo),
-			    units_format_size(k->max, hi, sizeof hi));
-		else if (k->kind == KIND_DURATION)
-			fprintf(out, " (%s to %s)", units_format_duration(k->min, lo, sizeof lo),
-			    units_format_duration(k->max, hi, sizeof hi));
-		else if (k->kind == KIND_LISTEN || k->kind == KIND_ENV)
-			fprintf(out, ", repeatable");
+		key_usage_facts(out, k);
 		fputc('\n', out);
+		key_usage_doc(out, k);
 	}
 	fprintf(out, "      --pool NAME:SIZE[:CAPACITY[:LIMIT]]\n"
 	    "  %-*s  [pool NAME] size, capacity and limit, repeatable\n", width, "");
+	fprintf(out, "\nThe keys of a [source NAME] of the file (they have no flag):\n");
+	for (size_t i = 0; i < CONF_NKEYS; i++) {
+		const struct conf_key *k = &conf_keys[i];
+		if (k->sect != SECT_SOURCE)
+			continue;
+		fprintf(out, "  %-*s  [source NAME] %s", width, text[i], k->name);
+		key_usage_facts(out, k);
+		fputc('\n', out);
+		key_usage_doc(out, k);
+	}
 }
 
 /* ---------------------------------------------------------------- reading */
@@ -1117,7 +1211,6 @@ set_env(struct conf_load *l, const struct conf_key *k, const char *value)
 		c->nexec_env++;
 }
 
-/* Checks value against k and stores it at base + k->off. */
 /* A pool's run_as: "daemon", "caller" or the name of a user that exists. */
 static void
 set_run_as(struct conf_load *l, const struct conf_key *k, struct conf_pool *p,
@@ -1247,6 +1340,38 @@ set_redis(struct conf_load *l, const struct conf_key *k, void *slot, const char 
 	set_string(slot, value);
 }
 
+/* One word of the key's values table, kept as the table says. */
+static void
+set_enum(struct conf_load *l, const struct conf_key *k, void *slot, const char *value)
+{
+	const struct conf_enum *e = k->values;
+	const char *noun;
+	char words[128];
+
+	for (size_t j = 0; e->v[j].word != NULL; j++) {
+		if (strcmp(value, e->v[j].word) != 0)
+			continue;
+		if (e->store == STORE_BOOL)
+			*(bool *)slot = e->v[j].value != 0;
+		else if (e->store == STORE_STR)
+			set_string(slot, value);
+		else
+			*(int *)slot = e->v[j].value;
+		return;
+	}
+	enum_words(e, ", ", " or ", words, sizeof words);
+	if (e->what == NULL)
+		key_error(l, k->name, "\"%s\" is not %s", value, words);
+	else if (strchr(words, ' ') != NULL)
+		key_error(l, k->name, "\"%s\" is not %s (%s)", value, e->what, words);
+	else {
+		noun = strrchr(e->what, ' ') != NULL ? strrchr(e->what, ' ') + 1 : e->what;
+		key_error(l, k->name, "\"%s\" is not %s (the one %s is %s)", value, e->what, noun,
+		    words);
+	}
+}
+
+/* Checks value against k and stores it at base + k->off. */
 static void
 key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *value)
 {
@@ -1326,55 +1451,15 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 		}
 		set_string(slot, value);
 		return;
-	case KIND_LOGLEVEL:
-		if ((r = log_level_parse(value)) == -1) {
-			key_error(l, k->name, "\"%s\" is not a level (error, warning, notice, "
-			    "info or debug)", value);
-			return;
-		}
-		*(int *)slot = r;
-		return;
 	case KIND_LISTEN:
 		set_listen(l, k, value);
 		return;
 	case KIND_ENV:
 		set_env(l, k, value);
 		return;
-	case KIND_CONTAINMENT:
-		if (strcmp(value, "auto") != 0 && strcmp(value, "cgroup") != 0 &&
-		    strcmp(value, "process") != 0) {
-			key_error(l, k->name, "\"%s\" is not auto, cgroup or process", value);
-			return;
-		}
-		set_string(slot, value);
-		return;
-	case KIND_TCP_AUTH:
-		if (strcmp(value, "token") != 0 && strcmp(value, "none") != 0) {
-			key_error(l, k->name, "\"%s\" is not token or none", value);
-			return;
-		}
-		*(bool *)slot = strcmp(value, "none") == 0;
-		return;
 	case KIND_PATH:
 	case KIND_DIR:
 		set_string(slot, value);
-		return;
-	case KIND_ONOFF:
-		if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0) {
-			key_error(l, k->name, "\"%s\" is not on or off", value);
-			return;
-		}
-		*(bool *)slot = strcmp(value, "on") == 0;
-		return;
-	case KIND_JSYNC:
-		if (strcmp(value, "commit") == 0)
-			*(int *)slot = JOURNAL_SYNC_COMMIT;
-		else if (strcmp(value, "interval") == 0)
-			*(int *)slot = JOURNAL_SYNC_INTERVAL;
-		else if (strcmp(value, "none") == 0)
-			*(int *)slot = JOURNAL_SYNC_NONE;
-		else
-			key_error(l, k->name, "\"%s\" is not commit, interval or none", value);
 		return;
 	case KIND_HOSTPORT:
 		set_hostport(l, k, slot, value);
@@ -1386,14 +1471,6 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 	case KIND_LIMIT_COUNT:
 	case KIND_LIMIT_CORES:
 		set_limit(l, k, slot, value);
-		return;
-	case KIND_SOURCE_TYPE:
-		if (strcmp(value, "redis-stream") != 0) {
-			key_error(l, k->name, "\"%s\" is not a source type (the one type is "
-			    "redis-stream)", value);
-			return;
-		}
-		set_string(slot, value);
 		return;
 	case KIND_REDIS:
 		set_redis(l, k, slot, value);
@@ -1411,6 +1488,9 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 		}
 		set_string(slot, value);
 		return;
+	case KIND_ENUM:
+		set_enum(l, k, slot, value);
+		return;
 	case KIND_POOL_NAME:
 		if (!conf_pool_name_ok(value)) {
 			key_error(l, k->name, "\"%s\" is not a pool name (1 to %d letters, "
@@ -1426,13 +1506,252 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 static void
 key_assign(struct conf_load *l, const struct conf_key *k, char *base, const char *value)
 {
-	if (*value == '\0' && k->kind != KIND_SOCKET && k->kind != KIND_GROUP &&
-	    k->kind != KIND_FILE && k->kind != KIND_LISTEN && k->kind != KIND_PATH &&
-	    k->kind != KIND_DIR && k->kind != KIND_HOSTPORT) {
+	if (*value == '\0' && !kind_info[k->kind].empty_ok) {
 		key_error(l, k->name, "empty value");
 		return;
 	}
 	key_set(l, k, base, value);
+}
+
+/* ------------------------------------------- defaults, freeing, comparing */
+
+static int load_finish(struct conf_load *l, char **errors);
+
+/*
+ * Sets every key of sect at base (struct conf, or a conf_pool or
+ * conf_source of c) to its row's default, read as the file's value would
+ * be: the table is the one place a default is written. A default the
+ * table's own checks refuse is a bug of the table.
+ */
+static void
+keys_default(struct conf *c, enum conf_sect sect, char *base)
+{
+	struct conf_load l = { .c = c, .sect = sect };
+	char *errors = NULL, one[256];
+
+	snprintf(l.sect_name, sizeof l.sect_name, "built-in default");
+	for (size_t i = 0; i < CONF_NKEYS; i++) {
+		const struct conf_key *k = &conf_keys[i];
+
+		if (k->sect != sect)
+			continue;
+		if (k->def == NULL && (k->kind == KIND_LIMIT_SIZE ||
+		    k->kind == KIND_LIMIT_COUNT || k->kind == KIND_LIMIT_CORES))
+			*(uint64_t *)(void *)(base + k->off) = CONF_NO_LIMIT;
+		for (const char *d = k->def; d != NULL && *d != '\0'; ) {
+			size_t n = strcspn(d, "\n");
+			snprintf(one, sizeof one, "%.*s", (int)n, d);
+			key_set(&l, k, base, one);
+			d += n + (d[n] == '\n');
+		}
+	}
+	if (load_finish(&l, &errors) == -1)
+		fatalx("conf.c's table: %s", errors != NULL ? errors : "out of memory");
+}
+
+/* Frees what the keys of sect own at base. */
+static void
+keys_free(enum conf_sect sect, char *base)
+{
+	for (size_t i = 0; i < CONF_NKEYS; i++) {
+		const struct conf_key *k = &conf_keys[i];
+		char **v = (char **)(void *)(base + k->off);
+
+		if (k->sect != sect)
+			continue;
+		switch (key_store(k)) {
+		case STORE_STR:
+			free(*v);
+			break;
+		case STORE_LIST:
+			for (size_t j = 0; j < *(size_t *)(void *)(base + k->aux); j++)
+				free(v[j]);
+			break;
+		case STORE_RUN_AS:
+			free(*(char **)(void *)(base + k->aux));
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+static bool
+str_same(const char *a, const char *b)
+{
+	return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
+}
+
+static size_t
+store_size(enum conf_store st)
+{
+	switch (st) {
+	case STORE_UINT: return sizeof(unsigned);
+	case STORE_SIZE: return sizeof(size_t);
+	case STORE_U64: return sizeof(uint64_t);
+	case STORE_INT: return sizeof(int);
+	case STORE_BOOL: return sizeof(bool);
+	case STORE_MODE: return sizeof(mode_t);
+	default: return sizeof(char *);
+	}
+}
+
+/* True when key k says the same at a and b (two structs of its section). */
+static bool
+key_equal(const struct conf_key *k, const char *a, const char *b)
+{
+	char *const *va = (char *const *)(const void *)(a + k->off);
+	char *const *vb = (char *const *)(const void *)(b + k->off);
+	size_t n;
+
+	switch (key_store(k)) {
+	case STORE_STR:
+		return str_same(*va, *vb);
+	case STORE_LIST:
+		if ((n = *(const size_t *)(const void *)(a + k->aux)) !=
+		    *(const size_t *)(const void *)(b + k->aux))
+			return false;
+		for (size_t j = 0; j < n; j++)
+			if (!str_same(va[j], vb[j]))
+				return false;
+		return true;
+	case STORE_RUN_AS:
+		return *(const enum conf_run_as *)(const void *)(a + k->off) ==
+		    *(const enum conf_run_as *)(const void *)(b + k->off) &&
+		    str_same(*(char *const *)(const void *)(a + k->aux),
+		    *(char *const *)(const void *)(b + k->aux));
+	default:
+		return memcmp(a + k->off, b + k->off, store_size(key_store(k))) == 0;
+	}
+}
+
+static void
+swap_bytes(char *a, char *b, size_t n)
+{
+	char tmp[sizeof(uint64_t) > sizeof(char *) ? sizeof(uint64_t) : sizeof(char *)];
+
+	memcpy(tmp, a, n);
+	memcpy(a, b, n);
+	memcpy(b, tmp, n);
+}
+
+/* Swaps key k's values at a and b, with what they own. */
+static void
+key_swap(const struct conf_key *k, char *a, char *b)
+{
+	switch (key_store(k)) {
+	case STORE_LIST:
+		for (size_t j = 0; j < k->max; j++)
+			swap_bytes(a + k->off + j * sizeof(char *), b + k->off + j * sizeof(char *),
+			    sizeof(char *));
+		swap_bytes(a + k->aux, b + k->aux, sizeof(size_t));
+		break;
+	case STORE_RUN_AS:
+		swap_bytes(a + k->off, b + k->off, sizeof(enum conf_run_as));
+		swap_bytes(a + k->aux, b + k->aux, sizeof(char *));
+		break;
+	default:
+		swap_bytes(a + k->off, b + k->off, store_size(key_store(k)));
+		break;
+	}
+}
+
+void
+conf_init(struct conf *c)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	struct conf_pool *d;
+
+	memset(c, 0, sizeof *c);
+	keys_default(c, SECT_DAEMON, (char *)c);
+	keys_default(c, SECT_EXEC, (char *)c);
+	d = conf_pool_get(c, "default");
+	d->size = cpus > 0 && cpus <= 64 ? (unsigned)cpus : 4;
+}
+
+void
+conf_free(struct conf *c)
+{
+	free(c->path);
+	keys_free(SECT_DAEMON, (char *)c);
+	keys_free(SECT_EXEC, (char *)c);
+	for (size_t i = 0; i < c->npools; i++) {
+		free(c->pools[i].name);
+		keys_free(SECT_POOL, (char *)&c->pools[i]);
+	}
+	for (size_t i = 0; i < c->nsources; i++) {
+		free(c->sources[i].name);
+		keys_free(SECT_SOURCE, (char *)&c->sources[i]);
+	}
+	memset(c, 0, sizeof *c);
+}
+
+struct conf_pool *
+conf_pool_get(struct conf *c, const char *name)
+{
+	struct conf_pool *p = conf_pool_find(c, name);
+
+	if (p != NULL)
+		return p;
+	if (c->npools == CONF_MAX_POOLS)
+		return NULL;
+	p = &c->pools[c->npools++];
+	memset(p, 0, sizeof *p);
+	p->name = strdup(name);
+	keys_default(c, SECT_POOL, (char *)p);
+	return p;
+}
+
+/* The named source, added with its defaults if missing (NULL when full). */
+static struct conf_source *
+conf_source_get(struct conf *c, const char *name)
+{
+	struct conf_source *s = conf_source_find(c, name);
+
+	if (s != NULL)
+		return s;
+	if (c->nsources == CONF_MAX_SOURCES)
+		return NULL;
+	s = &c->sources[c->nsources++];
+	memset(s, 0, sizeof *s);
+	s->name = strdup(name);
+	keys_default(c, SECT_SOURCE, (char *)s);
+	return s;
+}
+
+bool
+conf_source_equal(const struct conf_source *a, const struct conf_source *b)
+{
+	if (!str_same(a->name, b->name))
+		return false;
+	for (size_t i = 0; i < CONF_NKEYS; i++)
+		if (conf_keys[i].sect == SECT_SOURCE &&
+		    !key_equal(&conf_keys[i], (const char *)a, (const char *)b))
+			return false;
+	return true;
+}
+
+size_t
+conf_keep_restart_keys(struct conf *next, struct conf *running, char *changed, size_t len)
+{
+	size_t n = 0;
+
+	if (len > 0)
+		changed[0] = '\0';
+	for (size_t i = 0; i < CONF_NKEYS; i++) {
+		const struct conf_key *k = &conf_keys[i];
+
+		if ((k->sect != SECT_DAEMON && k->sect != SECT_EXEC) ||
+		    k->reload != RELOAD_RESTART ||
+		    key_equal(k, (const char *)next, (const char *)running))
+			continue;
+		key_swap(k, (char *)next, (char *)running);
+		if (len > 0)
+			snprintf(changed + strlen(changed), len - strlen(changed), "%s%s",
+			    n > 0 ? ", " : "", k->name);
+		n++;
+	}
+	return n;
 }
 
 /* The pool called name, made if missing; NULL with why set when it cannot be. */

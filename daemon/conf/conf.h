@@ -125,7 +125,10 @@ struct conf {
 	size_t nsources;
 };
 
-/* Fills c with the built-in defaults (one pool "default", size = CPUs, limit 64, capacity 1024). */
+/*
+ * Fills c with the built-in defaults, from conf.c's key table (one pool
+ * "default", its size the number of CPUs).
+ */
 void conf_init(struct conf *c);
 
 /* Frees what c owns. */
@@ -248,6 +251,17 @@ struct conf_source *conf_source_find(struct conf *c, const char *name);
 
 /* True when a and b say the same in every key (a reload keeps such a source running). */
 bool conf_source_equal(const struct conf_source *a, const struct conf_source *b);
+
+/*
+ * A reload's keys that only a restart applies (their row's reload class in
+ * conf.c): each [daemon] or [exec] one whose value differs between next
+ * (just read) and running (in force) is swapped, so that next keeps the
+ * running value and running, about to be freed, takes the new one. Writes
+ * their names into changed ("journal, journal_sync"; "" for none, cut to
+ * len) and returns how many there were.
+ */
+size_t conf_keep_restart_keys(struct conf *next, struct conf *running, char *changed,
+    size_t len);
 
 /* Parses a pool or queue count: decimal digits only, at most max. */
 int conf_parse_count(const char *s, unsigned max, unsigned *out);
