@@ -130,7 +130,9 @@ die(const char *what, const char *cause)
 static void
 run_one(unsigned workers, unsigned submitters, unsigned n, unsigned capacity)
 {
-	struct pool_config cfg = { "bench", workers, workers, capacity, NULL };
+	struct pool_config cfg = {
+		.name = "bench", .size = workers, .limit = workers, .capacity = capacity, .thread_start = NULL,
+	};
 	struct submitter subs[16];
 	struct bench b;
 	uint64_t *lat, t0, elapsed;

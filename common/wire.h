@@ -67,6 +67,7 @@
 #define ERR_NO_SUCH_TASK      "no_such_task"
 #define ERR_NO_SUCH_POOL      "no_such_pool"
 #define ERR_QUEUE_FULL        "queue_full"
+#define ERR_QUOTA             "quota"                /* past a per-owner limit of the pool */
 #define ERR_CLOSED            "closed"
 #define ERR_TASK_FAILED       "task_failed"
 #define ERR_EXIT_STATUS       "exit_status"

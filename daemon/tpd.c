@@ -579,7 +579,7 @@ start_pools(struct daemon *d)
 {
 	char *cause = NULL;
 
-	if (pools_start(&d->conf, &cause) == -1)
+	if (pools_start(d->base, &d->conf, &cause) == -1)
 		fatalx("%s", cause);
 }
 

@@ -254,7 +254,9 @@ jobs_init(struct tjob *t, size_t n, struct ctx *c, struct gate *g)
 static struct pool *
 pool_make(const char *name, unsigned size, unsigned limit, unsigned capacity)
 {
-	struct pool_config cfg = { name, size, limit, capacity, tracked_start };
+	struct pool_config cfg = {
+		.name = name, .size = size, .limit = limit, .capacity = capacity, .thread_start = tracked_start,
+	};
 	struct pool *p;
 	char *cause = NULL;
 
@@ -496,6 +498,85 @@ test_full_queue_rejects(void)
 	pool_finish(p, POOL_DRAIN);
 	CHECK_EQ(atomic_load(&j[3].runs), 0, "runs of the rejected job");
 	CHECK_EQ(atomic_load(&j[3].dones), 0, "completions of the rejected job");
+	gate_destroy(&g);
+	ctx_destroy(&c);
+}
+
+/* ---- the room notification: once per arming, when a queue slot frees */
+
+struct room_seen {
+	struct latch calls;
+	pthread_t last_on;
+};
+
+static void
+room_count(struct pool *p, void *arg)
+{
+	struct room_seen *r = arg;
+
+	r->last_on = pthread_self();
+	latch_up(&r->calls);
+}
+
+static void
+test_room_told_once_per_arming(void)
+{
+	struct ctx c;
+	struct gate g;
+	struct tjob a, b, d, e;
+	struct room_seen r;
+	struct pool_config cfg = {
+		.name = "room", .size = 1, .limit = 1, .capacity = 1,
+		.thread_start = tracked_start, .room = room_count, .room_arg = &r,
+	};
+	struct pool *p;
+	char *cause = NULL;
+
+	ctx_init(&c);
+	gate_init(&g);
+	latch_init(&r.calls);
+	tracker_reset();
+	CHECK((p = pool_create(&cfg, &cause)) != NULL, "pool_create: %s", cause ? cause : "?");
+	job_init(&a, &c, 1, &g);
+	job_init(&b, &c, 2, &g);
+	job_init(&d, &c, 3, &g);
+	job_init(&e, &c, 4, &g);
+
+	submit_ok(p, &a);
+	latch_wait(&c.started, 1, "the first job running");
+	submit_ok(p, &b);
+	CHECK(pool_submit(p, &d.pj) == POOL_REJECTED_FULL, "a full pool accepted");
+	/* Full: arming does not fire, nor does it without arming when a slot frees. */
+	pool_want_room(p);
+	pool_want_room(p);
+	CHECK_EQ(latch_get(&r.calls), 0, "told of room while the queue is full");
+
+	/* The cancel of the queued job frees its slot: told once, on this thread. */
+	CHECK(pool_cancel(p, &b.pj) == POOL_JOB_QUEUED, "cancel of the queued job");
+	CHECK_EQ(latch_get(&r.calls), 1, "told of room by the cancel");
+	CHECK(pthread_equal(r.last_on, pthread_self()), "told on another thread than the canceller");
+	submit_ok(p, &d);
+	CHECK(pool_submit(p, &e.pj) == POOL_REJECTED_FULL, "a full pool accepted");
+
+	/* A worker taking the queued job frees its slot: told on the worker. */
+	pool_want_room(p);
+	gate_open(&g);
+	latch_wait(&r.calls, 2, "the room told when the worker took the queued job");
+	CHECK(pthread_equal(r.last_on, d.ran_on) || pthread_equal(r.last_on, a.ran_on),
+	    "told on another thread than the worker");
+	latch_wait(&c.done, 3, "the jobs");
+	CHECK_EQ(latch_get(&r.calls), 2, "told again without an arming");
+
+	/* Room already: arming tells at once, on the arming thread. */
+	pool_want_room(p);
+	CHECK_EQ(latch_get(&r.calls), 3, "told at once when there is room");
+	CHECK(pthread_equal(r.last_on, pthread_self()), "an arming with room told elsewhere");
+
+	/* A closed pool never tells. */
+	submit_ok(p, &e);
+	pool_finish(p, POOL_DRAIN);
+	CHECK_EQ(latch_get(&r.calls), 3, "told of room after the close");
+	latch_destroy(&r.calls);
 	gate_destroy(&g);
 	ctx_destroy(&c);
 }
@@ -933,7 +1014,9 @@ test_failing_job_keeps_worker(void)
 static void
 test_thread_start_failure(void)
 {
-	struct pool_config cfg = { "inject", 3, 8, 4, tracked_start };
+	struct pool_config cfg = {
+		.name = "inject", .size = 3, .limit = 8, .capacity = 4, .thread_start = tracked_start,
+	};
 	struct ctx c;
 	struct gate g;
 	struct tjob j[3];
@@ -1292,7 +1375,9 @@ test_worker_cannot_shutdown_own_pool(void)
 	struct tjob self, after, expiring, other, closer, refused;
 	struct gate g;
 	struct pool *p;
-	struct pool_config cfg = { "other", 1, 1, 1, tracked_start };
+	struct pool_config cfg = {
+		.name = "other", .size = 1, .limit = 1, .capacity = 1, .thread_start = tracked_start,
+	};
 	char *cause = NULL;
 
 	ctx_init(&c);
@@ -1412,7 +1497,7 @@ test_snapshot_and_times(void)
 	CHECK(pool_set_capacity(p, 4, &cause) == 0, "capacity 4: %s", cause);
 	submit_ok(p, &j[5]);
 	CHECK(pool_set_limit(p, 1, &cause) == -1, "limit below the target accepted");
-	CHECK_SAYS(cause, "below the current target");
+	CHECK_SAYS(cause, "below the current max_workers");
 	free(cause);
 	CHECK(pool_resize(p, 6, &cause) == -1, "resize past the limit accepted");
 	CHECK_SAYS(cause, "out of range 1..5");
@@ -1505,7 +1590,9 @@ test_cancel(void)
 static void
 test_bad_arguments(void)
 {
-	struct pool_config cfg = { "bad", 0, 4, 4, tracked_start };
+	struct pool_config cfg = {
+		.name = "bad", .size = 0, .limit = 4, .capacity = 4, .thread_start = tracked_start,
+	};
 	struct pool *p;
 	char *cause = NULL;
 
@@ -1554,7 +1641,9 @@ test_bad_arguments(void)
 static void
 test_pools_are_independent(void)
 {
-	struct pool_config cfg = { "b", 1, 2, 2, tracked_start };
+	struct pool_config cfg = {
+		.name = "b", .size = 1, .limit = 2, .capacity = 2, .thread_start = tracked_start,
+	};
 	struct ctx c;
 	struct gate g;
 	struct tjob blocker, other;
@@ -1828,6 +1917,7 @@ static const struct test_case cases[] = {
 	{ "histogram", test_histogram },
 	{ "recent_windows_and_rate", test_recent_windows_and_rate },
 	{ "pool_observes_timings", test_pool_observes_timings },
+	{ "room_told_once_per_arming", test_room_told_once_per_arming },
 };
 
 int

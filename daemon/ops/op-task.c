@@ -145,6 +145,13 @@ op_submit(struct conn *c, struct request *req)
 		if (o.sink != NULL)
 			o.sink->ops->release(o.sink);
 		return;
+	case POOL_REJECTED_QUOTA:
+		task_free(t);
+		send_rejected(c, req, ERR_QUOTA, "pool %s: its owner already has "
+		    "max_queued_per_owner tasks queued", e->name);
+		if (o.sink != NULL)
+			o.sink->ops->release(o.sink);
+		return;
 	}
 	/* The answer comes before the done: the done is handled on a later loop turn. */
 	tasks_view(t, &view);

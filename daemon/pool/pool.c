@@ -35,6 +35,11 @@
  *  - A worker books a finished job (counters, FINISHED) in the same locked
  *    section where it takes its next one, and calls the finished job's done
  *    right after unlocking: one lock round per job instead of two.
+ *  - Room (pool_want_room): the one who waits for a queue slot arms want_room;
+ *    every locked section that may free a slot (a job leaves the queue, the
+ *    capacity or the target grows) disarms it there when there is room and
+ *    calls cfg->room right after unlocking. Arming checks at once too, so a
+ *    slot freed between a refused submit and the arming is not missed.
  *  - queued_hint and spinners are atomics read without the lock, only to
  *    decide whether to keep spinning (spin_for_work) or to spare a wake-up;
  *    every decision that matters is made again under the lock.
@@ -100,6 +105,52 @@ struct job_list {
 	struct pool_job *tail;
 };
 
+/*
+ * The queue. Jobs wait in owner queues, one per (owner, priority) that has
+ * jobs queued, oldest first (job->next/prev). Each priority present has a
+ * level: its jobs in entry order (job->lnext/lprev, for drop_oldest and the
+ * watcher), and a binary heap of its owner queues that may start (owners
+ * not at max_running_per_owner), least key on top. The key is (the owner's
+ * last start, the head job's entry) with fair, the head's entry alone
+ * without. A key only grows (an owner's start is a later one, a head that
+ * leaves is followed by a younger one), so heap entries are refreshed
+ * lazily: pick compares the top's stored key with its real one and sifts it
+ * down when it grew, so a start touches one heap, whatever other priorities
+ * the owner has jobs at. Two bitmaps say which levels have jobs (present)
+ * and which have a startable owner queue (runnable); top is the highest
+ * runnable one.
+ */
+#define LEVELS (POOL_PRIORITY_MAX - POOL_PRIORITY_MIN + 1)
+#define LEVEL_WORDS ((LEVELS + 63) / 64)
+#define NOT_IN_HEAP ((size_t)-1)
+
+struct pool_owner {
+	uint32_t id;
+	uint64_t last_started;      /* p->starts at its last start; 0 = never */
+	unsigned queued, running;
+	bool blocked;               /* at max_running_per_owner: out of the heaps */
+	struct pool_oqueue *oqs;    /* one per level it has jobs queued at */
+	struct pool_oqueue *spare;  /* kept for the next one: no allocation per job */
+};
+
+struct level {
+	unsigned count;             /* jobs queued at this priority */
+	unsigned noqs;              /* owner queues with jobs here, started or blocked */
+	struct pool_job *head, *tail;  /* every job here, in entry order */
+	struct pool_oqueue **heap;
+	size_t nheap, heapcap;
+};
+
+struct pool_oqueue {
+	struct pool_job *head, *tail;
+	unsigned count;
+	unsigned level;             /* index into p->levels */
+	struct pool_owner *owner;
+	size_t heap_at;             /* NOT_IN_HEAP when out (blocked owner) */
+	uint64_t key_started, key_seq;  /* the key it sits in the heap with */
+	struct pool_oqueue *onext;  /* the owner's next */
+};
+
 /* How long a worker that just finished a job spins for the next one before it sleeps. */
 #define POOL_SPIN_US 50
 
@@ -121,19 +172,38 @@ struct pool {
 	unsigned registered;      /* workers counted against the target */
 	unsigned busy;            /* workers running a job */
 	unsigned queued;
+	unsigned min_workers, max_workers;
+	uint64_t keepalive_us;
+	bool paused, fair, drop_oldest;
+	bool grow_failing;        /* warned once; cleared by a start that works */
+	unsigned max_queued_per_owner, max_running_per_owner;
 	unsigned with_deadline;   /* queued jobs that have a deadline */
 	uint64_t watch_until_us;  /* when the watcher next wakes; 0 = never */
 	bool closed;
 
-	struct job_list queue;    /* FIFO, head is the oldest */
+	struct level *levels[LEVELS];   /* made on first use, kept */
+	uint64_t present[LEVEL_WORDS];  /* levels with jobs */
+	uint64_t runnable[LEVEL_WORDS]; /* levels with a startable owner queue */
+	int top;                        /* highest runnable level, -1: none */
+	struct pool_owner **owners;     /* by owner number, made on first use, kept */
+	size_t nowners;
+	struct pool_owner *last_owner;  /* the last one found: one owner costs no lookup */
+	uint64_t seq;                   /* entries into the queue */
+	uint64_t starts;                /* jobs started */
 	struct job_list running;
 
 	struct worker *threads;   /* started and not yet joined */
 	unsigned joiners;
 	unsigned serial;
 	pool_thread_start_fn thread_start;
+	pool_room_fn room;        /* cfg->room, with its argument */
+	void *room_arg;
+	pool_warn_fn warn;
+	void *warn_arg;
+	bool want_room;           /* pool_want_room armed it; cleared when it fires */
 
-	uint64_t accepted, rejected_full, rejected_closed;
+	uint64_t accepted, rejected_full, rejected_closed, rejected_quota;
+	uint64_t displaced, grow_failures;
 	uint64_t succeeded, failed, timed_out, cancelled, expired;
 
 	struct pool_timing timing;      /* queue waits and run times */
@@ -468,18 +538,432 @@ list_remove(struct job_list *l, struct pool_job *j)
 	j->next = j->prev = NULL;
 }
 
-/* Takes j off the queue, counting it out. */
+/* ---- the queue (lock held; see struct level) */
+
+static void
+bit_set(uint64_t *bits, unsigned i)
+{
+	bits[i / 64] |= 1ULL << (i % 64);
+}
+
+static void
+bit_clear(uint64_t *bits, unsigned i)
+{
+	bits[i / 64] &= ~(1ULL << (i % 64));
+}
+
+/* The highest set bit at or below from, or -1. */
+static int
+bit_highest(const uint64_t *bits, int from)
+{
+	if (from < 0)
+		return -1;
+	for (int w = from / 64; w >= 0; w--) {
+		uint64_t v = bits[w];
+		if (w == from / 64 && from % 64 != 63)
+			v &= (2ULL << (from % 64)) - 1;
+		if (v != 0)
+			return w * 64 + 63 - __builtin_clzll(v);
+	}
+	return -1;
+}
+
+/* The lowest set bit, or -1. */
+static int
+bit_lowest(const uint64_t *bits)
+{
+	for (int w = 0; w < LEVEL_WORDS; w++)
+		if (bits[w] != 0)
+			return w * 64 + __builtin_ctzll(bits[w]);
+	return -1;
+}
+
+static unsigned
+level_of(int priority)
+{
+	if (priority < POOL_PRIORITY_MIN)
+		priority = POOL_PRIORITY_MIN;
+	if (priority > POOL_PRIORITY_MAX)
+		priority = POOL_PRIORITY_MAX;
+	return (unsigned)(priority - POOL_PRIORITY_MIN);
+}
+
+static bool
+key_less(const struct pool *p, const struct pool_oqueue *a, const struct pool_oqueue *b)
+{
+	if (p->fair && a->key_started != b->key_started)
+		return a->key_started < b->key_started;
+	return a->key_seq < b->key_seq;
+}
+
+static void
+heap_put(struct level *lv, size_t i, struct pool_oqueue *oq)
+{
+	lv->heap[i] = oq;
+	oq->heap_at = i;
+}
+
+static void
+heap_up(const struct pool *p, struct level *lv, size_t i)
+{
+	struct pool_oqueue *oq = lv->heap[i];
+
+	while (i > 0 && key_less(p, oq, lv->heap[(i - 1) / 2])) {
+		heap_put(lv, i, lv->heap[(i - 1) / 2]);
+		i = (i - 1) / 2;
+	}
+	heap_put(lv, i, oq);
+}
+
+static void
+heap_down(const struct pool *p, struct level *lv, size_t i)
+{
+	struct pool_oqueue *oq = lv->heap[i];
+
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= lv->nheap)
+			break;
+		if (c + 1 < lv->nheap && key_less(p, lv->heap[c + 1], lv->heap[c]))
+			c++;
+		if (!key_less(p, lv->heap[c], oq))
+			break;
+		heap_put(lv, i, lv->heap[c]);
+		i = c;
+	}
+	heap_put(lv, i, oq);
+}
+
+/* The key oq would have now. */
+static void
+oq_key(struct pool_oqueue *oq)
+{
+	oq->key_started = oq->owner->last_started;
+	oq->key_seq = oq->head->seq;
+}
+
+/* Puts oq in its level's heap (room reserved by enqueue_prepare). */
+static void
+heap_insert(struct pool *p, struct pool_oqueue *oq)
+{
+	struct level *lv = p->levels[oq->level];
+
+	oq_key(oq);
+	lv->heap[lv->nheap] = oq;
+	oq->heap_at = lv->nheap++;
+	heap_up(p, lv, oq->heap_at);
+	if (lv->nheap == 1) {
+		bit_set(p->runnable, oq->level);
+		if ((int)oq->level > p->top)
+			p->top = (int)oq->level;
+	}
+}
+
+static void
+heap_delete(struct pool *p, struct pool_oqueue *oq)
+{
+	struct level *lv = p->levels[oq->level];
+	size_t i = oq->heap_at;
+
+	oq->heap_at = NOT_IN_HEAP;
+	if (--lv->nheap != i) {
+		struct pool_oqueue *last = lv->heap[lv->nheap];
+		heap_put(lv, i, last);
+		/* the last one may belong above or below where the deleted one was */
+		heap_up(p, lv, i);
+		if (last->heap_at == i)
+			heap_down(p, lv, i);
+	}
+	if (lv->nheap == 0) {
+		bit_clear(p->runnable, oq->level);
+		if ((int)oq->level == p->top)
+			p->top = bit_highest(p->runnable, (int)oq->level);
+	}
+}
+
+/* An owner at its running limit leaves the heaps; one below it comes back. */
+static void
+owner_block(struct pool *p, struct pool_owner *o)
+{
+	o->blocked = true;
+	for (struct pool_oqueue *oq = o->oqs; oq != NULL; oq = oq->onext)
+		if (oq->heap_at != NOT_IN_HEAP)
+			heap_delete(p, oq);
+}
+
+static void
+owner_unblock(struct pool *p, struct pool_owner *o)
+{
+	o->blocked = false;
+	for (struct pool_oqueue *oq = o->oqs; oq != NULL; oq = oq->onext)
+		heap_insert(p, oq);
+}
+
+static bool
+owner_at_cap(const struct pool *p, const struct pool_owner *o)
+{
+	return p->max_running_per_owner != 0 && o->running >= p->max_running_per_owner;
+}
+
+/* The owner's books, made on first use (NULL: out of memory). */
+static struct pool_owner *
+owner_get(struct pool *p, uint32_t id)
+{
+	struct pool_owner *o;
+
+	if (p->last_owner != NULL && p->last_owner->id == id)
+		return p->last_owner;
+	if (id >= p->nowners) {
+		size_t n = p->nowners ? p->nowners : 16;
+		struct pool_owner **grown;
+		while (n <= id)
+			n *= 2;
+		if ((grown = realloc(p->owners, n * sizeof *grown)) == NULL)
+			return NULL;
+		memset(grown + p->nowners, 0, (n - p->nowners) * sizeof *grown);
+		p->owners = grown;
+		p->nowners = n;
+	}
+	if ((o = p->owners[id]) == NULL) {
+		if ((o = calloc(1, sizeof *o)) == NULL)
+			return NULL;
+		o->id = id;
+		p->owners[id] = o;
+	}
+	p->last_owner = o;
+	return o;
+}
+
+/* Jobs the owner numbered id has queued, without making its books. */
+static unsigned
+owner_queued(const struct pool *p, uint32_t id)
+{
+	return id < p->nowners && p->owners[id] != NULL ? p->owners[id]->queued : 0;
+}
+
+/*
+ * Makes sure j can be queued without allocating later: its owner's books,
+ * its level, an owner queue for it there (*fresh when new, not linked yet)
+ * and a heap slot. Returns 0, or -1 when out of memory (nothing to undo).
+ */
+static int
+enqueue_prepare(struct pool *p, struct pool_job *j, struct pool_oqueue **fresh)
+{
+	unsigned li = level_of(j->priority);
+	struct pool_owner *o;
+	struct pool_oqueue *oq;
+	struct level *lv;
+
+	*fresh = NULL;
+	if ((o = owner_get(p, j->owner)) == NULL)
+		return -1;
+	if ((lv = p->levels[li]) == NULL) {
+		if ((lv = calloc(1, sizeof *lv)) == NULL)
+			return -1;
+		p->levels[li] = lv;
+	}
+	for (oq = o->oqs; oq != NULL; oq = oq->onext)
+		if (oq->level == li)
+			break;
+	if (oq == NULL) {
+		if (lv->heapcap <= lv->noqs) {
+			size_t n = lv->heapcap ? lv->heapcap * 2 : 4;
+			struct pool_oqueue **h = realloc(lv->heap, n * sizeof *h);
+			if (h == NULL)
+				return -1;
+			lv->heap = h;
+			lv->heapcap = n;
+		}
+		if ((oq = o->spare) != NULL)
+			o->spare = NULL;
+		else if ((oq = malloc(sizeof *oq)) == NULL)
+			return -1;
+		memset(oq, 0, sizeof *oq);
+		oq->level = li;
+		oq->owner = o;
+		oq->heap_at = NOT_IN_HEAP;
+		*fresh = oq;
+	}
+	j->powner = o;
+	j->oq = oq;
+	return 0;
+}
+
+/* enqueue_prepare's fresh owner queue, not used after all. */
+static void
+enqueue_unprepare(struct pool_oqueue *fresh)
+{
+	if (fresh != NULL && fresh->owner->spare == NULL)
+		fresh->owner->spare = fresh;
+	else
+		free(fresh);
+}
+
+/* Links a prepared j at the tail of its owner queue and its level. */
+static void
+enqueue(struct pool *p, struct pool_job *j, struct pool_oqueue *fresh)
+{
+	struct pool_oqueue *oq = j->oq;
+	struct pool_owner *o = oq->owner;
+	struct level *lv = p->levels[oq->level];
+
+	j->seq = ++p->seq;
+	j->next = NULL;
+	j->prev = oq->tail;
+	if (oq->tail != NULL)
+		oq->tail->next = j;
+	else
+		oq->head = j;
+	oq->tail = j;
+	oq->count++;
+	j->lnext = NULL;
+	j->lprev = lv->tail;
+	if (lv->tail != NULL)
+		lv->tail->lnext = j;
+	else
+		lv->head = j;
+	lv->tail = j;
+	if (lv->count++ == 0)
+		bit_set(p->present, oq->level);
+	o->queued++;
+	if (fresh != NULL) {
+		oq->onext = o->oqs;
+		o->oqs = oq;
+		lv->noqs++;
+		if (!o->blocked)
+			heap_insert(p, oq);
+	}
+	p->queued++;
+	if (!p->paused)
+		atomic_store_explicit(&p->queued_hint, p->queued, memory_order_relaxed);
+}
+
+/*
+ * Takes j off the queue, counting it out. An owner queue left empty leaves
+ * its heap and its owner; the heap entry of one whose head left is
+ * refreshed lazily by pick.
+ */
 static void
 dequeue(struct pool *p, struct pool_job *j)
 {
-	list_remove(&p->queue, j);
+	struct pool_oqueue *oq = j->oq;
+	struct pool_owner *o = oq->owner;
+	struct level *lv = p->levels[oq->level];
+
+	if (j->prev != NULL)
+		j->prev->next = j->next;
+	else
+		oq->head = j->next;
+	if (j->next != NULL)
+		j->next->prev = j->prev;
+	else
+		oq->tail = j->prev;
+	if (j->lprev != NULL)
+		j->lprev->lnext = j->lnext;
+	else
+		lv->head = j->lnext;
+	if (j->lnext != NULL)
+		j->lnext->lprev = j->lprev;
+	else
+		lv->tail = j->lprev;
+	j->next = j->prev = j->lnext = j->lprev = NULL;
+	j->oq = NULL;
+	o->queued--;
+	if (--lv->count == 0)
+		bit_clear(p->present, oq->level);
+	if (--oq->count == 0) {
+		struct pool_oqueue **op;
+		if (oq->heap_at != NOT_IN_HEAP)
+			heap_delete(p, oq);
+		for (op = &o->oqs; *op != oq; op = &(*op)->onext)
+			;
+		*op = oq->onext;
+		lv->noqs--;
+		enqueue_unprepare(oq);
+	}
 	p->queued--;
-	atomic_store_explicit(&p->queued_hint, p->queued, memory_order_relaxed);
+	atomic_store_explicit(&p->queued_hint, p->paused ? 0 : p->queued, memory_order_relaxed);
 	if (j->queue_deadline_us != 0)
 		p->with_deadline--;
 	/* Closed and empty for good: the watcher's work is over. */
-	if (p->closed && p->queue.head == NULL)
+	if (p->closed && p->queued == 0)
 		pthread_cond_signal(&p->watch_cv);
+}
+
+/*
+ * The job to start next, or NULL (paused, empty, or every owner with jobs
+ * at its running limit). Stale heap tops are refreshed here.
+ */
+static struct pool_job *
+pick(struct pool *p)
+{
+	if (p->paused)
+		return NULL;
+	while (p->top >= 0) {
+		struct level *lv = p->levels[p->top];
+		struct pool_oqueue *oq = lv->heap[0];
+
+		if (oq->key_seq == oq->head->seq && oq->key_started == oq->owner->last_started)
+			return oq->head;
+		oq_key(oq);
+		heap_down(p, lv, 0);
+	}
+	return NULL;
+}
+
+/* Whether pick would find a job. */
+static bool
+startable(const struct pool *p)
+{
+	return !p->paused && p->top >= 0;
+}
+
+/* j, just picked, starts: its owner's turn and running count move on. */
+static void
+dequeue_started(struct pool *p, struct pool_job *j)
+{
+	struct pool_owner *o = j->powner;
+
+	dequeue(p, j);
+	o->last_started = ++p->starts;
+	o->running++;
+	if (!o->blocked && owner_at_cap(p, o))
+		owner_block(p, o);
+}
+
+/* A started job ended: its owner may start again. */
+static void
+owner_ended(struct pool *p, struct pool_owner *o)
+{
+	o->running--;
+	if (o->blocked && !owner_at_cap(p, o))
+		owner_unblock(p, o);
+}
+
+/* Calls fn for every queued job (fn may dequeue the one it is given). */
+static void
+each_queued(struct pool *p, void (*fn)(struct pool *, struct pool_job *, void *), void *arg)
+{
+	for (int li = bit_highest(p->present, LEVELS - 1); li >= 0;
+	    li = li > 0 ? bit_highest(p->present, li - 1) : -1) {
+		struct pool_job *j, *next;
+		for (j = p->levels[li]->head; j != NULL; j = next) {
+			next = j->lnext;
+			fn(p, j, arg);
+		}
+	}
+}
+
+/* Jobs queued at priorities above level li. */
+static unsigned
+queued_above(const struct pool *p, unsigned li)
+{
+	unsigned n = 0;
+
+	for (int l = bit_highest(p->present, LEVELS - 1); l > (int)li;
+	    l = bit_highest(p->present, l - 1))
+		n += p->levels[l]->count;
+	return n;
 }
 
 /* A job left the queue at now without running (lock held): its wait is observed. */
@@ -624,6 +1108,41 @@ wake_one(struct pool *p)
 	}
 }
 
+/*
+ * Whether a job submitted now would find a place (lock held): running jobs,
+ * and jobs handed to an idle worker, take no queue slot, so idle is the
+ * workers that will stay and are not running anything.
+ */
+static bool
+has_room(const struct pool *p)
+{
+	unsigned serving = p->registered < p->target ? p->registered : p->target;
+	unsigned idle = serving > p->busy && !p->paused ? serving - p->busy : 0;
+
+	return p->queued < p->capacity + idle;
+}
+
+/*
+ * Lock held: true when the room notification is armed and there is room
+ * now; it is disarmed, and the caller calls room_tell once it has unlocked.
+ */
+static bool
+room_due(struct pool *p)
+{
+	if (!p->want_room || p->closed || !has_room(p))
+		return false;
+	p->want_room = false;
+	return true;
+}
+
+/* Lock not held: tells the one who armed the notification. */
+static void
+room_tell(struct pool *p, bool due)
+{
+	if (due)
+		p->room(p, p->room_arg);
+}
+
 /* The thread leaves the pool's books. Lock held; the thread returns right after. */
 static void
 leave(struct worker *w, bool registered)
@@ -634,7 +1153,7 @@ leave(struct worker *w, bool registered)
 		p->registered--;
 	w->pool = NULL; /* marks it joinable by take_exited */
 	/* It may have been woken for a job it will not take: pass the wake-up on. */
-	if (p->queue.head != NULL)
+	if (startable(p))
 		wake_one(p);
 }
 
@@ -687,6 +1206,33 @@ spin_for_work(struct pool *p)
 	atomic_fetch_sub(&p->spinners, 1);
 }
 
+/*
+ * Lock held: a worker with nothing to take waits for work. Above
+ * min_workers it waits at most until it has been idle for keepalive since
+ * idle_since; returns true when that time has come (the caller leaves).
+ */
+static bool
+worker_sleep(struct pool *p, uint64_t idle_since)
+{
+	struct timespec ts;
+	uint64_t until;
+	int rc = 0;
+
+	p->sleepers++;
+	if (p->registered > p->min_workers) {
+		until = idle_since + p->keepalive_us;
+		ts.tv_sec = (time_t)(until / 1000000);
+		ts.tv_nsec = (long)(until % 1000000) * 1000;
+		rc = pthread_cond_timedwait(&p->work_cv, &p->lock, &ts);
+	} else
+		pthread_cond_wait(&p->work_cv, &p->lock);
+	p->sleepers--;
+	if (p->waking > 0)
+		p->waking--;
+	return rc == ETIMEDOUT || (p->registered > p->min_workers &&
+	    clock_now_us() >= idle_since + p->keepalive_us);
+}
+
 static void *
 worker_main(void *arg)
 {
@@ -694,8 +1240,8 @@ worker_main(void *arg)
 	struct pool *p = w->pool;
 	struct pool_job *j, *ran = NULL; /* ran: counted finished, its done not yet called */
 	enum pool_state state = POOL_FAILED;
-	uint64_t now, run_us = 0;
-	bool spun = false;
+	uint64_t now, run_us = 0, idle_since = 0;
+	bool spun = false, due;
 
 	current_worker = w;
 	pthread_mutex_lock(&p->lock);
@@ -703,15 +1249,19 @@ worker_main(void *arg)
 		/* The one decision point: leave, take the next job, or wait. */
 		if (p->registered > p->target)
 			break;
-		if ((j = p->queue.head) == NULL) {
-			if (p->closed)
+		if ((j = pick(p)) == NULL) {
+			if (p->closed && p->queued == 0)
 				break;
 			if (ran == NULL && spun) {
-				p->sleepers++;
-				pthread_cond_wait(&p->work_cv, &p->lock);
-				p->sleepers--;
-				if (p->waking > 0)
-					p->waking--;
+				if (idle_since == 0)
+					idle_since = clock_now_us();
+				if (worker_sleep(p, idle_since) && pick(p) == NULL &&
+				    p->registered > p->min_workers && !p->closed) {
+					/* idle for keepalive above the minimum: the pool wants one less */
+					if (p->target > p->min_workers)
+						p->target--;
+					break;
+				}
 				continue;
 			}
 			/* Nothing to take: deliver the last done, or spin a moment, then decide again. */
@@ -726,27 +1276,33 @@ worker_main(void *arg)
 			pthread_mutex_lock(&p->lock);
 			continue;
 		}
-		dequeue(p, j);
-		if (p->queue.head != NULL)
-			wake_one(p); /* more than this worker can take: bring in the next */
+		idle_since = 0;
 		now = clock_now_us();
 		if (j->queue_deadline_us != 0 && now >= j->queue_deadline_us) {
 			/* Past its deadline before the watcher saw it: expire, never run. */
 			struct job_list one = { NULL, NULL };
+			dequeue(p, j);
 			j->where = POOL_JOB_FINISHED;
 			observe_expired(p, j, now);
 			list_append(&one, j);
+			due = room_due(p);
 			pthread_mutex_unlock(&p->lock);
+			room_tell(p, due);
 			deliver_unrun(&one, POOL_EXPIRED, now);
 			pthread_mutex_lock(&p->lock);
 			continue;
 		}
+		dequeue_started(p, j);
+		if (startable(p))
+			wake_one(p); /* more than this worker can take: bring in the next */
 		j->where = POOL_JOB_RUNNING;
 		j->started_us = now;
 		list_append(&p->running, j);
 		p->busy++;
 		pool_timing_started(&p->timing, now, now - j->enqueued_us);
+		due = room_due(p);
 		pthread_mutex_unlock(&p->lock);
+		room_tell(p, due);
 
 		/* The previous job's done, now that this one is taken: one lock per job. */
 		if (ran != NULL)
@@ -763,6 +1319,7 @@ worker_main(void *arg)
 		list_remove(&p->running, j);
 		j->where = POOL_JOB_FINISHED;
 		p->busy--;
+		owner_ended(p, j->powner);
 		count_end(p, state);
 		pool_timing_ended(&p->timing, j->started_us + run_us, run_us);
 		ran = j;
@@ -774,34 +1331,49 @@ worker_main(void *arg)
 	return NULL;
 }
 
+struct watch {
+	uint64_t now, earliest;
+	struct job_list expired;
+};
+
+/* each_queued: expires j when its deadline passed, else keeps the earliest. */
+static void
+watch_one(struct pool *p, struct pool_job *j, void *arg)
+{
+	struct watch *wa = arg;
+
+	if (j->queue_deadline_us == 0)
+		return;
+	if (j->queue_deadline_us <= wa->now)
+		finish_unrun(p, j, POOL_EXPIRED, wa->now, &wa->expired);
+	else if (wa->earliest == 0 || j->queue_deadline_us < wa->earliest)
+		wa->earliest = j->queue_deadline_us;
+}
+
 /* Expires queued jobs whose deadline passed; sleeps until the next one. */
 static void *
 watcher_main(void *arg)
 {
 	struct worker *w = arg;
 	struct pool *p = w->pool;
-	struct pool_job *j, *next;
 	uint64_t now, earliest;
 	struct timespec ts;
 
 	current_worker = w;
 	pthread_mutex_lock(&p->lock);
-	while (!p->closed || p->queue.head != NULL) {
-		struct job_list expired = { NULL, NULL };
+	while (!p->closed || p->queued > 0) {
+		struct watch wa = { clock_now_us(), 0, { NULL, NULL } };
+		struct job_list expired;
 
-		now = clock_now_us();
-		earliest = 0;
-		for (j = p->queue.head; j != NULL && p->with_deadline > 0; j = next) {
-			next = j->next;
-			if (j->queue_deadline_us == 0)
-				continue;
-			if (j->queue_deadline_us <= now)
-				finish_unrun(p, j, POOL_EXPIRED, now, &expired);
-			else if (earliest == 0 || j->queue_deadline_us < earliest)
-				earliest = j->queue_deadline_us;
-		}
+		if (p->with_deadline > 0)
+			each_queued(p, watch_one, &wa);
+		now = wa.now;
+		earliest = wa.earliest;
+		expired = wa.expired;
 		if (expired.head != NULL) {
+			bool due = room_due(p);
 			pthread_mutex_unlock(&p->lock);
+			room_tell(p, due);
 			deliver_unrun(&expired, POOL_EXPIRED, now);
 			pthread_mutex_lock(&p->lock);
 			continue;
@@ -843,6 +1415,11 @@ pool_create(const struct pool_config *cfg, char **cause)
 		    cfg->name, cfg->size, cfg->limit);
 		return NULL;
 	}
+	if (cfg->max_workers != 0 && (cfg->max_workers < cfg->size || cfg->max_workers > cfg->limit)) {
+		set_cause(cause, "pool %s: max_workers %u is out of range %u..%u",
+		    cfg->name, cfg->max_workers, cfg->size, cfg->limit);
+		return NULL;
+	}
 	if (cfg->capacity < 1) {
 		set_cause(cause, "pool %s: capacity must be at least 1", cfg->name);
 		return NULL;
@@ -853,16 +1430,30 @@ pool_create(const struct pool_config *cfg, char **cause)
 		return NULL;
 	}
 	pthread_mutex_init(&p->lock, NULL);
-	pthread_cond_init(&p->work_cv, NULL);
 	pthread_cond_init(&p->joined_cv, NULL);
+	/* Both wait with deadlines on CLOCK_MONOTONIC: queue deadlines, keepalive. */
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&p->watch_cv, &ca);
+	pthread_cond_init(&p->work_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	p->limit = cfg->limit;
 	p->capacity = cfg->capacity;
 	p->target = cfg->size;
+	p->min_workers = cfg->size;
+	p->max_workers = cfg->max_workers != 0 ? cfg->max_workers : cfg->size;
+	p->keepalive_us = cfg->keepalive_us != 0 ? cfg->keepalive_us : 60 * 1000000ULL;
+	p->paused = cfg->paused;
+	p->fair = !cfg->no_fair;
+	p->drop_oldest = cfg->drop_oldest;
+	p->max_queued_per_owner = cfg->max_queued_per_owner;
+	p->max_running_per_owner = cfg->max_running_per_owner;
+	p->top = -1;
+	p->warn = cfg->warn;
+	p->warn_arg = cfg->warn_arg;
 	p->thread_start = cfg->thread_start ? cfg->thread_start : pthread_create;
+	p->room = cfg->room;
+	p->room_arg = cfg->room_arg;
 	p->may_spin = sysconf(_SC_NPROCESSORS_ONLN) > 1;
 	pool_timing_init(&p->timing, clock_now_us());
 
@@ -891,10 +1482,62 @@ pool_name(const struct pool *p)
 	return p->name;
 }
 
+/*
+ * Lock held: starts workers while jobs wait that no idle worker will take
+ * and the pool may grow. A start that fails leaves the jobs queued; the
+ * first failure of a streak is put in *warn (the caller tells it unlocked).
+ */
+static void
+grow_for_queue(struct pool *p, char **warn)
+{
+	int rc;
+
+	while (!p->paused && !p->closed && p->registered < p->max_workers &&
+	    p->registered == p->target && p->queued > p->registered - p->busy) {
+		p->target++;
+		if ((rc = start_thread(p, false)) != 0) {
+			p->target--;
+			p->grow_failures++;
+			if (!p->grow_failing && warn != NULL && *warn == NULL)
+				set_cause(warn, "pool %s: cannot start a worker to grow past %u "
+				    "(the task stays queued): %s", p->name, p->registered,
+				    strerror(rc));
+			p->grow_failing = true;
+			return;
+		}
+		p->grow_failing = false;
+	}
+}
+
+/* Tells a warning from grow_for_queue, unlocked. */
+static void
+warn_tell(struct pool *p, char *msg)
+{
+	if (msg != NULL && p->warn != NULL)
+		p->warn(p, msg, p->warn_arg);
+	free(msg);
+}
+
+/* The oldest job of the lowest priority present, if it is not above priority (lock held). */
+static struct pool_job *
+displaceable(const struct pool *p, int priority)
+{
+	int low = bit_lowest(p->present);
+
+	if (low < 0 || low > (int)level_of(priority))
+		return NULL;
+	return p->levels[low]->head;
+}
+
 enum pool_verdict
 pool_submit(struct pool *p, struct pool_job *j)
 {
-	unsigned serving, idle;
+	struct job_list displaced = { NULL, NULL };
+	struct pool_oqueue *fresh;
+	struct pool_job *victim = NULL;
+	struct level *lv;
+	char *warn = NULL;
+	uint64_t now;
 
 	pthread_mutex_lock(&p->lock);
 	if (p->closed) {
@@ -902,25 +1545,43 @@ pool_submit(struct pool *p, struct pool_job *j)
 		pthread_mutex_unlock(&p->lock);
 		return POOL_REJECTED_CLOSED;
 	}
-	/*
-	 * Running jobs, and jobs handed to an idle worker, take no queue slot:
-	 * idle is the workers that will stay and are not running anything.
-	 */
-	serving = p->registered < p->target ? p->registered : p->target;
-	idle = serving > p->busy ? serving - p->busy : 0;
-	if (p->queued >= p->capacity + idle) {
+	if (p->max_queued_per_owner != 0 && owner_queued(p, j->owner) >= p->max_queued_per_owner) {
+		p->rejected_quota++;
+		pthread_mutex_unlock(&p->lock);
+		return POOL_REJECTED_QUOTA;
+	}
+	if (!has_room(p) && (!p->drop_oldest || (victim = displaceable(p, j->priority)) == NULL)) {
 		p->rejected_full++;
 		pthread_mutex_unlock(&p->lock);
 		return POOL_REJECTED_FULL;
 	}
+	now = clock_now_us();
+	/* Displaced first: it may empty the owner queue the new job goes to. */
+	if (victim != NULL) {
+		victim->displaced = true;
+		p->displaced++;
+		finish_unrun(p, victim, POOL_EXPIRED, now, &displaced);
+	}
+	if (enqueue_prepare(p, j, &fresh) == -1) {
+		p->rejected_full++;     /* out of memory: no room, as far as the caller can tell */
+		pthread_mutex_unlock(&p->lock);
+		deliver_unrun(&displaced, POOL_EXPIRED, now);
+		return POOL_REJECTED_FULL;
+	}
 	atomic_store(&j->cancel_requested, false);
 	j->where = POOL_JOB_QUEUED;
-	j->enqueued_us = clock_now_us();
+	j->displaced = false;
+	j->enqueued_us = now;
 	j->started_us = 0;
-	j->queued_ahead = p->queued;
-	list_append(&p->queue, j);
-	p->queued++;
-	atomic_store_explicit(&p->queued_hint, p->queued, memory_order_relaxed);
+	enqueue(p, j, fresh);
+	lv = p->levels[j->oq->level];
+	j->queued_ahead = queued_above(p, j->oq->level);
+	if (!p->fair || lv->noqs <= 1)
+		j->queued_ahead += lv->count - 1;
+	else {
+		unsigned k = j->oq->count - 1, bound = k + (k + 1) * (lv->noqs - 1);
+		j->queued_ahead += bound < lv->count - 1 ? bound : lv->count - 1;
+	}
 	p->accepted++;
 	if (j->queue_deadline_us != 0) {
 		p->with_deadline++;
@@ -929,16 +1590,40 @@ pool_submit(struct pool *p, struct pool_job *j)
 			pthread_cond_signal(&p->watch_cv);
 		}
 	}
-	wake_one(p);
+	grow_for_queue(p, &warn);
+	if (startable(p))
+		wake_one(p);
 	pthread_mutex_unlock(&p->lock);
+	warn_tell(p, warn);
+	deliver_unrun(&displaced, POOL_EXPIRED, now);
 	return POOL_ACCEPTED;
+}
+
+void
+pool_want_room(struct pool *p)
+{
+	bool due;
+
+	pthread_mutex_lock(&p->lock);
+	p->want_room = p->room != NULL && !p->closed;
+	due = room_due(p);
+	pthread_mutex_unlock(&p->lock);
+	room_tell(p, due);
 }
 
 int
 pool_resize(struct pool *p, unsigned size, char **cause)
 {
+	return pool_resize_bounds(p, size, size, cause);
+}
+
+int
+pool_resize_bounds(struct pool *p, unsigned min, unsigned max, char **cause)
+{
 	struct worker *exited;
 	int rc = 0, ret = 0;
+	char *warn = NULL;
+	bool due;
 
 	pthread_mutex_lock(&p->lock);
 	if (p->closed) {
@@ -946,27 +1631,41 @@ pool_resize(struct pool *p, unsigned size, char **cause)
 		set_cause(cause, "pool %s is shutting down", p->name);
 		return -1;
 	}
-	if (size < 1 || size > p->limit) {
+	if (min < 1 || min > p->limit || max < min || max > p->limit) {
 		pthread_mutex_unlock(&p->lock);
-		set_cause(cause, "size %u is out of range 1..%u for pool %s",
-		    size, p->limit, p->name);
+		if (min == max)
+			set_cause(cause, "size %u is out of range 1..%u for pool %s",
+			    min, p->limit, p->name);
+		else
+			set_cause(cause, "min %u and max %u are out of range for pool %s "
+			    "(1 <= min <= max <= %u)", min, max, p->name, p->limit);
 		return -1;
 	}
-	p->target = size;
+	p->min_workers = min;
+	p->max_workers = max;
+	if (p->target < min)
+		p->target = min;
+	if (p->target > max)
+		p->target = max;
 	/* Threads are started under the lock, so the newest target always wins. */
 	while (p->registered < p->target) {
 		if ((rc = start_thread(p, false)) != 0) {
 			p->target = p->registered > 0 ? p->registered : 1;
 			set_cause(cause, "pool %s: started only %u of %u workers: %s",
-			    p->name, p->registered, size, strerror(rc));
+			    p->name, p->registered, min, strerror(rc));
 			ret = -1;
 			break;
 		}
 	}
-	if (p->registered > p->target)
-		pthread_cond_broadcast(&p->work_cv); /* idle surplus workers leave */
+	if (ret == 0)
+		grow_for_queue(p, &warn);
+	/* idle surplus workers leave; idle ones above a lower min see their keepalive again */
+	pthread_cond_broadcast(&p->work_cv);
 	exited = take_exited(p, false);
+	due = room_due(p);
 	pthread_mutex_unlock(&p->lock);
+	room_tell(p, due);
+	warn_tell(p, warn);
 	if (exited != NULL) {
 		join_all(exited);
 		joined(p);
@@ -974,16 +1673,96 @@ pool_resize(struct pool *p, unsigned size, char **cause)
 	return ret;
 }
 
+void
+pool_set_keepalive(struct pool *p, uint64_t keepalive_us)
+{
+	pthread_mutex_lock(&p->lock);
+	p->keepalive_us = keepalive_us > 0 ? keepalive_us : 1;
+	pthread_cond_broadcast(&p->work_cv);   /* sleepers take the new deadline */
+	pthread_mutex_unlock(&p->lock);
+}
+
+bool
+pool_set_paused(struct pool *p, bool paused)
+{
+	char *warn = NULL;
+	bool was, due;
+
+	pthread_mutex_lock(&p->lock);
+	was = p->paused;
+	p->paused = paused && !p->closed;  /* a drain runs the queue: nothing pauses it */
+	atomic_store_explicit(&p->queued_hint, p->paused ? 0 : p->queued, memory_order_relaxed);
+	if (was && !p->paused) {
+		grow_for_queue(p, &warn);
+		pthread_cond_broadcast(&p->work_cv);
+	}
+	due = room_due(p);
+	pthread_mutex_unlock(&p->lock);
+	room_tell(p, due);
+	warn_tell(p, warn);
+	return was;
+}
+
+void
+pool_set_fair(struct pool *p, bool fair)
+{
+	pthread_mutex_lock(&p->lock);
+	if (p->fair != fair) {
+		p->fair = fair;
+		/* another order: every heap is made again */
+		for (unsigned li = 0; li < LEVELS; li++) {
+			struct level *lv = p->levels[li];
+			if (lv == NULL || lv->nheap < 2)
+				continue;
+			for (size_t i = lv->nheap / 2; i-- > 0;)
+				heap_down(p, lv, i);
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+void
+pool_set_drop_oldest(struct pool *p, bool drop_oldest)
+{
+	pthread_mutex_lock(&p->lock);
+	p->drop_oldest = drop_oldest;
+	pthread_mutex_unlock(&p->lock);
+}
+
+void
+pool_set_owner_limits(struct pool *p, unsigned max_queued, unsigned max_running)
+{
+	pthread_mutex_lock(&p->lock);
+	p->max_queued_per_owner = max_queued;
+	p->max_running_per_owner = max_running;
+	for (size_t i = 0; i < p->nowners; i++) {
+		struct pool_owner *o = p->owners[i];
+		if (o == NULL)
+			continue;
+		if (o->blocked && !owner_at_cap(p, o))
+			owner_unblock(p, o);
+		else if (!o->blocked && owner_at_cap(p, o))
+			owner_block(p, o);
+	}
+	if (startable(p))
+		pthread_cond_broadcast(&p->work_cv);
+	pthread_mutex_unlock(&p->lock);
+}
+
 int
 pool_set_capacity(struct pool *p, unsigned capacity, char **cause)
 {
+	bool due;
+
 	if (capacity < 1) {
 		set_cause(cause, "capacity must be at least 1");
 		return -1;
 	}
 	pthread_mutex_lock(&p->lock);
 	p->capacity = capacity;
+	due = room_due(p);
 	pthread_mutex_unlock(&p->lock);
+	room_tell(p, due);
 	return 0;
 }
 
@@ -991,10 +1770,10 @@ int
 pool_set_limit(struct pool *p, unsigned limit, char **cause)
 {
 	pthread_mutex_lock(&p->lock);
-	if (limit < 1 || limit < p->target) {
-		unsigned target = p->target;
+	if (limit < 1 || limit < p->max_workers) {
+		unsigned max = p->max_workers;
 		pthread_mutex_unlock(&p->lock);
-		set_cause(cause, "limit %u is below the current target %u", limit, target);
+		set_cause(cause, "limit %u is below the current max_workers %u", limit, max);
 		return -1;
 	}
 	p->limit = limit;
@@ -1008,16 +1787,19 @@ pool_cancel(struct pool *p, struct pool_job *j)
 	struct job_list one = { NULL, NULL };
 	enum pool_job_where where;
 	uint64_t now;
+	bool due = false;
 
 	pthread_mutex_lock(&p->lock);
 	now = clock_now_us();
 	where = j->where;
-	if (where == POOL_JOB_QUEUED)
+	if (where == POOL_JOB_QUEUED) {
 		finish_unrun(p, j, POOL_CANCELLED, now, &one);
-	else if (where == POOL_JOB_RUNNING && !atomic_exchange(&j->cancel_requested, true) &&
+		due = room_due(p);
+	} else if (where == POOL_JOB_RUNNING && !atomic_exchange(&j->cancel_requested, true) &&
 	    j->on_cancel != NULL)
 		j->on_cancel(j);
 	pthread_mutex_unlock(&p->lock);
+	room_tell(p, due);
 	deliver_unrun(&one, POOL_CANCELLED, now);
 	return where;
 }
@@ -1028,19 +1810,33 @@ pool_job_cancelled(const struct pool_job *j)
 	return atomic_load(&j->cancel_requested);
 }
 
+struct cancel_all {
+	uint64_t now;
+	struct job_list cancelled;
+};
+
+static void
+cancel_one(struct pool *p, struct pool_job *j, void *arg)
+{
+	struct cancel_all *ca = arg;
+
+	finish_unrun(p, j, POOL_CANCELLED, ca->now, &ca->cancelled);
+}
+
 void
 pool_close(struct pool *p, enum pool_close_mode mode)
 {
-	struct job_list cancelled = { NULL, NULL };
+	struct cancel_all ca = { clock_now_us(), { NULL, NULL } };
 	struct pool_job *j;
-	uint64_t now;
 
 	pthread_mutex_lock(&p->lock);
-	now = clock_now_us();
 	p->closed = true;
+	/* a drain runs the queue to its end: a paused pool starts again */
+	p->paused = false;
+	atomic_store_explicit(&p->queued_hint, p->queued, memory_order_relaxed);
+	p->want_room = false;
 	if (mode == POOL_NOW) {
-		while ((j = p->queue.head) != NULL)
-			finish_unrun(p, j, POOL_CANCELLED, now, &cancelled);
+		each_queued(p, cancel_one, &ca);
 		for (j = p->running.head; j != NULL; j = j->next)
 			if (!atomic_exchange(&j->cancel_requested, true) && j->on_cancel != NULL)
 				j->on_cancel(j);
@@ -1048,7 +1844,7 @@ pool_close(struct pool *p, enum pool_close_mode mode)
 	pthread_cond_broadcast(&p->work_cv);
 	pthread_cond_signal(&p->watch_cv); /* it leaves if the queue is already empty */
 	pthread_mutex_unlock(&p->lock);
-	deliver_unrun(&cancelled, POOL_CANCELLED, now);
+	deliver_unrun(&ca.cancelled, POOL_CANCELLED, ca.now);
 }
 
 int
@@ -1089,6 +1885,17 @@ pool_free(struct pool *p)
 	pthread_cond_destroy(&p->work_cv);
 	pthread_cond_destroy(&p->watch_cv);
 	pthread_cond_destroy(&p->joined_cv);
+	for (unsigned li = 0; li < LEVELS; li++)
+		if (p->levels[li] != NULL) {
+			free(p->levels[li]->heap);
+			free(p->levels[li]);
+		}
+	for (size_t i = 0; i < p->nowners; i++)
+		if (p->owners[i] != NULL) {
+			free(p->owners[i]->spare);
+			free(p->owners[i]);
+		}
+	free(p->owners);
 	free(p->name);
 	free(p);
 }
@@ -1118,6 +1925,14 @@ pool_snapshot(struct pool *p, struct pool_snapshot *s)
 	pthread_mutex_lock(&p->lock);
 	now = clock_now_us();
 	s->target = p->target;
+	s->min_workers = p->min_workers;
+	s->max_workers = p->max_workers;
+	s->keepalive_us = p->keepalive_us;
+	s->paused = p->paused;
+	s->fair = p->fair;
+	s->drop_oldest = p->drop_oldest;
+	s->max_queued_per_owner = p->max_queued_per_owner;
+	s->max_running_per_owner = p->max_running_per_owner;
 	s->workers = p->registered;
 	s->busy = p->busy;
 	s->idle = p->registered > p->busy ? p->registered - p->busy : 0;
@@ -1128,13 +1943,19 @@ pool_snapshot(struct pool *p, struct pool_snapshot *s)
 	s->accepted = p->accepted;
 	s->rejected_full = p->rejected_full;
 	s->rejected_closed = p->rejected_closed;
-	s->rejected = p->rejected_full + p->rejected_closed;
+	s->rejected_quota = p->rejected_quota;
+	s->displaced = p->displaced;
+	s->grow_failures = p->grow_failures;
+	s->rejected = p->rejected_full + p->rejected_closed + p->rejected_quota;
 	s->succeeded = p->succeeded;
 	s->failed = p->failed;
 	s->timed_out = p->timed_out;
 	s->cancelled = p->cancelled;
 	s->expired = p->expired;
-	s->oldest_queued_us = p->queue.head ? now - p->queue.head->enqueued_us : 0;
+	s->oldest_queued_us = 0;
+	for (int li = bit_highest(p->present, LEVELS - 1); li >= 0; li = bit_highest(p->present, li - 1))
+		if (now - p->levels[li]->head->enqueued_us > s->oldest_queued_us)
+			s->oldest_queued_us = now - p->levels[li]->head->enqueued_us;
 	pool_timing_recent(&p->timing, now, &s->recent);
 	pthread_mutex_unlock(&p->lock);
 }

@@ -1,5 +1,7 @@
 /*
- * pool.h: a resizable pool of worker threads in front of a bounded FIFO queue.
+ * pool.h: an elastic pool of worker threads in front of a bounded queue that
+ * starts the highest priority first, takes turns between owners, and keeps
+ * FIFO order among equals.
  *
  * No libevent and no JSON here: a pool runs opaque jobs. The caller embeds a
  * struct pool_job in its own record, fills the public part, and keeps the
@@ -12,9 +14,29 @@
  *    is never called.
  *  - An accepted job ends in exactly one call of its done callback, with one
  *    terminal state and its queued and run times.
- *  - Workers registered at the pool follow its target: growing starts real
- *    threads before pool_resize returns; a surplus worker leaves only at the
- *    point where it would take its next job. Running jobs are never interrupted.
+ *  - Workers registered at the pool follow its target, which stays between
+ *    min_workers and max_workers: growing starts real threads before
+ *    pool_resize returns; a surplus worker leaves only at the point where it
+ *    would take its next job. Running jobs are never interrupted.
+ *  - A pool grows before it queues: a submit that finds no idle worker while
+ *    the pool has fewer than max_workers starts one at once (a thread that
+ *    cannot start leaves the job queued; warn says so once, until a start
+ *    works again). A worker above min_workers that has been idle for
+ *    keepalive leaves, at the point where it would take its next job.
+ *  - Order (the one place that decides it is pick, under the lock): the
+ *    highest priority present first; among the jobs of that priority, with
+ *    fair, the oldest job of the owner whose last job started longest ago
+ *    (never: first); without fair, or with one owner, the oldest job. An
+ *    owner running max_running_per_owner jobs is passed over until one of
+ *    them ends. A paused pool starts nothing.
+ *  - Admission (pool_submit, under the lock): an owner with
+ *    max_queued_per_owner jobs queued is refused (POOL_REJECTED_QUOTA);
+ *    then a full queue refuses (POOL_REJECTED_FULL) or, with drop_oldest,
+ *    displaces the oldest job of the lowest priority present when that is
+ *    not above the new job's: the displaced job ends POOL_EXPIRED with its
+ *    displaced flag set.
+ *  - start and accept cost O(log n) in the jobs of one priority (a heap of
+ *    owners per priority, fed lazily); one owner at one priority is a FIFO.
  *  - Each pool keeps its timings in fixed-size histograms (no allocation per
  *    job): how long jobs waited in the queue (observed when a job starts, or
  *    expires) and how long they ran (observed when it ends), since the pool
@@ -44,6 +66,7 @@ enum pool_verdict {
 	POOL_ACCEPTED,
 	POOL_REJECTED_FULL,   /* queue at capacity */
 	POOL_REJECTED_CLOSED, /* pool is shutting down */
+	POOL_REJECTED_QUOTA,  /* its owner has max_queued_per_owner jobs queued */
 };
 
 enum pool_close_mode {
@@ -90,15 +113,28 @@ struct pool_job {
 	pool_cancel_fn on_cancel;     /* optional */
 	void *arg;                    /* the caller's own pointer */
 	uint64_t queue_deadline_us;   /* clock_now_us() deadline to start by; 0 = none */
+	int priority;                 /* POOL_PRIORITY_MIN..MAX, higher starts first; 0 default */
+	uint32_t owner;               /* a small number per distinct owner; 0 = no owner */
 
 	/* Owned by the pool. */
 	atomic_bool cancel_requested;
 	enum pool_job_where where;
+	bool displaced;               /* ended POOL_EXPIRED by drop_oldest (read in done) */
 	uint64_t enqueued_us;
 	uint64_t started_us;
-	unsigned queued_ahead;        /* jobs ahead of it in the queue when accepted */
-	struct pool_job *next;
+	uint64_t seq;                 /* entry order into the queue */
+	/*
+	 * jobs that would start before it if nothing else arrived, when
+	 * accepted: exact with one owner; with several sharing its priority
+	 * under fair, at most this many
+	 */
+	unsigned queued_ahead;
+	struct pool_job *next;        /* its owner's queue at its priority, or a pool list */
 	struct pool_job *prev;
+	struct pool_job *lnext;       /* every queued job of its priority, in entry order */
+	struct pool_job *lprev;
+	struct pool_oqueue *oq;       /* the owner's queue it is in while queued */
+	struct pool_owner *powner;    /* its owner's books in this pool */
 };
 
 /*
@@ -181,7 +217,13 @@ void pool_timing_recent(const struct pool_timing *, uint64_t now_us, struct pool
 
 /* A consistent copy of a pool's figures, taken under its lock. */
 struct pool_snapshot {
-	unsigned target;
+	unsigned target;        /* the workers the pool wants now, min_workers..max_workers */
+	unsigned min_workers, max_workers;
+	uint64_t keepalive_us;
+	bool paused;
+	bool fair;
+	bool drop_oldest;
+	unsigned max_queued_per_owner, max_running_per_owner; /* 0: no limit */
 	unsigned workers;       /* registered: running or waiting for a job */
 	unsigned busy;          /* running a job */
 	unsigned idle;          /* registered and not running a job */
@@ -190,9 +232,12 @@ struct pool_snapshot {
 	unsigned limit;
 	bool closed;
 	uint64_t accepted;
-	uint64_t rejected;      /* rejected_full + rejected_closed */
+	uint64_t rejected;      /* rejected_full + rejected_closed + rejected_quota */
 	uint64_t rejected_full;
 	uint64_t rejected_closed;
+	uint64_t rejected_quota;
+	uint64_t displaced;     /* jobs expired by drop_oldest (also counted in expired) */
+	uint64_t grow_failures; /* worker threads that could not be started to grow */
 	uint64_t succeeded;
 	uint64_t failed;
 	uint64_t timed_out;
@@ -202,16 +247,46 @@ struct pool_snapshot {
 	struct pool_recent recent;  /* the last seconds */
 };
 
+#define POOL_PRIORITY_MIN (-1000)
+#define POOL_PRIORITY_MAX 1000
+
+/*
+ * Someone waits for room (pool_want_room) and a queue slot may be free now:
+ * a queued job started, was cancelled, expired or displaced, the capacity
+ * grew, the pool was resumed or grew. Called once per pool_want_room, never
+ * under the pool lock, on whatever thread freed the slot; it must be quick
+ * (tpd's sets a flag and wakes the loop) and may call pool_want_room again
+ * only through its consumer, not from inside this call.
+ */
+typedef void (*pool_room_fn)(struct pool *, void *arg);
+
 /* The thread starter: pthread_create, or a test's fault injector. */
 typedef int (*pool_thread_start_fn)(pthread_t *, const pthread_attr_t *,
     void *(*)(void *), void *);
 
+/*
+ * Something worth a log line happened (a worker could not be started to
+ * grow). Called off the lock, once per streak of failures.
+ */
+typedef void (*pool_warn_fn)(struct pool *, const char *msg, void *arg);
+
 struct pool_config {
 	const char *name;       /* copied; used in thread names */
-	unsigned size;          /* 1..limit */
+	unsigned size;          /* min_workers, 1..limit */
+	unsigned max_workers;   /* size..limit; 0 = size (a fixed pool) */
 	unsigned limit;         /* >= 1 */
 	unsigned capacity;      /* >= 1 */
+	uint64_t keepalive_us;  /* idle time after which a worker above size leaves; 0 = 60 s */
+	bool paused;            /* starts paused */
+	bool no_fair;           /* FIFO within a priority instead of turns between owners */
+	bool drop_oldest;       /* a full queue displaces instead of refusing */
+	unsigned max_queued_per_owner;  /* 0: no limit */
+	unsigned max_running_per_owner; /* 0: no limit */
 	pool_thread_start_fn thread_start; /* NULL = pthread_create */
+	pool_room_fn room;      /* optional: told when room frees after pool_want_room */
+	void *room_arg;
+	pool_warn_fn warn;      /* optional */
+	void *warn_arg;
 };
 
 /* Monotonic clock in microseconds, the clock of queue deadlines. */
@@ -229,18 +304,49 @@ const char *pool_name(const struct pool *);
 enum pool_verdict pool_submit(struct pool *, struct pool_job *job);
 
 /*
- * Sets the target to size (1..limit). Growing starts the missing threads
- * before returning; shrinking wakes idle workers, which leave where they
- * would take their next job. Returns 0, or -1 with *cause set when size is
- * out of range, the pool is closed, or a thread failed to start (then the
- * threads that started stay and the target becomes the current count).
+ * Arms the room notification: cfg->room is called once, as soon as a job
+ * submitted now would find a queue slot (at once, on this thread, when
+ * there is room already). Arming again before it fired changes nothing.
+ * A closed pool never calls it.
+ */
+void pool_want_room(struct pool *);
+
+/*
+ * Sets the target to size (1..limit): min_workers = max_workers = size.
+ * Growing starts the missing threads before returning; shrinking wakes idle
+ * workers, which leave where they would take their next job. Returns 0, or
+ * -1 with *cause set when size is out of range, the pool is closed, or a
+ * thread failed to start (then the threads that started stay and the
+ * target becomes the current count).
  */
 int pool_resize(struct pool *, unsigned size, char **cause);
+
+/*
+ * Sets min_workers and max_workers (1 <= min <= max <= limit); the target
+ * is kept between them (raised to min at once, lowered to max
+ * cooperatively), and grows for queued jobs up to max. Errors as
+ * pool_resize, nothing changed when the bounds are wrong.
+ */
+int pool_resize_bounds(struct pool *, unsigned min, unsigned max, char **cause);
+
+/* How long an idle worker above min_workers stays (> 0). */
+void pool_set_keepalive(struct pool *, uint64_t keepalive_us);
+
+/*
+ * Pauses (no queued job starts; running ones go on, submits still queue)
+ * or resumes the pool. Returns whether it was paused before.
+ */
+bool pool_set_paused(struct pool *, bool paused);
+
+/* The order and admission rules of pool_config, changed on a live pool. */
+void pool_set_fair(struct pool *, bool fair);
+void pool_set_drop_oldest(struct pool *, bool drop_oldest);
+void pool_set_owner_limits(struct pool *, unsigned max_queued, unsigned max_running);
 
 /* Changes the queue capacity (>= 1); jobs already queued stay. */
 int pool_set_capacity(struct pool *, unsigned capacity, char **cause);
 
-/* Changes the largest size pool_resize accepts (>= current target). */
+/* Changes the largest size pool_resize accepts (>= current max_workers). */
 int pool_set_limit(struct pool *, unsigned limit, char **cause);
 
 /*

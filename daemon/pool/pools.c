@@ -1,9 +1,22 @@
-/* pools.c: the named pools of the daemon. */
+/*
+ * pools.c: the named pools of the daemon, and the door to their room.
+ *
+ * Room: a pool armed by pools_want_room calls pools_room_told on whatever
+ * thread freed a slot; that sets the entry's room_due and, when it was
+ * not set yet, wakes the loop through one eventfd. The loop reads the
+ * eventfd, then runs the room hooks of every entry whose room_due it
+ * clears: at most one run per pool per loop pass, however many slots
+ * freed meanwhile.
+ */
 #include "config.h"
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "pools.h"
@@ -11,7 +24,71 @@
 static struct pools_entry *entries[CONF_MAX_POOLS * 2];
 static size_t nentries;
 
+static struct {
+	pools_room_fn fn;
+	void *arg;
+} room_hooks[POOLS_MAX_ROOM_HOOKS];
+static size_t nroom_hooks;
+
+static int room_fd = -1;        /* the pools' wake-up of the loop */
+static struct event *room_ev;
+
 static void free_if_drained(struct pools_entry *);
+
+/* Any thread: the pool of arg has room for whoever armed it. */
+static void
+pools_room_told(struct pool *p, void *arg)
+{
+	struct pools_entry *e = arg;
+	uint64_t one = 1;
+
+	/* EAGAIN: the counter is already non-zero, the loop will wake. */
+	if (!atomic_exchange(&e->room_due, true) &&
+	    write(room_fd, &one, sizeof one) == -1 && errno != EAGAIN)
+		abort();
+}
+
+/* Loop thread: the eventfd woke us; run the hooks of each pool told of room. */
+static void
+pools_room_ready(evutil_socket_t fd, short what, void *arg)
+{
+	uint64_t n;
+
+	/* Read before looking: a pool told after this read wakes us again. */
+	if (read(fd, &n, sizeof n) == -1 && errno != EAGAIN)
+		return;
+	for (size_t i = 0; i < nentries; i++) {
+		struct pools_entry *e = entries[i];
+		if (atomic_exchange(&e->room_due, false))
+			pools_room(e);
+		if (i < nentries && entries[i] != e)
+			i--;    /* a hook freed e (a removed pool drained): the next took its place */
+	}
+}
+
+int
+pools_add_room_hook(pools_room_fn fn, void *arg)
+{
+	if (nroom_hooks == POOLS_MAX_ROOM_HOOKS)
+		return -1;
+	room_hooks[nroom_hooks].fn = fn;
+	room_hooks[nroom_hooks].arg = arg;
+	nroom_hooks++;
+	return 0;
+}
+
+void
+pools_want_room(struct pools_entry *e)
+{
+	pool_want_room(e->pool);
+}
+
+void
+pools_room(struct pools_entry *e)
+{
+	for (size_t i = 0; i < nroom_hooks; i++)
+		room_hooks[i].fn(e, room_hooks[i].arg);
+}
 
 int
 pools_add(const struct conf_pool *cp, char **cause)
@@ -32,6 +109,10 @@ pools_add(const struct conf_pool *cp, char **cause)
 			*cause = NULL;
 		return -1;
 	}
+	if (room_fd != -1) {
+		pc.room = pools_room_told;
+		pc.room_arg = e;
+	}
 	if ((e->pool = pool_create(&pc, cause)) == NULL) {
 		free(e->name);
 		free(e);
@@ -44,8 +125,19 @@ pools_add(const struct conf_pool *cp, char **cause)
 }
 
 int
-pools_start(const struct conf *c, char **cause)
+pools_start(struct event_base *base, const struct conf *c, char **cause)
 {
+	if ((room_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) == -1) {
+		if (asprintf(cause, "eventfd: %s", strerror(errno)) == -1)
+			*cause = NULL;
+		return -1;
+	}
+	if ((room_ev = event_new(base, room_fd, EV_READ | EV_PERSIST, pools_room_ready,
+	    NULL)) == NULL || event_add(room_ev, NULL) == -1) {
+		if (asprintf(cause, "cannot watch the pools' eventfd") == -1)
+			*cause = NULL;
+		return -1;
+	}
 	for (size_t i = 0; i < c->npools; i++)
 		if (pools_add(&c->pools[i], cause) == -1)
 			return -1;
@@ -134,4 +226,11 @@ pools_stop_all(void)
 {
 	while (nentries > 0)
 		pools_free_entry(nentries - 1);
+	if (room_ev != NULL)
+		event_free(room_ev);
+	room_ev = NULL;
+	if (room_fd != -1)
+		close(room_fd);
+	room_fd = -1;
+	nroom_hooks = 0;
 }

@@ -186,6 +186,7 @@ host_submit(void *ctx, const struct source_task *st, uint64_t *task_id, char **c
 		*task_id = t->id;
 		return SOURCE_ACCEPTED;
 	case POOL_REJECTED_FULL:
+	case POOL_REJECTED_QUOTA:
 		task_free(t);
 		free(sink);
 		return SOURCE_FULL;
