@@ -235,6 +235,7 @@ daemon_begin_shutdown(bool now)
 		log_notice("shutting down (%s): %llu task%s outstanding", now ? "now" : "drain",
 		    (unsigned long long)tasks_outstanding(), tasks_outstanding() == 1 ? "" : "s");
 		sources_stop(now);      /* first: a task cancelled by now stays pending */
+		tasks_shutdown(!now && durable_on()); /* scheduled, waiting: kept, or cancelled */
 		pools_close_all(now ? POOL_NOW : POOL_DRAIN);
 		if (!now && d->conf.shutdown_timeout_ms > 0) {
 			struct timeval tv = {
@@ -248,6 +249,7 @@ daemon_begin_shutdown(bool now)
 		log_notice("shutdown turned into now: cancelling %llu outstanding task%s",
 		    (unsigned long long)tasks_outstanding(), tasks_outstanding() == 1 ? "" : "s");
 		sources_stop(true);
+		tasks_shutdown(false);
 		pools_close_all(POOL_NOW);
 	}
 	task_wake_streams();    /* a run blocked on its stream budget sees the cancel */

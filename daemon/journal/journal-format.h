@@ -98,8 +98,13 @@ enum jfield {
 	JF_RUN_US = 13,       /* u64 */
 	JF_DONE = 14,         /* text: the done event without "{" and "id" (tasks.c's done body) */
 	JF_ACCEPTED_TIME = 15, /* u64 wall-clock us (in FINISHED) */
+	/*
+	 * u64 wall-clock us, in STARTED: the attempt JF_ATTEMPT has not run yet,
+	 * it is due then (a retry); absent: that attempt began
+	 */
+	JF_RETRY_AT = 16,
 };
-#define JF_MAX 15
+#define JF_MAX 16
 
 /* JF_FLAGS bits */
 #define JFL_STREAM 0x1u   /* submitted with stream: true */
@@ -240,6 +245,7 @@ struct jaccepted {
 struct jstarted {
 	uint64_t attempt;           /* from 1 */
 	uint64_t time_us;
+	uint64_t retry_at_us;       /* 0: attempt began; else it is due then (wall clock) */
 };
 
 /* A FINISHED record: the done as sent, and what status, list and retention need. */
@@ -249,6 +255,7 @@ struct jfinished {
 	uint64_t accepted_us;       /* wall clock */
 	uint64_t queued_us, run_us;
 	struct jtext state, pool, owner, label, kind, done;
+	struct jtext spec;          /* JF_SPEC: the submit request as received; absent: unknown */
 };
 
 /* Encodes a payload into b (appended; b->failed when memory ran out). */

@@ -53,6 +53,11 @@ op_stats(struct conn *c, struct request *req)
 		pools[i].name = e->name;
 		pools[i].removed = e->removed;
 		pool_snapshot(e->pool, &pools[i].s);
+		pools[i].s.cancelled += e->ended_unqueued; /* before they entered the queue */
+		pools[i].scheduled = e->scheduled;
+		pools[i].waiting = e->waiting;
+		pools[i].retried = e->retried;
+		pools[i].skipped = e->skipped;
 		st.npools++;
 	}
 	st.pools = pools;

@@ -78,6 +78,7 @@ static bool in_room;                /* tasks_pool_room is running */
 static bool popping;                /* due_cb takes due tasks off the heap: it sets the timer after */
 
 static void task_event(struct task *, json_t *, size_t);
+static void room_hook(struct pools_entry *, void *);
 
 /* Wall clock, microseconds since the epoch: what the journal's records keep. */
 static uint64_t
@@ -164,6 +165,8 @@ tasks_init(char **cause)
 	if (tasks == NULL && (tasks = idmap_new()) == NULL)
 		return cause_set(cause, "out of memory for the task registry");
 	task_set_handlers(&h);
+	if (pools_add_room_hook(room_hook, NULL) == -1)
+		return cause_set(cause, "too many room hooks");
 	return tasks_add_hooks(&log_hooks, cause);
 }
 
@@ -487,6 +490,7 @@ task_due(struct task *t)
 		sched_set(t, TASKS_SCHED_NONE);
 		break;
 	case POOL_REJECTED_FULL:
+	case POOL_REJECTED_QUOTA:   /* a scheduled task is never refused: it waits for room */
 		sched_set(t, TASKS_SCHED_DUE);
 		t->due_next = NULL;
 		if (e->due_tail != NULL)
@@ -494,6 +498,7 @@ task_due(struct task *t)
 		else
 			e->due_head = t;
 		e->due_tail = t;
+		pools_want_room(e);
 		break;
 	case POOL_REJECTED_CLOSED:
 		snprintf(msg, sizeof msg, "task %llu could not enter its queue: pool %s was "
@@ -516,6 +521,13 @@ due_cb(evutil_socket_t fd, short what, void *arg)
 	heap_arm();
 }
 
+/* The first room hook (pools.h): due tasks enter before held submits are accepted. */
+static void
+room_hook(struct pools_entry *e, void *arg)
+{
+	tasks_pool_room(e);
+}
+
 void
 tasks_pool_room(struct pools_entry *e)
 {
@@ -527,8 +539,10 @@ tasks_pool_room(struct pools_entry *e)
 		return;
 	in_room = true;
 	while ((t = e->due_head) != NULL) {
-		if ((v = tasks_enqueue(t)) == POOL_REJECTED_FULL)
+		if ((v = tasks_enqueue(t)) == POOL_REJECTED_FULL || v == POOL_REJECTED_QUOTA) {
+			pools_want_room(e);
 			break;
+		}
 		e->due_head = t->due_next;
 		if (e->due_head == NULL)
 			e->due_tail = NULL;
@@ -980,6 +994,8 @@ tasks_submit(struct task *t, const struct task_options *o)
 	bool held = o->delay_ms > 0 || o->nafter > 0 || o->due_wall_us != 0;
 	enum pool_verdict v;
 
+	if (held && shutting_down && o->id == 0)
+		return POOL_REJECTED_CLOSED;    /* a drain holds no one for the future */
 	t->kept_elsewhere = o->kept_elsewhere;
 	if (fill(t, o) == -1) {
 		unfill(t);
@@ -1204,7 +1220,10 @@ retained_cost(const struct task *t)
 {
 	return t->done_text->len + sizeof (struct task) +
 	    (t->pool_name != NULL ? strlen(t->pool_name) + 1 : 0) +
-	    (t->owner != NULL ? strlen(t->owner) + 1 : 0);
+	    (t->owner != NULL ? strlen(t->owner) + 1 : 0) +
+	    (t->request != NULL ? t->request_len + 1 : 0) +
+	    (t->command != NULL ? strlen(t->command) + 1 : 0) +
+	    (t->key != NULL ? strlen(t->key) + 1 : 0);
 }
 
 static void
@@ -1230,8 +1249,6 @@ task_finish(struct task *t)
 
 	if (retry_wanted(t, t->final_state)) {
 		task_retry(t);
-		if (e->due_head != NULL)
-			tasks_pool_room(e); /* its run ended: its worker takes the next queued task */
 		return;
 	}
 	t->finished = true;
@@ -1247,8 +1264,6 @@ task_finish(struct task *t)
 	release_dependents(t);
 	tasks_prune();
 	outstanding--;
-	if (e->due_head != NULL)
-		tasks_pool_room(e);     /* a run ended or a queued task left: room, perhaps */
 	pools_task_finished(e);
 }
 
