@@ -23,8 +23,9 @@
 #define LIST_OPT_LIMIT  1204
 #define LIST_OPT_BEFORE 1205
 
-static const char *const list_states[] = { STATE_QUEUED, STATE_RUNNING, STATE_SUCCEEDED,
-    STATE_FAILED, STATE_TIMED_OUT, STATE_CANCELLED, STATE_EXPIRED, STATE_LOST, NULL };
+static const char *const list_states[] = { STATE_SCHEDULED, STATE_WAITING, STATE_QUEUED,
+    STATE_RUNNING, STATE_SUCCEEDED, STATE_FAILED, STATE_TIMED_OUT, STATE_CANCELLED,
+    STATE_EXPIRED, STATE_LOST, STATE_SKIPPED, NULL };
 
 /* Adds each state of a comma-separated list to states; -1 (printed) on a bad one. */
 static int
@@ -42,8 +43,9 @@ list_add_states(json_t *states, const char *arg)
 			if (strcmp(list_states[i], p) == 0)
 				break;
 		if (list_states[i] == NULL) {
-			cmd_usage_error(&cmd_list, "--state: no state \"%s\" (states: queued, "
-			    "running, succeeded, failed, timed_out, cancelled, expired, lost)", p);
+			cmd_usage_error(&cmd_list, "--state: no state \"%s\" (states: scheduled, "
+			    "waiting, queued, running, succeeded, failed, timed_out, cancelled, "
+			    "expired, lost, skipped)", p);
 			free(copy);
 			return -1;
 		}
@@ -68,17 +70,17 @@ static void
 list_print(const json_t *ev)
 {
 	static const char *const headers[] = { "TASK", "LABEL", "POOL", "STATE", "QUEUED",
-	    "RAN", "OWNER" };
+	    "RAN", "OWNER", "COMMAND" };
 	json_t *tasks = json_object_get(ev, FIELD_TASKS), *t;
 	struct table *table;
-	char *cells[7];
+	char *cells[8];
 	size_t i, j;
 
 	if (json_array_size(tasks) == 0) {
 		printf("no tasks\n");
 		return;
 	}
-	if ((table = table_new("rlllrrl", headers)) == NULL)
+	if ((table = table_new("rlllrrll", headers)) == NULL)
 		return;
 	json_array_foreach(tasks, i, t) {
 		const char *state = event_str(t, FIELD_STATE, "?");
@@ -88,12 +90,15 @@ list_print(const json_t *ev)
 		cells[2] = strdup(event_str(t, FIELD_POOL, "?"));
 		cells[3] = strdup(state);
 		cells[4] = list_time(t, FIELD_QUEUED_MS, true);
-		/* a queued task has not run; an expired one never will */
+		/* a queued task has not run; an expired or skipped one never will */
 		cells[5] = list_time(t, FIELD_RUN_MS, strcmp(state, STATE_QUEUED) != 0 &&
-		    strcmp(state, STATE_EXPIRED) != 0);
+		    strcmp(state, STATE_EXPIRED) != 0 && strcmp(state, STATE_SKIPPED) != 0 &&
+		    strcmp(state, STATE_SCHEDULED) != 0 && strcmp(state, STATE_WAITING) != 0);
 		cells[6] = strdup(event_str(t, FIELD_OWNER, "-"));
+		cells[7] = format_command(event_str(t, FIELD_COMMAND, event_str(t, FIELD_KIND,
+		    "-")));
 		table_add(table, (const char *const *)cells);
-		for (j = 0; j < 7; j++)
+		for (j = 0; j < 8; j++)
 			free(cells[j]);
 	}
 	table_print(table, stdout);

@@ -91,8 +91,9 @@ status_collect(void *arg, long long task, json_t *ev)
 	json_object_foreach(ev, key, v) {
 		if (strcmp(key, FIELD_EVENT) == 0 || strcmp(key, FIELD_ID) == 0 ||
 		    strcmp(key, FIELD_TASK) == 0 || strcmp(key, FIELD_STATE) == 0 ||
-		    strcmp(key, FIELD_USAGE) == 0)
-			continue;
+		    strcmp(key, FIELD_USAGE) == 0 || strcmp(key, FIELD_SPEC) == 0 ||
+		    strcmp(key, FIELD_SUBMIT) == 0)
+			continue;       /* spec and submit: --json has them */
 		for (i = 0; i < json_array_size(rows->keys); i++)
 			if (strcmp(json_string_value(json_array_get(rows->keys, i)),
 			    key) == 0)
@@ -206,7 +207,8 @@ status_print(struct status_rows *rows)
 		for (i = 2; i < 2 + nkeys; i++) {
 			const char *key = json_string_value(json_array_get(rows->keys, i - 2));
 			json_t *v = json_object_get(ev, key);
-			owned[i] = v != NULL ? format_cell(key, v) : strdup("");
+			owned[i] = v == NULL ? strdup("") : strcmp(key, FIELD_COMMAND) == 0 ?
+			    format_command(json_string_value(v)) : format_cell(key, v);
 		}
 		if (have_usage)
 			owned[ncols - 1] = strdup(format_usage(json_array_get(rows->usage, r),

@@ -144,6 +144,17 @@ format_cell(const char *key, const json_t *v)
 	return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 }
 
+char *
+format_command(const char *command)
+{
+	char *s = strdup(command != NULL ? command : "-"), *p;
+
+	for (p = s; p != NULL && *p != '\0'; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+	return s;
+}
+
 struct table {
 	char *align;
 	size_t ncols;

@@ -533,7 +533,7 @@ def test_tpctl_rerun_same_argv_env_cwd_pool():
 
 def test_tpctl_flags_and_tables():
     with Daemon() as d:
-        r = tpctl(d, "submit", "--delay", "30s", "--key", "x", "--retries", "2",
+        r = tpctl(d, "submit", "--detach", "--delay", "30s", "--key", "x", "--retries", "2",
                   "--retry-on", "failed,lost", "--retry-delay", "2s", "--", "true", check_rc=0)
         tid = int(r.stdout.strip())
         c = d.client()
@@ -541,7 +541,7 @@ def test_tpctl_flags_and_tables():
         check(st["state"] == "scheduled" and st["submit"] == {
             "delay_ms": 30000, "key": "x", "retries": 2, "retry_on": ["failed", "lost"],
             "retry_delay_ms": 2000}, "status: %r", st)
-        r = tpctl(d, "submit", "--after", str(tid), "--after-any", "--on-lost", "rerun",
+        r = tpctl(d, "submit", "--detach", "--after", str(tid), "--after-any", "--on-lost", "rerun",
                   "--", "echo", "a b", check_rc=0)
         tid2 = int(r.stdout.strip())
         st = status(c, tid2)
@@ -554,7 +554,7 @@ def test_tpctl_flags_and_tables():
         r = tpctl(d, "status", str(tid2), check_rc=0)
         check("echo 'a b'" in r.stdout and "waiting" in r.stdout, "status: %s", r.stdout)
         # a skipped task: exit 1
-        r = tpctl(d, "submit", "--", "false", check_rc=0)
+        r = tpctl(d, "submit", "--detach", "--", "false", check_rc=0)
         bad = r.stdout.strip()
         r = tpctl(d, "run", "--after", bad, "--", "true")
         check(r.returncode == 1 and "skipped" in r.stderr, "run skipped: %r", r)

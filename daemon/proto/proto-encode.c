@@ -453,9 +453,9 @@ proto_encode_status(struct proto_text *pt, json_t *id, const struct proto_task *
 		pt_key(pt, FIELD_DUE_MS);
 		pt_ms(pt, v->due_us);
 	}
-	if (v->command != NULL) {
+	if (v->command != NULL || (v->kind != NULL && *v->kind != '\0')) {
 		pt_key(pt, FIELD_COMMAND);
-		pt_cstring(pt, v->command);
+		pt_cstring(pt, v->command != NULL ? v->command : v->kind);
 	}
 	if (v->spec != NULL) {
 		pt_key(pt, FIELD_SPEC);
