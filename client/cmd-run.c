@@ -198,7 +198,18 @@ run_event(struct run *r, json_t *ev)
 		}
 	} else if (strcmp(name, EV_DONE) == 0)
 		return run_done(r, ev);
-	else if (strcmp(name, EV_ERROR) == 0 &&
+	else if (strcmp(name, EV_RETRYING) == 0) {
+		char *what = event_describe_done(ev);
+		char in[FORMAT_DURATION_LEN];
+		/* an attempt ended: the next follows after its delay */
+		if (!r->s.opt->json)
+			tpctl_warnx("task %lld attempt %lld %s; attempt %lld in %s",
+			    (long long)r->task_id, (long long)event_int(ev, FIELD_ATTEMPT, 0),
+			    what != NULL ? what : "failed",
+			    (long long)event_int(ev, FIELD_ATTEMPT, 0) + 1,
+			    format_duration(event_num(ev, FIELD_DELAY_MS, 0), in, sizeof in));
+		free(what);
+	} else if (strcmp(name, EV_ERROR) == 0 &&
 	    (k = taskopt_refused_limit(r->to, r->task, ev)) != -1)
 		return taskopt_report_refused(r->to, k, ev);
 	else if (strcmp(name, EV_REJECTED) == 0 || strcmp(name, EV_ERROR) == 0)

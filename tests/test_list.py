@@ -61,8 +61,10 @@ def test_list_newest_first_with_every_field():
         check(ev["event"] == "list" and ev["more"] is False, "%r", ev)
         check([t["task"] for t in ev["tasks"]] == ids[::-1], "newest first: %r", ev)
         t = ev["tasks"][0]
+        # attempt: counted with the journal on
         check(set(t) == {"task", "pool", "owner", "label", "kind", "state", "queued_ms",
-                         "run_ms"}, "the fields: %r", t)
+                         "run_ms", "command", "attempt"}, "the fields: %r", t)
+        check(t["command"] == "echo", "a built-in kind's command is its name: %r", t)
         check(t["pool"] == "default" and t["owner"] == "uid:%d" % os.geteuid() and
               t["label"] == "l2" and t["kind"] == "echo" and t["state"] == "succeeded",
               "%r", t)
@@ -253,7 +255,7 @@ def test_tpctl_label_and_list_table():
         lines = out.splitlines()
         print(out)
         check(lines[0].split() == ["TASK", "LABEL", "POOL", "STATE", "QUEUED", "RAN",
-                                   "OWNER"], "the header: %r", lines)
+                                   "OWNER", "COMMAND"], "the header: %r", lines)
         rows = [l.split() for l in lines[1:]]
         check([r[0] for r in rows] == [queued_id, long_id, "1"], "newest first: %r", rows)
         check(rows[0][1:4] == ["-", "batch", "queued"] and rows[0][5] == "-",
