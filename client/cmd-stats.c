@@ -3,7 +3,8 @@
  * connections, then two tables of one row per pool: what the pool is now
  * (its state, workers and queue) and what became of the tasks it accepted.
  * The second adds up: ACCEPTED is QUEUED + RUNNING + each end's count, at
- * every moment, as the pool counts them all under one lock.
+ * every moment, as the pool counts them all under one lock (a retried task
+ * counts once per attempt; SKIPPED tasks never entered the pool).
  */
 #include "config.h"
 
@@ -26,14 +27,16 @@ static const struct stats_col stats_now[] = {
 	{ "POOL", FIELD_NAME }, { "STATE", NULL }, { "TARGET", FIELD_TARGET },
 	{ "WORKERS", FIELD_WORKERS }, { "BUSY", FIELD_BUSY }, { "QUEUED", FIELD_QUEUED },
 	{ "CAPACITY", FIELD_CAPACITY }, { "LIMIT", FIELD_LIMIT },
-	{ "OLDEST", FIELD_OLDEST_QUEUED_MS }, { NULL, NULL }
+	{ "OLDEST", FIELD_OLDEST_QUEUED_MS }, { "SCHEDULED", FIELD_SCHEDULED },
+	{ "WAITING", FIELD_WAITING }, { NULL, NULL }
 };
 
 static const struct stats_col stats_tasks[] = {
 	{ "POOL", FIELD_NAME }, { "ACCEPTED", FIELD_ACCEPTED }, { "QUEUED", FIELD_QUEUED },
 	{ "RUNNING", FIELD_BUSY }, { "SUCCEEDED", FIELD_SUCCEEDED }, { "FAILED", FIELD_FAILED },
 	{ "TIMED_OUT", FIELD_TIMED_OUT }, { "CANCELLED", FIELD_CANCELLED },
-	{ "EXPIRED", FIELD_EXPIRED }, { "REJECTED", FIELD_REJECTED }, { NULL, NULL }
+	{ "EXPIRED", FIELD_EXPIRED }, { "REJECTED", FIELD_REJECTED },
+	{ "SKIPPED", FIELD_SKIPPED }, { "RETRIED", FIELD_RETRIED }, { NULL, NULL }
 };
 
 /* open, closed (shutting down: it takes no more tasks) or removed (by SIGHUP). */

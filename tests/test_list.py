@@ -262,7 +262,9 @@ def test_tpctl_label_and_list_table():
               "a queued task, no label, not run: %r", rows[0])
         check(rows[1][1:4] == ["long", "batch", "running"], "%r", rows[1])
         check(lines[3].split()[1:3] == ["first", "one"], "a label with a space: %r", lines[3])
-        check(all(r[-1] == "uid:%d" % os.getuid() for r in rows), "owners: %r", rows)
+        check(all(("uid:%d" % os.getuid()) in r for r in rows), "owners: %r", rows)
+        check(" ".join(rows[1][-2:]) == "sleep 60" and " ".join(rows[2][-2:]) == "echo hi",
+              "the commands, last: %r", rows)
         code, out, err = tpctl(d, "list", "--state", "running,queued", "--limit", "1")
         check(out.splitlines()[1].split()[0] == queued_id and
               "tpctl list --before %s" % queued_id in out, "a page and the next: %r", out)
