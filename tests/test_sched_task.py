@@ -111,7 +111,9 @@ def test_delay_10000_scheduled_cost_little():
               "p99 %.3f ms" % (growth, growth * 1024.0 / n, rtts[len(rtts) // 2] * 1000, p99))
         p = c.stats()
         check(p["scheduled"] == n and p["queued"] == 0, "stats: %r", p)
-        check(growth * 1024 / n < 4096, "RSS grew %d KiB for %d scheduled tasks", growth, n)
+        if SLOW == 1:
+            # a sanitizer's redzones and quarantine inflate it: the bound is for plain builds
+            check(growth * 1024 / n < 4096, "RSS grew %d KiB for %d scheduled tasks", growth, n)
         check(p99 < 20 * SLOW, "ping p99 %.3f ms with %d tasks scheduled", p99, n)
         # the heap's head is the only timer: a cancel in the middle is cheap and exact
         c.request({"op": "cancel", "task": 5000}, "ok")
