@@ -360,6 +360,20 @@ def test_retry_three_attempts_one_done_delays_grow():
         check(p["retried"] == 2, "stats retried: %r", p)
 
 
+def test_retry_exec_runs_the_same_program_again():
+    with Daemon() as d:
+        c = d.client()
+        count = os.path.join(d.dir, "count")
+        script = ('n=$(cat %s 2>/dev/null || echo 0); n=$((n+1)); echo $n > %s; '
+                  'printf "run$n:"; cat; [ $n -ge 2 ]' % (count, count))
+        rid, acc = c.submit({"kind": "exec", "argv": ["sh", "-c", script], "stdin": "in"},
+                            retries=3, retry_delay_ms=50)
+        done = c.done(rid)
+        check(done["state"] == "succeeded" and done["attempt"] == 2, "done: %r", done)
+        check(done["result"]["stdout"] == "run2:in", "the second run, its stdin again: %r",
+              done)
+
+
 def test_retry_cancel_between_attempts_ends_at_once():
     with Daemon() as d:
         c = d.client()

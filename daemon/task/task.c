@@ -313,6 +313,23 @@ task_done_deliver(struct mail *m)
 }
 
 void
+task_rearm(struct task *t)
+{
+	blob_release(t->done_text);
+	t->done_text = NULL;
+	free(t->error_message);
+	t->error_message = NULL;
+	t->error_code = NULL;
+	json_decref(t->result);
+	t->result = NULL;
+	t->final_state = NULL;
+	atomic_store(&t->started, false);
+	pthread_mutex_lock(&recorded.lock);
+	t->start_recorded = false;
+	pthread_mutex_unlock(&recorded.lock);
+}
+
+void
 task_post_done(struct task *t)
 {
 	t->done_mail.deliver = task_done_deliver;

@@ -208,6 +208,14 @@ struct task *task_parse(const struct task_kind *kind, json_t *spec,
  */
 void task_post_done(struct task *t);
 
+/*
+ * Loop thread: t's run ended and another follows (a retry): what the run
+ * left (its done, result, error) goes, and the worker side starts as new
+ * (not started, its start not recorded). Its kind's data is kept: a kind's
+ * run reads it and leaves it as it was.
+ */
+void task_rearm(struct task *t);
+
 /* Loop thread: frees a task the registry no longer has (or never had). */
 void task_free(struct task *t);
 

@@ -757,18 +757,8 @@ task_retry(struct task *t)
 	json_decref(ev);
 	log_debug("task %llu attempt %u %s: attempt %u in %llu ms", (unsigned long long)t->id,
 	    t->attempt, t->final_state, t->attempt + 1, (unsigned long long)delay);
-	/* what the attempt left behind goes; the next run starts clean */
-	blob_release(t->done_text);
-	t->done_text = NULL;
-	free(t->error_message);
-	t->error_message = NULL;
-	t->error_code = NULL;
-	json_decref(t->result);
-	t->result = NULL;
-	t->final_state = NULL;
-	atomic_store(&t->started, false);
+	task_rearm(t);
 	t->start_seen = false;
-	t->start_recorded = false;
 	t->attempt++;
 	t->due_wall_us = wall_now_us() + delay * 1000;
 	e->retried++;
