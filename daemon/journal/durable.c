@@ -34,12 +34,24 @@
  * STARTED record may be seen (task.c's start_barrier, released by
  * task_start_recorded from seen_cb).
  *
+ * A retry (tasks_set_retry_hook): when an attempt ends and another is
+ * scheduled, a STARTED record of the next attempt with JF_RETRY_AT (its due
+ * time) says it has not run yet. A delay needs no record of its own: the
+ * ACCEPTED record's request has delay_ms, and its acceptance time is kept.
+ *
  * Replay (durable_start): finished tasks are retained again (retention
- * applied again, by wall time); tasks never started are submitted again,
- * in id order, with their ids, their queued_ms counting from the first
- * accept; a task that had started ends lost, or runs again with its
- * attempt + 1 when submitted with on_lost "rerun"; a task whose pool is
- * gone ends lost. Ids go on after the highest the journal knew.
+ * applied again, by wall time), with their request (FINISHED's JF_SPEC:
+ * status's spec and submit, their key); tasks never started are submitted
+ * again, in id order, with their ids, their queued_ms counting from the
+ * first accept, and their request's scheduling fields read as the submit
+ * was: a delayed task is scheduled for its first due time, a waiting one
+ * waits again for those of its dependencies not ended (a dependency has a
+ * lower id, so it is back first), a task between attempts is scheduled for
+ * its recorded time; a task that had started ends lost, or runs again with
+ * its attempt + 1 when submitted with on_lost "rerun" or with lost in its
+ * retry_on (after its retry delay); a task cancelled before it ran ends
+ * cancelled; a task whose pool is gone ends lost. Ids go on after the
+ * highest the journal knew.
  */
 #include "config.h"
 

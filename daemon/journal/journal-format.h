@@ -88,7 +88,9 @@ enum jfield {
 	JF_OWNER = 3,         /* text */
 	JF_LABEL = 4,         /* text; absent = no label */
 	JF_KIND = 5,          /* text: the task kind */
-	JF_SPEC = 6,          /* JSON text: the submit's "task" object */
+	JF_SPEC = 6,          /* JSON text: the submit request as received (ACCEPTED; FINISHED too:
+	                       * status's spec and submit, the key, rerun), or an older build's
+	                       * task object alone */
 	JF_QUEUE_DEADLINE = 7, /* u64 wall-clock us the task must start by; absent = none */
 	JF_ON_LOST = 8,       /* u64: 0 lost, 1 rerun */
 	JF_FLAGS = 9,         /* u64: JFL_* */

@@ -15,6 +15,14 @@
  * tasks_submit, hooks_started when the run's start comes back,
  * hooks_finished in task_finish. This file owns the outstanding count
  * (accepted tasks whose done is not yet processed).
+ *
+ * Every task enters its pool's queue through tasks_enqueue (pool_submit is
+ * called there and nowhere else): a plain submit at once (refused: nothing
+ * was accepted), a delayed, released or retried one when it is due (refused
+ * for room: it waits, scheduled, on its pool's list of due tasks, and the
+ * pool's room hook lets it in before held submits). An attempt that ends
+ * in a state of its retry_on is not finished: task_finish schedules the
+ * next (task_retry), and the task's one done is its last attempt's.
  */
 #include "config.h"
 
