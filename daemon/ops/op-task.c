@@ -95,6 +95,13 @@ submit_duplicate(struct conn *c, struct request *req, struct task *t,
 		conn_send_done(c, req->id, t->done_text);
 		return;
 	}
+	if (conn_waits(c) >= daemon_state->conf.max_subscriptions) {
+		/* its events are a wait's: counted as one */
+		conn_send_error(c, req->id, ERR_BAD_REQUEST, "too many waits pending on this "
+		    "connection: max_subscriptions is %u; the duplicate's task is %llu",
+		    daemon_state->conf.max_subscriptions, (unsigned long long)t->id);
+		return;
+	}
 	if ((sink = conn_sink_new(c, req->id, sub->stream, true)) == NULL) {
 		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
 		return;
