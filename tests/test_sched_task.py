@@ -600,6 +600,17 @@ def test_tpctl_batch_names_a_pipeline():
         check(r.returncode == 65 and "nope" in r.stderr, "an unknown name: %r", r)
 
 
+def test_bash_completion_knows_the_scheduling_options():
+    from test_tpctl import complete
+    check(complete(["run", "--retry-"]) == ["--retry-delay", "--retry-on"], "%r",
+          complete(["run", "--retry-"]))
+    check(complete(["submit", "--on-lost", "r"]) == ["rerun"], "on-lost values")
+    check(complete(["list", "--state", "sk"]) == ["skipped"], "the new states")
+    check(complete(["rer"]) == ["rerun"], "rerun")
+    # a value is skipped when looking for the command to run
+    check("--after-any" in complete(["batch", "--after"]), "batch takes them")
+
+
 # ---------------------------------------------------------------- bad values
 
 
