@@ -88,7 +88,13 @@ list_print(const json_t *ev)
 		cells[1] = strdup(*event_str(t, FIELD_LABEL, "") != '\0' ?
 		    event_str(t, FIELD_LABEL, "") : "-");
 		cells[2] = strdup(event_str(t, FIELD_POOL, "?"));
-		cells[3] = strdup(state);
+		/* a later attempt (a retry, a rerun after a restart): running#2 */
+		if (event_int(t, FIELD_ATTEMPT, 0) > 1) {
+			if (asprintf(&cells[3], "%s#%lld", state,
+			    (long long)event_int(t, FIELD_ATTEMPT, 0)) == -1)
+				cells[3] = NULL;
+		} else
+			cells[3] = strdup(state);
 		cells[4] = list_time(t, FIELD_QUEUED_MS, true);
 		/* a queued task has not run; an expired or skipped one never will */
 		cells[5] = list_time(t, FIELD_RUN_MS, strcmp(state, STATE_QUEUED) != 0 &&

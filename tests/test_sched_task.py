@@ -579,6 +579,15 @@ def test_tpctl_flags_and_tables():
               and "waiting" in r.stdout, "list: %s", r.stdout)
         r = tpctl(d, "status", str(tid2), check_rc=0)
         check("echo 'a b'" in r.stdout and "waiting" in r.stdout, "status: %s", r.stdout)
+        # a later attempt shows in the state
+        r = tpctl(d, "submit", "--detach", "--retries", "1", "--retry-delay", "30s", "--",
+                  "false", check_rc=0)
+        tid3 = int(r.stdout.strip())
+        eventually(lambda: status(c, tid3).get("attempt") == 2, "attempt 2 scheduled")
+        r = tpctl(d, "list", check_rc=0)
+        check(any(l.split()[0] == str(tid3) and "scheduled#2" in l.split()
+                  for l in r.stdout.splitlines()[1:]), "list: %s", r.stdout)
+        c.request({"op": "cancel", "task": tid3}, "ok")
         # a skipped task: exit 1
         r = tpctl(d, "submit", "--detach", "--", "false", check_rc=0)
         bad = r.stdout.strip()
