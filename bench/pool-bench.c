@@ -8,11 +8,20 @@
  * refused with queue_full retries the same job at once (after a yield) and
  * counts the retry, so every job completes.
  *
+ * Then the cost of the queue's order at depth: with the one worker held by
+ * a first job, it submits Q jobs (one thread: the accept cost, per job),
+ * then lets the worker go and times the drain (the start cost: take, run
+ * nothing, book, per job), for 1 and 1,000 owners and 1 and 20 priorities,
+ * in the CPU time of the thread that does it (a shared machine's other
+ * load does not count).
+ * Built against a pool without priorities or owners, it times the first
+ * row only (the FIFO of one owner), for a side-by-side comparison.
+ *
  * Then it times what each job adds to the pool's timings (pool.h's struct
  * pool_timing: one wait and one run time observed, on one thread, with
  * durations spread over the buckets), which the pool does under its lock.
  *
- * Usage: pool-bench [-n TASKS] [-q CAPACITY]
+ * Usage: pool-bench [-n TASKS] [-q CAPACITY] [-d DEPTH] [-r ROUNDS] [-1]
  */
 #include "config.h"
 
@@ -209,6 +218,143 @@ parse_count(const char *s, const char *what)
 	return (unsigned)v;
 }
 
+/* ---- the queue at depth */
+
+/* The calling thread's CPU time: what it cost, whatever else the machine runs. */
+static uint64_t
+thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec;
+}
+
+struct djob {
+	struct pool_job pj;
+	atomic_uint *done;
+	uint64_t *cpu_mark;     /* the worker's CPU time is written here, at the start of work */
+	pthread_mutex_t *gm;    /* the first job waits here until released */
+	pthread_cond_t *gc;
+	bool *released;
+};
+
+static enum pool_state
+djob_work(struct pool_job *pj)
+{
+	struct djob *j = (struct djob *)pj;
+
+	if (j->gm != NULL) {
+		pthread_mutex_lock(j->gm);
+		while (!*j->released)
+			pthread_cond_wait(j->gc, j->gm);
+		pthread_mutex_unlock(j->gm);
+	}
+	if (j->cpu_mark != NULL)
+		*j->cpu_mark = thread_cpu_ns();
+	return POOL_SUCCEEDED;
+}
+
+static void
+djob_done(struct pool_job *pj, enum pool_state state, uint64_t q, uint64_t r)
+{
+	atomic_fetch_add(((struct djob *)pj)->done, 1);
+}
+
+static unsigned
+pool_snapshot_busy(struct pool *p)
+{
+	struct pool_snapshot s;
+
+	pool_snapshot(p, &s);
+	return s.busy;
+}
+
+static void
+run_depth_once(unsigned depth, unsigned owners, unsigned priorities, double *accept, double *start)
+{
+	struct pool_config cfg = {
+		.name = "depth", .size = 1, .limit = 1, .capacity = depth + 1,
+	};
+	pthread_mutex_t gm = PTHREAD_MUTEX_INITIALIZER;
+	pthread_cond_t gc = PTHREAD_COND_INITIALIZER;
+	bool released = false;
+	atomic_uint done;
+	struct djob *jobs;
+	struct pool *p;
+	char *cause = NULL;
+	uint64_t c0, c1, w0 = 0, w1 = 0;
+	unsigned i;
+
+	atomic_init(&done, 0);
+	if ((jobs = calloc(depth + 1, sizeof *jobs)) == NULL)
+		die("memory", NULL);
+	for (i = 0; i <= depth; i++) {
+		jobs[i].pj.work = djob_work;
+		jobs[i].pj.done = djob_done;
+		jobs[i].done = &done;
+#ifdef POOL_PRIORITY_MAX
+		/* owners and priorities mixed, not in runs: every accept changes owner */
+		jobs[i].pj.owner = i % owners + 1;
+		jobs[i].pj.priority = (int)((i / owners) % priorities);
+#endif
+	}
+	jobs[0].gm = &gm;
+	jobs[0].gc = &gc;
+	jobs[0].released = &released;
+	/* the worker's CPU time from the end of the first job to the start of the last */
+	jobs[0].cpu_mark = &w0;
+	jobs[depth].cpu_mark = &w1;
+	if ((p = pool_create(&cfg, &cause)) == NULL)
+		die("pool_create", cause);
+	if (pool_submit(p, &jobs[0].pj) != POOL_ACCEPTED)
+		die("submit", "the first job was refused");
+	while (pool_snapshot_busy(p) == 0)
+		sched_yield();
+	c0 = thread_cpu_ns();
+	for (i = 1; i <= depth; i++)
+		if (pool_submit(p, &jobs[i].pj) != POOL_ACCEPTED)
+			die("submit", "refused below capacity");
+	c1 = thread_cpu_ns();
+	pthread_mutex_lock(&gm);
+	released = true;
+	pthread_cond_signal(&gc);
+	pthread_mutex_unlock(&gm);
+	while (atomic_load(&done) < depth + 1)
+		sched_yield();
+	if (pool_shutdown(p, POOL_DRAIN, &cause) != 0)
+		die("pool_shutdown", cause);
+	pool_free(p);
+	free(jobs);
+	*accept = (double)(c1 - c0) / depth;
+	*start = (double)(w1 - w0) / depth;
+}
+
+/* The median of rounds runs: the machine may be shared, one run says little. */
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void
+run_depth(unsigned depth, unsigned owners, unsigned priorities, unsigned rounds)
+{
+	double accept[64], start[64];
+
+	if (rounds > 64)
+		rounds = 64;
+	for (unsigned r = 0; r < rounds; r++)
+		run_depth_once(depth, owners, priorities, &accept[r], &start[r]);
+	qsort(accept, rounds, sizeof accept[0], cmp_double);
+	qsort(start, rounds, sizeof start[0], cmp_double);
+	printf("%8u %7u %10u %12.1f %12.1f %12.1f %12.1f\n", depth, owners, priorities,
+	    accept[rounds / 2], start[rounds / 2], accept[0], start[0]);
+	fflush(stdout);
+}
+
 /* The pool's own bookkeeping of one job's timings, in nanoseconds a job. */
 static void
 time_observations(unsigned n)
@@ -240,15 +386,18 @@ int
 main(int argc, char **argv)
 {
 	static const unsigned workers[] = { 1, 2, 4 }, submitters[] = { 1, 4 };
-	unsigned n = 200000, capacity = 1024;
+	unsigned n = 200000, capacity = 1024, depth = 100000, rounds = 9, only = 0;
 	int c;
 
-	while ((c = getopt(argc, argv, "n:q:h")) != -1) {
+	while ((c = getopt(argc, argv, "n:q:d:r:1h")) != -1) {
 		switch (c) {
 		case 'n': n = parse_count(optarg, "-n (tasks)"); break;
 		case 'q': capacity = parse_count(optarg, "-q (queue capacity)"); break;
+		case 'd': depth = parse_count(optarg, "-d (queue depth)"); break;
+		case 'r': rounds = parse_count(optarg, "-r (rounds of the depth runs)"); break;
+		case '1': only = 1; break;
 		default:
-			fprintf(stderr, "usage: pool-bench [-n TASKS] [-q CAPACITY]\n");
+			fprintf(stderr, "usage: pool-bench [-n TASKS] [-q CAPACITY] [-d DEPTH] [-r ROUNDS] [-1]\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -261,9 +410,22 @@ main(int argc, char **argv)
 	printf("latency: accepted submit to completion, in microseconds\n");
 	printf("%7s %10s %8s %12s %10s %10s %10s\n", "workers", "submitters", "tasks", "tasks/s",
 	    "p50 us", "p99 us", "retries");
-	for (size_t w = 0; w < sizeof workers / sizeof workers[0]; w++)
+	for (size_t w = 0; w < sizeof workers / sizeof workers[0] && !only; w++)
 		for (size_t s = 0; s < sizeof submitters / sizeof submitters[0]; s++)
 			run_one(workers[w], submitters[s], n, capacity);
+	printf("the queue at depth: one worker, ns a job to accept (one submitter) and to start\n"
+	    "(take it, run nothing, book it), in thread CPU time; median and best of %u rounds\n",
+	    rounds);
+	printf("%8s %7s %10s %12s %12s %12s %12s\n", "queued", "owners", "priorities",
+	    "accept ns", "start ns", "best accept", "best start");
+	run_depth(depth, 1, 1, rounds);
+	if (only)
+		return 0;       /* -1: the FIFO row alone (a profile, a comparison) */
+#ifdef POOL_PRIORITY_MAX
+	run_depth(depth, 1, 20, rounds);
+	run_depth(depth, 1000, 1, rounds);
+	run_depth(depth, 1000, 20, rounds);
+#endif
 	time_observations(n * 10);
 	return 0;
 }

@@ -2,8 +2,11 @@
  * cmd-batch.c: tpctl batch FILE|-: every line of a file as a task,
  * pipelined on one connection with at most -j submits in flight.
  *
- * A queue_full rejection while other tasks of the batch are in the pool is
- * back-pressure, not failure: the task goes back to be sent again and the
+ * Each submit asks to wait for room (admission "wait"): the daemon holds it
+ * while the pool's queue is full and answers when there is room, so the
+ * window (-j) bounds the submits held for the batch. With
+ * --no-wait-for-room, a queue_full rejection while other tasks of the batch
+ * are in the pool is back-pressure, not failure: the task goes back to be sent again and the
  * window shrinks to what the pool held, growing by one with each task that
  * ends. With nothing of ours in the pool, queue_full is final (someone else
  * fills it). The first interrupt stops submitting and cancels what is in
@@ -138,7 +141,9 @@ batch_send_more(struct batch *b)
 		if (it->fields != NULL)
 			batch_line_fields(b, it, req);
 		json_object_set_new(req, FIELD_ID, json_integer((json_int_t)i + 1));
-		if (session_send(&b->s, req) == -1)
+		/* a submit waiting for room is answered when there is: not at once */
+		if ((taskopt_waits_for_room(b->to) ? session_send_wait(&b->s, req) :
+		    session_send(&b->s, req)) == -1)
 			return EX_UNAVAILABLE;
 		it->state = BATCH_SENT;
 		b->inflight++;

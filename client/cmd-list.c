@@ -70,17 +70,17 @@ static void
 list_print(const json_t *ev)
 {
 	static const char *const headers[] = { "TASK", "LABEL", "POOL", "STATE", "QUEUED",
-	    "RAN", "OWNER", "COMMAND" };
+	    "RAN", "OWNER", "PRI", "COMMAND" };
 	json_t *tasks = json_object_get(ev, FIELD_TASKS), *t;
 	struct table *table;
-	char *cells[8];
+	char *cells[9];
 	size_t i, j;
 
 	if (json_array_size(tasks) == 0) {
 		printf("no tasks\n");
 		return;
 	}
-	if ((table = table_new("rlllrrll", headers)) == NULL)
+	if ((table = table_new("rlllrrlrl", headers)) == NULL)
 		return;
 	json_array_foreach(tasks, i, t) {
 		const char *state = event_str(t, FIELD_STATE, "?");
@@ -101,10 +101,12 @@ list_print(const json_t *ev)
 		    strcmp(state, STATE_EXPIRED) != 0 && strcmp(state, STATE_SKIPPED) != 0 &&
 		    strcmp(state, STATE_SCHEDULED) != 0 && strcmp(state, STATE_WAITING) != 0);
 		cells[6] = strdup(event_str(t, FIELD_OWNER, "-"));
-		cells[7] = format_command(event_str(t, FIELD_COMMAND, event_str(t, FIELD_KIND,
+		if (asprintf(&cells[7], "%lld", (long long)event_int(t, FIELD_PRIORITY, 0)) == -1)
+			cells[7] = NULL;
+		cells[8] = format_command(event_str(t, FIELD_COMMAND, event_str(t, FIELD_KIND,
 		    "-")));
 		table_add(table, (const char *const *)cells);
-		for (j = 0; j < 8; j++)
+		for (j = 0; j < 9; j++)
 			free(cells[j]);
 	}
 	table_print(table, stdout);

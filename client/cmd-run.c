@@ -256,7 +256,7 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 	struct taskopt to;
 	struct run r;
 	json_t *task, *req, *ev;
-	bool verbose = false;
+	bool verbose = false, noticed = false;
 	int ch, code, res;
 
 	taskopt_init(&to);
@@ -288,10 +288,16 @@ run_exec(struct tpctl *opt, int argc, char **argv)
 	req = taskopt_submit(&to, task);
 	json_object_set_new(req, FIELD_STREAM, json_true());
 
-	if ((code = run_begin(&r, opt, req, true)) != 0)
+	if ((code = run_begin(&r, opt, req, !taskopt_waits_for_room(&to))) != 0)
 		goto out;
 	for (code = -1; code == -1;) {
-		res = session_next(&r.s, &ev, -1);
+		res = session_next(&r.s, &ev, r.task_id < 0 && !noticed && !opt->json ?
+		    TASKOPT_ROOM_NOTICE_MS : -1);
+		if (res == LINK_TIMEOUT && r.task_id < 0 && !noticed) {
+			taskopt_room_notice(&to);
+			noticed = true;
+			continue;
+		}
 		if (res == LINK_INTERRUPTED) {
 			code = run_interrupted(&r);
 			continue;

@@ -25,8 +25,9 @@ struct stats_col {
 
 static const struct stats_col stats_now[] = {
 	{ "POOL", FIELD_NAME }, { "STATE", NULL }, { "TARGET", FIELD_TARGET },
+	{ "MIN-MAX", FIELD_MIN_WORKERS },
 	{ "WORKERS", FIELD_WORKERS }, { "BUSY", FIELD_BUSY }, { "QUEUED", FIELD_QUEUED },
-	{ "CAPACITY", FIELD_CAPACITY }, { "LIMIT", FIELD_LIMIT },
+	{ "HELD", FIELD_HELD }, { "CAPACITY", FIELD_CAPACITY }, { "LIMIT", FIELD_LIMIT },
 	{ "OLDEST", FIELD_OLDEST_QUEUED_MS }, { "SCHEDULED", FIELD_SCHEDULED },
 	{ "WAITING", FIELD_WAITING }, { NULL, NULL }
 };
@@ -35,16 +36,19 @@ static const struct stats_col stats_tasks[] = {
 	{ "POOL", FIELD_NAME }, { "ACCEPTED", FIELD_ACCEPTED }, { "QUEUED", FIELD_QUEUED },
 	{ "RUNNING", FIELD_BUSY }, { "SUCCEEDED", FIELD_SUCCEEDED }, { "FAILED", FIELD_FAILED },
 	{ "TIMED_OUT", FIELD_TIMED_OUT }, { "CANCELLED", FIELD_CANCELLED },
-	{ "EXPIRED", FIELD_EXPIRED }, { "REJECTED", FIELD_REJECTED },
+	{ "EXPIRED", FIELD_EXPIRED }, { "DISPLACED", FIELD_DISPLACED },
+	{ "REJECTED", FIELD_REJECTED }, { "QUOTA", FIELD_REJECTED_QUOTA },
 	{ "SKIPPED", FIELD_SKIPPED }, { "RETRIED", FIELD_RETRIED }, { NULL, NULL }
 };
 
-/* open, closed (shutting down: it takes no more tasks) or removed (by SIGHUP). */
+/* open, paused, closed (shutting down: it takes no more tasks) or removed (by SIGHUP). */
 static const char *
 stats_pool_state(const json_t *pool)
 {
 	if (json_is_true(json_object_get(pool, FIELD_REMOVED)))
 		return "removed";
+	if (strcmp(event_str(pool, FIELD_STATE, ""), POOL_STATE_PAUSED) == 0)
+		return POOL_STATE_PAUSED;
 	if (json_is_true(json_object_get(pool, FIELD_CLOSED)))
 		return "closed";
 	if (json_object_get(pool, FIELD_CLOSED) == NULL)
@@ -61,6 +65,10 @@ stats_cell(const json_t *pool, const char *key)
 
 	if (key == NULL)
 		return strdup(stats_pool_state(pool));
+	if (strcmp(key, FIELD_MIN_WORKERS) == 0 && json_object_get(pool, key) != NULL &&
+	    asprintf(&s, "%lld-%lld", (long long)event_int(pool, FIELD_MIN_WORKERS, 0),
+	    (long long)event_int(pool, FIELD_MAX_WORKERS, 0)) != -1)
+		return s;
 	if (strcmp(key, FIELD_OLDEST_QUEUED_MS) == 0)
 		return strdup(event_int(pool, FIELD_QUEUED, 0) > 0 ?
 		    format_duration(event_num(pool, key, 0), buf, sizeof buf) : "-");

@@ -40,7 +40,7 @@ submit_exec(struct tpctl *opt, int argc, char **argv)
 	struct session s;
 	json_t *task, *req, *ev;
 	int64_t id, task_id = -1;
-	bool detach = false;
+	bool detach = false, noticed = false;
 	int ch, code, res, k;
 
 	taskopt_init(&to);
@@ -75,13 +75,27 @@ submit_exec(struct tpctl *opt, int argc, char **argv)
 		json_decref(req);
 		goto out;
 	}
-	if ((id = session_send(&s, req)) == -1) {
+	/* waiting for room may take long: the probe shows the daemon alive meanwhile */
+	if (taskopt_waits_for_room(&to) && session_probe(&s, "submit") == -1) {
+		json_decref(req);
+		session_close(&s);
+		code = EX_UNAVAILABLE;
+		goto out;
+	}
+	if ((id = taskopt_waits_for_room(&to) ? session_send_wait(&s, req) :
+	    session_send(&s, req)) == -1) {
 		session_close(&s);
 		code = EX_UNAVAILABLE;
 		goto out;
 	}
 	for (code = -1; code == -1;) {
-		res = session_next(&s, &ev, -1);
+		res = session_next(&s, &ev, task_id < 0 && !noticed && !opt->json ?
+		    TASKOPT_ROOM_NOTICE_MS : -1);
+		if (res == LINK_TIMEOUT && task_id < 0 && !noticed) {
+			taskopt_room_notice(&to);
+			noticed = true;
+			continue;
+		}
 		if (res == LINK_INTERRUPTED) {
 			interrupt_take();
 			if (task_id >= 0)

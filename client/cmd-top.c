@@ -28,11 +28,12 @@
 #include "wire.h"
 
 #define TOP_REFRESH_MS 1000
-#define TOP_NCOLS 12
+#define TOP_NCOLS 13
 
+/* TARGET shows an elastic pool's bounds too: "2 (1-8)"; HELD: submits waiting for room */
 static const char *const top_headers[TOP_NCOLS] = {
 	"POOL", "TARGET", "WORKERS", "BUSY", "QUEUED", "TASKS/S", "WAIT p50", "p99",
-	"RUN p50", "p99", "REJECTED", "STATE",
+	"RUN p50", "p99", "REJECTED", "STATE", "HELD",
 };
 
 struct top {
@@ -81,6 +82,8 @@ top_pool_state(const json_t *pool)
 		return "removed";
 	if (json_is_true(json_object_get(pool, "closed")))
 		return "closed";
+	if (strcmp(event_str(pool, FIELD_STATE, ""), POOL_STATE_PAUSED) == 0)
+		return POOL_STATE_PAUSED;
 	return "open";
 }
 
@@ -112,7 +115,7 @@ top_render(const json_t *ev, unsigned width, bool live, size_t *len)
 	fprintf(f, "tpd %s  %s  up %s  %lld connection%s  %s\n\n", version, phase,
 	    format_duration(event_num(ev, FIELD_UPTIME_MS, 0), up, sizeof up), conns,
 	    conns == 1 ? "" : "s", clock);
-	if ((t = table_new("lrrrrrrrrrrl", top_headers)) == NULL) {
+	if ((t = table_new("lrrrrrrrrrrlr", top_headers)) == NULL) {
 		fclose(f);
 		free(text);
 		return NULL;
@@ -123,7 +126,14 @@ top_render(const json_t *ev, unsigned width, bool live, size_t *len)
 		for (size_t c = 0; c < TOP_NCOLS; c++)
 			row[c] = cells[c];
 		snprintf(cells[0], sizeof cells[0], "%s", event_str(pool, "name", "?"));
-		snprintf(cells[1], sizeof cells[1], "%lld", (long long)event_int(pool, "target", 0));
+		if (event_int(pool, FIELD_MIN_WORKERS, 0) != event_int(pool, FIELD_MAX_WORKERS, 0))
+			snprintf(cells[1], sizeof cells[1], "%lld (%lld-%lld)",
+			    (long long)event_int(pool, "target", 0),
+			    (long long)event_int(pool, FIELD_MIN_WORKERS, 0),
+			    (long long)event_int(pool, FIELD_MAX_WORKERS, 0));
+		else
+			snprintf(cells[1], sizeof cells[1], "%lld",
+			    (long long)event_int(pool, "target", 0));
 		snprintf(cells[2], sizeof cells[2], "%lld", (long long)event_int(pool, "workers", 0));
 		snprintf(cells[3], sizeof cells[3], "%lld", (long long)event_int(pool, "busy", 0));
 		snprintf(cells[4], sizeof cells[4], "%lld/%lld",
@@ -139,6 +149,7 @@ top_render(const json_t *ev, unsigned width, bool live, size_t *len)
 		snprintf(cells[10], sizeof cells[10], "%lld",
 		    (long long)event_int(pool, "rejected", 0));
 		snprintf(cells[11], sizeof cells[11], "%s", top_pool_state(pool));
+		snprintf(cells[12], sizeof cells[12], "%lld", (long long)event_int(pool, FIELD_HELD, 0));
 		table_add(t, row);
 	}
 	table_print(t, f);

@@ -71,7 +71,8 @@ event_exit_for_error(const char *code)
 	if (strcmp(code, ERR_UNAUTHENTICATED) == 0 ||
 	    strcmp(code, ERR_FORBIDDEN) == 0)
 		return EX_NOPERM;
-	if (strcmp(code, ERR_QUEUE_FULL) == 0 || strcmp(code, ERR_CLOSED) == 0)
+	if (strcmp(code, ERR_QUEUE_FULL) == 0 || strcmp(code, ERR_CLOSED) == 0 ||
+	    strcmp(code, ERR_QUOTA) == 0)
 		return EX_TEMPFAIL;
 	return EXIT_TASK_FAILED;
 }

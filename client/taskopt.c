@@ -283,6 +283,15 @@ taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 		to->label = arg;
 		return 1;
 	}
+	case OPT_PRIORITY:
+		if (format_parse_int(arg, WIRE_PRIORITY_MIN, WIRE_PRIORITY_MAX, &to->priority) == -1)
+			return cmd_usage_error(c, "--priority: '%s' is not an integer from %d to %d",
+			    arg, WIRE_PRIORITY_MIN, WIRE_PRIORITY_MAX), -1;
+		to->priority_set = true;
+		return 1;
+	case OPT_NO_WAIT_ROOM:
+		to->no_wait_for_room = true;
+		return 1;
 	case 't':
 		if (cmd_duration_arg(c, "--timeout", arg, &to->timeout_ms) == -1)
 			return -1;
@@ -572,7 +581,23 @@ taskopt_submit(const struct taskopt *to, json_t *task)
 		json_object_set_new(req, FIELD_KEY, json_string(to->key));
 	if (to->on_lost != NULL)
 		json_object_set_new(req, FIELD_ON_LOST, json_string(to->on_lost));
+	if (to->priority_set)
+		json_object_set_new(req, FIELD_PRIORITY, json_integer((json_int_t)to->priority));
+	json_object_set_new(req, FIELD_ADMISSION,
+	    json_string(to->no_wait_for_room ? ADMISSION_REJECT : ADMISSION_WAIT));
 	return req;
+}
+
+bool
+taskopt_waits_for_room(const struct taskopt *to)
+{
+	return !to->no_wait_for_room;
+}
+
+void
+taskopt_room_notice(const struct taskopt *to)
+{
+	tpctl_warnx("waiting for room in pool %s", to->pool != NULL ? to->pool : WIRE_DEFAULT_POOL);
 }
 
 int

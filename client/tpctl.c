@@ -20,8 +20,9 @@
 const char *tpctl_prog = "tpctl";
 
 static const struct cmd *const cmds[] = {
-	&cmd_run, &cmd_submit, &cmd_wait, &cmd_status, &cmd_list, &cmd_follow, &cmd_rerun, &cmd_cancel, &cmd_stats,
-	&cmd_resize, &cmd_shutdown, &cmd_ping, &cmd_batch, &cmd_top, &cmd_enqueue, &cmd_results, NULL
+	&cmd_run, &cmd_submit, &cmd_wait, &cmd_status, &cmd_list, &cmd_follow, &cmd_rerun, &cmd_cancel,
+	&cmd_stats, &cmd_resize, &cmd_pause, &cmd_resume, &cmd_shutdown, &cmd_ping, &cmd_batch,
+	&cmd_top, &cmd_enqueue, &cmd_results, NULL
 };
 
 uint64_t

@@ -90,7 +90,7 @@ int cmd_parse_task_ids(const struct cmd *, int argc, char **argv, long long **id
 /* The commands. */
 extern const struct cmd cmd_run, cmd_submit, cmd_wait, cmd_status, cmd_cancel,
     cmd_stats, cmd_resize, cmd_shutdown, cmd_ping, cmd_batch, cmd_top, cmd_list,
-    cmd_follow, cmd_rerun;
+    cmd_follow, cmd_rerun, cmd_pause, cmd_resume;
 /* The commands that work with a tpd source's Redis streams (hiredis). */
 extern const struct cmd cmd_enqueue, cmd_results;
 
@@ -281,6 +281,9 @@ struct taskopt {
 	json_t *task;                   /* --task JSON, or NULL */
 	json_t *limits;                 /* --memory, --cpus, ...: task.limits, or NULL */
 	const char *limit_arg[TASKOPT_NLIMITS]; /* each limit option's value as given */
+	long long priority;             /* --priority */
+	bool priority_set;
+	bool no_wait_for_room;          /* --no-wait-for-room: a full queue refuses at once */
 	/* scheduling: the submit's fields (doc/protocol.md), absent unless given */
 	uint64_t delay_ms;              /* --delay */
 	bool delay_set;
@@ -297,14 +300,16 @@ struct taskopt {
 #define OPT_OUTPUT_LIMIT  1002
 #define OPT_TASK          1003
 #define OPT_LABEL         1004
-#define OPT_DELAY         1005
-#define OPT_AFTER         1006
-#define OPT_AFTER_ANY     1007
-#define OPT_RETRIES       1008
-#define OPT_RETRY_ON      1009
-#define OPT_RETRY_DELAY   1010
-#define OPT_KEY           1011
-#define OPT_ON_LOST       1012
+#define OPT_PRIORITY      1005
+#define OPT_NO_WAIT_ROOM  1006
+#define OPT_DELAY         1020
+#define OPT_AFTER         1021
+#define OPT_AFTER_ANY     1022
+#define OPT_RETRIES       1023
+#define OPT_RETRY_ON      1024
+#define OPT_RETRY_DELAY   1025
+#define OPT_KEY           1026
+#define OPT_ON_LOST       1027
 /* The limit options, in the order of limit_arg (taskopt.c's table). */
 #define OPT_LIMIT_FIRST   1100
 #define OPT_MEMORY        1100
@@ -318,6 +323,8 @@ struct taskopt {
 #define TASKOPT_LONGOPTS \
 	{ "pool", required_argument, NULL, 'p' }, \
 	{ "label", required_argument, NULL, OPT_LABEL }, \
+	{ "priority", required_argument, NULL, OPT_PRIORITY }, \
+	{ "no-wait-for-room", no_argument, NULL, OPT_NO_WAIT_ROOM }, \
 	{ "timeout", required_argument, NULL, 't' }, \
 	{ "queue-timeout", required_argument, NULL, OPT_QUEUE_TIMEOUT }, \
 	{ "env", required_argument, NULL, 'e' }, \
@@ -341,6 +348,10 @@ struct taskopt {
 	"  -p, --pool P             submit to pool P (default: the daemon's \"default\")\n" \
 	"      --label TEXT         name the task (up to 128 bytes): status and list\n" \
 	"                           show it, list --label finds it\n" \
+	"      --priority N         start before lower priorities (-1000 to 1000;\n" \
+	"                           default 0)\n" \
+	"      --no-wait-for-room   a full queue refuses the task at once (exit 75)\n" \
+	"                           instead of holding it until there is room\n" \
 	"  -t, --timeout DUR        end the task after DUR (state timed_out; 0: never)\n" \
 	"      --queue-timeout DUR  give up if it waits in the queue longer (expired;\n" \
 	"                           0: never)\n" \
@@ -383,6 +394,14 @@ int taskopt_build(struct taskopt *, const struct cmd *, int argc, char **argv,
 const char *taskopt_scheduling(const struct taskopt *);
 /* A submit request carrying task (taken). */
 json_t *taskopt_submit(const struct taskopt *, json_t *task);
+/*
+ * Whether the submit waits for room (admission "wait": the default), so
+ * that its answer may take long: send it with session_send_wait.
+ */
+bool taskopt_waits_for_room(const struct taskopt *);
+/* After a second without an answer: "waiting for room in pool P" on stderr, once. */
+#define TASKOPT_ROOM_NOTICE_MS 1000
+void taskopt_room_notice(const struct taskopt *);
 /*
  * The limit an error event refuses (a bad_request about task.limits.NAME:
  * beyond the pool's maximum, or not enforceable there) when it came from

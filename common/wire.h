@@ -28,6 +28,8 @@
 #define OP_RESIZE   "resize"
 #define OP_SHUTDOWN "shutdown"
 #define OP_LIST     "list"
+#define OP_PAUSE    "pause"
+#define OP_RESUME   "resume"
 
 /* events */
 #define EV_HELLO    "hello"
@@ -68,6 +70,7 @@
 #define ERR_NO_SUCH_POOL      "no_such_pool"
 #define ERR_QUEUE_FULL        "queue_full"
 #define ERR_QUOTA             "quota"                /* past a per-owner limit of the pool */
+#define ERR_DISPLACED         "displaced"            /* expired: drop_oldest made room */
 #define ERR_CLOSED            "closed"
 #define ERR_TASK_FAILED       "task_failed"
 #define ERR_EXIT_STATUS       "exit_status"
@@ -152,6 +155,32 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_WORKERS          "workers"
 #define FIELD_MODE             "mode"
 #define FIELD_PID              "pid"            /* started (exec) */
+/* scheduling in a pool: submit, resize, pause/resume, stats (SPEC section 12) */
+#define FIELD_PRIORITY         "priority"       /* submit, status, list: -1000..1000 */
+#define WIRE_PRIORITY_MIN      (-1000)
+#define WIRE_PRIORITY_MAX      1000
+#define FIELD_ADMISSION        "admission"      /* submit: reject or wait; stats */
+#define FIELD_ADMISSION_TIMEOUT_MS "admission_timeout_ms"
+#define ADMISSION_REJECT       "reject"
+#define ADMISSION_WAIT         "wait"
+#define ADMISSION_DROP_OLDEST  "drop_oldest"
+#define FIELD_MIN              "min"            /* resize */
+#define FIELD_MAX              "max"
+#define FIELD_MIN_WORKERS      "min_workers"    /* resize's ok, stats */
+#define FIELD_NOTE             "note"           /* resize's ok: how long the size lasts */
+#define FIELD_MAX_WORKERS      "max_workers"
+#define FIELD_KEEPALIVE_MS     "keepalive_ms"
+#define FIELD_HELD             "held"           /* stats: submits held now */
+#define FIELD_DISPLACED        "displaced"      /* stats: a counter */
+#define FIELD_REJECTED_QUOTA   "rejected_quota" /* stats: a counter */
+#define FIELD_FAIR             "fair"           /* stats: "owner" or "none" */
+#define FIELD_MAX_QUEUED_PER_OWNER "max_queued_per_owner"
+#define FIELD_MAX_RUNNING_PER_OWNER "max_running_per_owner"
+#define POOL_STATE_OPEN        "open"           /* stats pool state, pause/resume's ok */
+#define POOL_STATE_PAUSED      "paused"
+#define POOL_STATE_CLOSED      "closed"
+#define FAIR_OWNER             "owner"
+#define FAIR_NONE              "none"
 
 /* scheduling a task: submit's fields, and what status, list and accepted say of them */
 #define FIELD_DELAY_MS         "delay_ms"       /* submit: enter the queue this much later */

@@ -5,8 +5,9 @@
  * file, the cross-checks or a token file) refuses the whole reload: every
  * error is logged and nothing changes. Otherwise it is applied at once,
  * connections kept:
- *  - pools: sizes, limits and capacities change live (pool_resize and
- *    friends), new pools start, pools gone from the file stop accepting and
+ *  - pools: sizes, limits, capacities and the order and admission keys
+ *    change live (pool_resize_bounds and friends; a live resize or pause
+ *    stays until the file's own value changes), new pools start, pools gone from the file stop accepting and
  *    drain, then go away ("default" always exists);
  *  - log_level, limits read at use (max_connections, max_request_bytes,
  *    max_output_buffer, output_stall_timeout, result_ttl, result_retain,
@@ -38,6 +39,7 @@
 #include "daemon.h"
 #include "exec/exec.h"
 #include "net/listen.h"
+#include "ops/admission.h"
 #include "base/log.h"
 #include "obs/metrics.h"
 #include "pool/pools.h"
@@ -48,28 +50,53 @@
 /*
  * One pool to its new figures. The limit goes first when it grows and last
  * when it shrinks, so that each step is within the bounds pool.c checks.
+ * The worker bounds follow the file only when the file's own figures
+ * changed (old is the running configuration's pool, NULL for none): a live
+ * resize stays until the file says another size (or the new limit is below
+ * it), and a live pause or resume until the file's paused changes.
  */
 static void
-reload_pool(struct pools_entry *e, const struct conf_pool *cp)
+reload_pool(struct pools_entry *e, const struct conf_pool *cp, const struct conf_pool *old)
 {
 	struct pool_snapshot s;
 	char *cause = NULL;
-	bool limit_first;
+	unsigned min = cp->size, max = cp->max_workers != 0 ? cp->max_workers : cp->size;
+	bool limit_first, bounds_changed;
 
 	pool_snapshot(e->pool, &s);
-	limit_first = cp->limit >= s.target;
+	bounds_changed = old == NULL || old->size != cp->size ||
+	    (old->max_workers != 0 ? old->max_workers : old->size) != max;
+	if (!bounds_changed && s.max_workers <= cp->limit) {
+		min = s.min_workers;    /* the live resize stays */
+		max = s.max_workers;
+	} else if (!bounds_changed)
+		log_info("pool %s: the live size %u..%u is above the new limit %u: the file's "
+		    "%u..%u applies", e->name, s.min_workers, s.max_workers, cp->limit, min, max);
+	limit_first = cp->limit >= s.max_workers;
 	if (limit_first && cp->limit != s.limit &&
 	    pool_set_limit(e->pool, cp->limit, &cause) == -1)
 		goto fail;
-	if (cp->size != s.target && pool_resize(e->pool, cp->size, &cause) == -1)
+	if ((min != s.min_workers || max != s.max_workers) &&
+	    pool_resize_bounds(e->pool, min, max, &cause) == -1)
 		goto fail;
 	if (!limit_first && pool_set_limit(e->pool, cp->limit, &cause) == -1)
 		goto fail;
 	if (cp->capacity != s.capacity && pool_set_capacity(e->pool, cp->capacity, &cause) == -1)
 		goto fail;
-	if (cp->size != s.target || cp->limit != s.limit || cp->capacity != s.capacity)
-		log_info("pool %s: size %u -> %u, limit %u -> %u, capacity %u -> %u", e->name,
-		    s.target, cp->size, s.limit, cp->limit, s.capacity, cp->capacity);
+	pool_set_keepalive(e->pool, cp->keepalive_ms * 1000);
+	pool_set_fair(e->pool, cp->fair);
+	pool_set_drop_oldest(e->pool, cp->admission == CONF_ADMISSION_DROP_OLDEST);
+	pool_set_owner_limits(e->pool, cp->max_queued_per_owner, cp->max_running_per_owner);
+	if (old == NULL || old->paused != cp->paused) {
+		if (pool_set_paused(e->pool, cp->paused) != cp->paused)
+			log_info("pool %s %s (paused = %s)", e->name,
+			    cp->paused ? "paused" : "resumed", cp->paused ? "yes" : "no");
+	}
+	if (min != s.min_workers || max != s.max_workers || cp->limit != s.limit ||
+	    cp->capacity != s.capacity)
+		log_info("pool %s: workers %u..%u -> %u..%u, limit %u -> %u, capacity %u -> %u",
+		    e->name, s.min_workers, s.max_workers, min, max, s.limit, cp->limit,
+		    s.capacity, cp->capacity);
 	return;
 fail:
 	log_warnx("reload: pool %s: %s", e->name, cause ? cause : "out of memory");
@@ -85,6 +112,7 @@ reload_pools(struct conf *nc)
 	for (size_t i = 0; i < pools_count(); i++) {
 		struct pools_entry *e = pools_at(i);
 		if (!e->removed && conf_pool_find(nc, e->name) == NULL) {
+			admission_reject_all(e);        /* no room will come: closed */
 			pools_remove(e);
 			i = (size_t)-1;     /* the entry may have been freed: start over */
 		}
@@ -92,7 +120,8 @@ reload_pools(struct conf *nc)
 	for (size_t i = 0; i < nc->npools; i++) {
 		struct pools_entry *e = pools_find(nc->pools[i].name);
 		if (e != NULL)
-			reload_pool(e, &nc->pools[i]);
+			reload_pool(e, &nc->pools[i],
+			    conf_pool_find(&daemon_state->conf, nc->pools[i].name));
 		else if (pools_add(&nc->pools[i], &cause) == -1) {
 			log_warnx("reload: pool %s: %s", nc->pools[i].name,
 			    cause ? cause : "out of memory");

@@ -17,6 +17,7 @@
 #include <event2/event.h>
 
 #include "net/auth.h"
+#include "ops/admission.h"
 #include "exec/cgroup.h"
 #include "conf/conf.h"
 #include "net/conn.h"
@@ -237,6 +238,7 @@ daemon_begin_shutdown(bool now)
 		sources_stop(now);      /* first: a task cancelled by now stays pending */
 		tasks_shutdown(!now && durable_on()); /* scheduled, waiting: kept, or cancelled */
 		pools_close_all(now ? POOL_NOW : POOL_DRAIN);
+		admission_reject_all(NULL);     /* a drain holds no one for the future */
 		if (!now && d->conf.shutdown_timeout_ms > 0) {
 			struct timeval tv = {
 				(time_t)(d->conf.shutdown_timeout_ms / 1000),
@@ -585,6 +587,22 @@ start_pools(struct daemon *d)
 		fatalx("%s", cause);
 }
 
+/* Held submits (admission = wait): the pools' room hook, the connections' close hook. */
+static void
+start_admission(struct daemon *d)
+{
+	char *cause = NULL;
+
+	if (admission_init(&cause) == -1)
+		fatalx("%s", cause ? cause : "out of memory");
+}
+
+static void
+stop_admission(struct daemon *d)
+{
+	admission_free();
+}
+
 /* The [source NAME] sections: each connects in the background. */
 static void
 start_sources(struct daemon *d)
@@ -766,6 +784,7 @@ static const struct step {
 	{ start_tasks, stop_tasks },            /* the registry */
 	{ start_exec, stop_exec },              /* [exec] settings */
 	{ start_pools, stop_pools },            /* the workers start here */
+	{ start_admission, stop_admission },    /* after the task layer's room hook */
 	{ start_journal, stop_journal },        /* state_dir: the replay */
 	{ start_sources, stop_sources },        /* [source NAME]: tasks from Redis streams */
 	{ NULL, stop_conns },                   /* connections come with the listeners */

@@ -33,6 +33,8 @@ struct tracker {
 	unsigned started;       /* threads actually created */
 	unsigned fail_at;       /* the attempt number that fails; 0 = none */
 	struct latch exited;    /* thread functions that returned */
+	struct gate *hold;      /* new threads wait here before their function; NULL: none */
+	struct latch held;      /* threads that reached the hold */
 };
 
 static struct tracker tracker = { .m = PTHREAD_MUTEX_INITIALIZER };
@@ -40,6 +42,7 @@ static struct tracker tracker = { .m = PTHREAD_MUTEX_INITIALIZER };
 struct trampoline {
 	void *(*fn)(void *);
 	void *arg;
+	struct gate *hold;
 };
 
 static void *
@@ -49,6 +52,10 @@ tracked_main(void *arg)
 	void *ret;
 
 	free(arg);
+	if (t.hold != NULL) {
+		latch_up(&tracker.held);
+		gate_wait_or(t.hold, NULL, NULL);
+	}
 	ret = t.fn(t.arg);
 	latch_up(&tracker.exited);
 	return ret;
@@ -70,6 +77,9 @@ tracked_start(pthread_t *tid, const pthread_attr_t *attr, void *(*fn)(void *), v
 		return ENOMEM;
 	t->fn = fn;
 	t->arg = arg;
+	pthread_mutex_lock(&tracker.m);
+	t->hold = tracker.hold;
+	pthread_mutex_unlock(&tracker.m);
 	if ((rc = pthread_create(tid, attr, tracked_main, t)) != 0) {
 		free(t);
 		return rc;
@@ -127,6 +137,18 @@ tracker_reset(void)
 	pthread_mutex_unlock(&tracker.m);
 	latch_destroy(&tracker.exited);
 	latch_init(&tracker.exited);
+	latch_destroy(&tracker.held);
+	latch_init(&tracker.held);
+	tracker.hold = NULL;
+}
+
+/* New threads wait at g before their function (NULL: they go at once). */
+static void
+tracker_hold(struct gate *g)
+{
+	pthread_mutex_lock(&tracker.m);
+	tracker.hold = g;
+	pthread_mutex_unlock(&tracker.m);
 }
 
 /* ---- test jobs */
@@ -562,9 +584,9 @@ test_room_told_once_per_arming(void)
 	pool_want_room(p);
 	gate_open(&g);
 	latch_wait(&r.calls, 2, "the room told when the worker took the queued job");
+	latch_wait(&c.done, 3, "the jobs");     /* ran_on is written by the jobs: read after */
 	CHECK(pthread_equal(r.last_on, d.ran_on) || pthread_equal(r.last_on, a.ran_on),
 	    "told on another thread than the worker");
-	latch_wait(&c.done, 3, "the jobs");
 	CHECK_EQ(latch_get(&r.calls), 2, "told again without an arming");
 
 	/* Room already: arming tells at once, on the arming thread. */
@@ -577,6 +599,468 @@ test_room_told_once_per_arming(void)
 	pool_finish(p, POOL_DRAIN);
 	CHECK_EQ(latch_get(&r.calls), 3, "told of room after the close");
 	latch_destroy(&r.calls);
+	gate_destroy(&g);
+	ctx_destroy(&c);
+}
+
+/* ---- elastic pools, pause, order, fair share, quotas, drop_oldest */
+
+static struct pool *
+pool_make_cfg(struct pool_config *cfg)
+{
+	struct pool *p;
+	char *cause = NULL;
+
+	cfg->thread_start = tracked_start;
+	tracker_reset();
+	p = pool_create(cfg, &cause);
+	CHECK(p != NULL, "pool_create: %s", cause ? cause : "?");
+	return p;
+}
+
+static void
+test_elastic_grows_before_queueing(void)
+{
+	struct pool_config cfg = { .name = "elastic", .size = 1, .max_workers = 3, .limit = 4,
+	    .capacity = 1 };
+	struct ctx c;
+	struct gate g;
+	struct tjob j[4];
+	struct pool *p;
+	struct pool_snapshot s;
+
+	ctx_init(&c);
+	gate_init(&g);
+	jobs_init(j, 4, &c, &g);
+	p = pool_make_cfg(&cfg);
+	submit_ok(p, &j[0]);
+	latch_wait(&c.started, 1, "the first job on the one worker");
+	/* no idle worker and room to grow: a worker is started for it before submit returns */
+	submit_ok(p, &j[1]);
+	s = snap(p);
+	CHECK(s.workers == 2 && s.target == 2, "workers %u target %u after the 2nd", s.workers,
+	    s.target);
+	submit_ok(p, &j[2]);
+	CHECK_EQ(snap(p).workers, 3, "workers after the 3rd");
+	latch_wait(&c.started, 3, "three running at once: none waited in the queue");
+	/* at max_workers: the next one queues */
+	submit_ok(p, &j[3]);
+	s = snap(p);
+	CHECK(s.workers == 3 && s.queued == 1, "at max: workers %u queued %u", s.workers, s.queued);
+	CHECK(s.min_workers == 1 && s.max_workers == 3, "bounds %u..%u", s.min_workers, s.max_workers);
+	gate_open(&g);
+	latch_wait(&c.done, 4, "every job");
+	pool_finish(p, POOL_DRAIN);
+	gate_destroy(&g);
+	ctx_destroy(&c);
+}
+
+static void
+test_keepalive_exit_racing_a_submit(void)
+{
+	struct pool_config cfg = { .name = "keepalive", .size = 1, .max_workers = 2, .limit = 2,
+	    .capacity = 64, .keepalive_us = 2000 };
+	enum { ROUNDS = 400 };
+	struct ctx c;
+	struct gate g;
+	struct tjob two[2], *race;
+	struct pool *p;
+	unsigned started;
+
+	ctx_init(&c);
+	gate_init(&g);
+	jobs_init(two, 2, &c, &g);
+	p = pool_make_cfg(&cfg);
+	/* grown to 2 by two blocked jobs; idle past keepalive, the one above min leaves */
+	submit_ok(p, &two[0]);
+	submit_ok(p, &two[1]);
+	latch_wait(&c.started, 2, "two running");
+	gate_open(&g);
+	latch_wait(&c.done, 2, "both done");
+	latch_wait(&tracker.exited, 1, "the worker above min_workers to leave after keepalive");
+	CHECK(snap(p).workers == 1 && snap(p).target == 1, "back to 1: workers %u target %u",
+	    snap(p).workers, snap(p).target);
+
+	/*
+	 * Submits land while the worker above the minimum is deciding to leave:
+	 * pairs of jobs grow the pool, and each round waits for them while the
+	 * keepalive (2 ms) ends some workers between rounds and races others.
+	 * Every job runs exactly once, whoever takes it.
+	 */
+	CHECK((race = calloc(2 * ROUNDS, sizeof *race)) != NULL, "memory");
+	jobs_init(race, 2 * ROUNDS, &c, NULL);
+	for (unsigned i = 0; i < ROUNDS; i++) {
+		submit_ok(p, &race[2 * i]);
+		submit_ok(p, &race[2 * i + 1]);
+		latch_wait(&c.done, 2 + 2 * (i + 1), "a round's two jobs");
+		CHECK(snap(p).workers >= 1 && snap(p).workers <= 2, "workers %u", snap(p).workers);
+		for (unsigned k = 0; k < i % 5; k++)
+			sched_yield();
+	}
+	for (unsigned i = 0; i < 2 * ROUNDS; i++)
+		CHECK(atomic_load(&race[i].runs) == 1 && atomic_load(&race[i].dones) == 1,
+		    "job %u ran %u times, ended %u times", i, atomic_load(&race[i].runs),
+		    atomic_load(&race[i].dones));
+	/* idle again: every worker above one leaves; the watcher and one worker stay */
+	started = tracker_started();
+	latch_wait(&tracker.exited, started - 2, "the workers above min_workers to leave");
+	CHECK_EQ(snap(p).workers, 1, "workers at the end");
+	pool_finish(p, POOL_DRAIN);
+	free(race);
+	gate_destroy(&g);
+	ctx_destroy(&c);
+}
+
+static void
+test_grow_racing_a_resize_down(void)
+{
+	struct pool_config cfg = { .name = "growdown", .size = 1, .max_workers = 3, .limit = 3,
+	    .capacity = 4 };
+	struct ctx c;
+	struct gate g, hold;
+	struct tjob a, b;
+	struct pool *p;
+	char *cause = NULL;
+
+	ctx_init(&c);
+	gate_init(&g);
+	gate_init(&hold);
+	job_init(&a, &c, 1, &g);
+	job_init(&b, &c, 2, NULL);
+	p = pool_make_cfg(&cfg);
+	submit_ok(p, &a);
+	latch_wait(&c.started, 1, "a running");
+	/* b grows the pool; the new thread is held before it reaches its decision point */
+	tracker_hold(&hold);
+	submit_ok(p, &b);
+	latch_wait(&tracker.held, 1, "the grown thread at the hold");
+	CHECK_EQ(snap(p).workers, 2, "workers while the new one is held");
+	/* meanwhile the pool is resized down to 1: the new worker is surplus */
+	CHECK(pool_resize_bounds(p, 1, 1, &cause) == 0, "resize: %s", cause);
+	gate_open(&hold);
+	latch_wait(&tracker.exited, 1, "the surplus new worker to leave");
+	CHECK(atomic_load(&b.runs) == 0 && snap(p).queued == 1, "b waits for the one worker");
+	gate_open(&g);
+	latch_wait(&c.done, 2, "both jobs");
+	CHECK(pthread_equal(b.ran_on, a.ran_on), "b ran on the remaining worker");
+	CHECK(atomic_load(&b.runs) == 1, "b ran %u times", atomic_load(&b.runs));
+	CHECK_EQ(snap(p).workers, 1, "workers");
+	pool_finish(p, POOL_DRAIN);
+	gate_destroy(&g);
+	gate_destroy(&hold);
+	ctx_destroy(&c);
+}
+
+struct warned {
+	struct latch n;
+	char last[256];
+};
+
+static void
+warn_count(struct pool *p, const char *msg, void *arg)
+{
+	struct warned *w = arg;
+
+	snprintf(w->last, sizeof w->last, "%s", msg);
+	latch_up(&w->n);
+}
+
+static void
+test_grow_that_cannot_start_a_thread(void)
+{
+	struct warned w;
+	struct pool_config cfg = { .name = "nogrow", .size = 1, .max_workers = 2, .limit = 3,
+	    .capacity = 8, .warn = warn_count, .warn_arg = &w };
+	struct ctx c;
+	struct gate g;
+	struct tjob j[5];
+	struct pool *p;
+	char *cause = NULL;
+
+	ctx_init(&c);
+	gate_init(&g);
+	latch_init(&w.n);
+	jobs_init(j, 5, &c, &g);
+	p = pool_make_cfg(&cfg);
+	submit_ok(p, &j[0]);
+	latch_wait(&c.started, 1, "the first job");
+	/* the thread to grow for b cannot start: b is accepted and stays queued, said once */
+	tracker_fail_in(1);
+	submit_ok(p, &j[1]);
+	CHECK(snap(p).workers == 1 && snap(p).queued == 1, "b queued on the one worker");
+	CHECK_EQ(latch_get(&w.n), 1, "warnings after the first failure");
+	CHECK_SAYS(w.last, "cannot start a worker");
+	tracker_fail_in(1);
+	submit_ok(p, &j[2]);
+	CHECK_EQ(latch_get(&w.n), 1, "warnings after a second failure in a row (once per streak)");
+	CHECK_EQ(snap(p).grow_failures, 2, "grow failures counted");
+	/* the next start works: the pool grows, and the streak ends */
+	submit_ok(p, &j[3]);
+	CHECK_EQ(snap(p).workers, 2, "grown at the third try");
+	latch_wait(&c.started, 2, "b on the new worker");
+	/* a new streak is told again */
+	tracker_fail_in(1);
+	CHECK(pool_resize_bounds(p, 1, 3, &cause) == 0, "resize: %s", cause);
+	CHECK_EQ(latch_get(&w.n), 2, "a new streak of failures is told");
+	submit_ok(p, &j[4]);
+	gate_open(&g);
+	latch_wait(&c.done, 5, "every job, none lost to a failed start");
+	for (int i = 0; i < 5; i++)
+		CHECK_EQ(atomic_load(&j[i].runs), 1, "runs of a job");
+	pool_finish(p, POOL_DRAIN);
+	latch_destroy(&w.n);
+	gate_destroy(&g);
+	ctx_destroy(&c);
+}
+
+static void
+test_pause_and_resume(void)
+{
+	struct pool_config cfg = { .name = "pause", .size = 2, .limit = 2, .capacity = 3,
+	    .paused = true };
+	struct ctx c;
+	struct gate g;
+	struct tjob j[4], run, after;
+	struct pool *p;
+	struct pool_snapshot s;
+
+	ctx_init(&c);
+	gate_init(&g);
+	jobs_init(j, 4, &c, NULL);
+	job_init(&run, &c, 10, &g);
+	job_init(&after, &c, 11, NULL);
+	p = pool_make_cfg(&cfg);
+	for (int i = 0; i < 3; i++)
+		submit_ok(p, &j[i]);
+	/* paused: idle workers take nothing, so they give no room beyond the capacity */
+	CHECK(pool_submit(p, &j[3].pj) == POOL_REJECTED_FULL, "a 4th into 3 slots while paused");
+	s = snap(p);
+	CHECK(s.paused && s.queued == 3 && s.busy == 0, "paused %d queued %u busy %u", s.paused,
+	    s.queued, s.busy);
+	CHECK(pool_set_paused(p, false), "it was paused");
+	latch_wait(&c.done, 3, "the queued jobs after resume");
+	/* a pause leaves a running job alone and holds the queued ones */
+	submit_ok(p, &run);
+	latch_wait(&c.started, 4, "the gated job running");
+	CHECK(!pool_set_paused(p, true), "it was open");
+	submit_ok(p, &after);
+	gate_open(&g);
+	latch_wait(&c.done, 4, "the running job ends while paused");
+	CHECK(snap(p).queued == 1 && atomic_load(&after.runs) == 0, "the queued one waits");
+	pool_set_paused(p, false);
+	latch_wait(&c.done, 5, "the queued one after resume");
+	/* a drain runs the queue even of a paused pool */
+	pool_set_paused(p, true);
+	job_init(&after, &c, 12, NULL);
+	submit_ok(p, &after);
+	pool_finish(p, POOL_DRAIN);
+	CHECK_EQ(atomic_load(&after.runs), 1, "a paused pool's queued job ran in the drain");
+	gate_destroy(&g);
+	ctx_destroy(&c);
+}
+
+static void
+test_priority_order(void)
+{
+	struct pool_config cfg = { .name = "prio", .size = 1, .limit = 1, .capacity = 16,
+	    .paused = true };
+	static const int prio[9] = { 0, 5, -3, 5, 0, -3, 1000, -1000, 5 };
+	/* highest first, FIFO among equals: by index */
+	static const unsigned want[9] = { 6, 1, 3, 8, 0, 4, 2, 5, 7 };
+	struct ctx c;
+	struct tjob j[9];
+	struct pool *p;
+
+	ctx_init(&c);
+	jobs_init(j, 9, &c, NULL);
+	p = pool_make_cfg(&cfg);
+	for (int i = 0; i < 9; i++) {
+		j[i].pj.priority = prio[i];
+		submit_ok(p, &j[i]);
+	}
+	CHECK_EQ(j[8].pj.queued_ahead, 3, "ahead of the last 5: 1000 and two 5s");
+	pool_set_paused(p, false);
+	latch_wait(&c.done, 9, "every job");
+	for (unsigned k = 0; k < 9; k++)
+		CHECK(j[want[k]].start_seq == k + 1, "job %u (priority %d) started %u-th, want %u-th",
+		    want[k], prio[want[k]], j[want[k]].start_seq, k + 1);
+	pool_finish(p, POOL_DRAIN);
+	ctx_destroy(&c);
+}
+
+static void
+fair_case(bool fair, const unsigned *want)
+{
+	struct pool_config cfg = { .name = "fair", .size = 1, .limit = 1, .capacity = 16,
+	    .paused = true, .no_fair = !fair };
+	struct ctx c;
+	struct tjob j[13];
+	struct pool *p;
+
+	ctx_init(&c);
+	jobs_init(j, 13, &c, NULL);
+	p = pool_make_cfg(&cfg);
+	/* owner 1: ten jobs; owner 2: one; owner 3: two, all at one priority */
+	for (int i = 0; i < 13; i++) {
+		j[i].pj.owner = i < 10 ? 1 : i == 10 ? 2 : 3;
+		submit_ok(p, &j[i]);
+	}
+	pool_set_paused(p, false);
+	latch_wait(&c.done, 13, "every job");
+	for (unsigned k = 0; k < 13; k++)
+		CHECK(j[want[k]].start_seq == k + 1, "fair %d: job %u (owner %u) started %u-th, "
+		    "want %u-th", fair, want[k], j[want[k]].pj.owner, j[want[k]].start_seq, k + 1);
+	pool_finish(p, POOL_DRAIN);
+	ctx_destroy(&c);
+}
+
+static void
+test_fair_share_between_owners(void)
+{
+	/*
+	 * Owners that never started go first, oldest head first (1, 2, 3); then
+	 * the one whose last start is the oldest: 1, then 3, then 1's rest.
+	 */
+	static const unsigned fair[13] = { 0, 10, 11, 1, 12, 2, 3, 4, 5, 6, 7, 8, 9 };
+	static const unsigned fifo[13] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 };
+
+	fair_case(true, fair);
+	fair_case(false, fifo);
+}
+
+static void
+test_owner_quotas(void)
+{
+	struct pool_config qcfg = { .name = "quota", .size = 1, .limit = 1, .capacity = 16,
+	    .paused = true, .max_queued_per_owner = 2 };
+	struct pool_config rcfg = { .name = "running", .size = 3, .limit = 3, .capacity = 16,
+	    .max_running_per_owner = 1 };
+	struct ctx c;
+	struct gate g;
+	struct tjob j[4], r[4];
+	struct pool *p;
+	struct pool_snapshot s;
+
+	ctx_init(&c);
+	gate_init(&g);
+	jobs_init(j, 4, &c, NULL);
+	p = pool_make_cfg(&qcfg);
+	j[0].pj.owner = j[1].pj.owner = j[2].pj.owner = 7;
+	j[3].pj.owner = 8;
+	submit_ok(p, &j[0]);
+	submit_ok(p, &j[1]);
+	CHECK(pool_submit(p, &j[2].pj) == POOL_REJECTED_QUOTA, "owner 7's third: quota");
+	submit_ok(p, &j[3]);
+	s = snap(p);
+	CHECK(s.rejected_quota == 1 && s.rejected == 1 && s.accepted == 3, "counters");
+	CHECK(pool_over_quota(p, 7) && !pool_over_quota(p, 8), "over quota asked");
+	pool_set_paused(p, false);
+	latch_wait(&c.done, 3, "the accepted ones");
+	pool_finish(p, POOL_DRAIN);
+	CHECK_EQ(atomic_load(&j[2].runs), 0, "the refused one never ran");
+
+	/* at max_running_per_owner, an owner is passed over for the next */
+	jobs_init(r, 4, &c, &g);
+	r[0].pj.owner = r[1].pj.owner = r[2].pj.owner = 1;
+	r[3].pj.owner = 2;
+	p = pool_make_cfg(&rcfg);
+	for (int i = 0; i < 4; i++)
+		submit_ok(p, &r[i]);
+	latch_wait(&c.started, 5, "owner 1's first and owner 2's");
+	s = snap(p);
+	CHECK(s.busy == 2 && s.queued == 2, "owner 1 kept at its cap: busy %u queued %u", s.busy,
+	    s.queued);
+	CHECK(atomic_load(&r[3].runs) == 1 && atomic_load(&r[1].runs) == 0, "who runs");
+	/* a higher cap lets the next start at once */
+	pool_set_owner_limits(p, 0, 2);
+	latch_wait(&c.started, 6, "owner 1's second under the new cap");
+	gate_open(&g);
+	latch_wait(&c.done, 7, "every job");
+	pool_finish(p, POOL_DRAIN);
+	gate_destroy(&g);
+	ctx_destroy(&c);
+}
+
+static void
+test_drop_oldest_never_displaces_a_higher_priority(void)
+{
+	struct pool_config cfg = { .name = "drop", .size = 1, .limit = 1, .capacity = 2,
+	    .drop_oldest = true };
+	struct ctx c;
+	struct gate g;
+	struct tjob run, j[5];
+	struct pool *p;
+	struct pool_snapshot s;
+
+	ctx_init(&c);
+	gate_init(&g);
+	job_init(&run, &c, 0, &g);
+	jobs_init(j, 5, &c, NULL);
+	p = pool_make_cfg(&cfg);
+	submit_ok(p, &run);
+	latch_wait(&c.started, 1, "the busy worker");
+	j[0].pj.priority = 5;
+	j[1].pj.priority = 5;
+	j[2].pj.priority = 0;
+	j[3].pj.priority = 5;
+	j[4].pj.priority = 7;
+	submit_ok(p, &j[0]);
+	submit_ok(p, &j[1]);
+	/* every queued one is above it: refused, nothing displaced */
+	CHECK(pool_submit(p, &j[2].pj) == POOL_REJECTED_FULL, "a lower one displaced a higher");
+	/* an equal one displaces the oldest of the lowest present: j[0] */
+	submit_ok(p, &j[3]);
+	latch_wait(&c.done, 1, "the displaced one's done");
+	CHECK(atomic_load(&j[0].dones) == 1 && j[0].state == POOL_EXPIRED && j[0].pj.displaced &&
+	    atomic_load(&j[0].runs) == 0, "j0 displaced: state %s", pool_state_name(j[0].state));
+	/* a higher one displaces the oldest of the lowest present (5): j[1] */
+	submit_ok(p, &j[4]);
+	latch_wait(&c.done, 2, "the second displaced one");
+	CHECK(j[1].pj.displaced && atomic_load(&j[3].dones) == 0, "j1 went, j3 stays");
+	s = snap(p);
+	CHECK(s.displaced == 2 && s.expired == 2 && s.queued == 2 && s.rejected_full == 1,
+	    "displaced %llu expired %llu queued %u", (unsigned long long)s.displaced,
+	    (unsigned long long)s.expired, s.queued);
+	gate_open(&g);
+	latch_wait(&c.done, 5, "every accepted job");
+	CHECK(j[4].start_seq < j[3].start_seq, "7 before 5");
+	pool_finish(p, POOL_DRAIN);
+	gate_destroy(&g);
+	ctx_destroy(&c);
+}
+
+/*
+ * Found by the stress: a worker asleep beside a job it cannot start (its
+ * owner at max_running_per_owner) in a closed pool must leave when that
+ * job is cancelled and the queue is empty for good.
+ */
+static void
+test_drain_wakes_workers_when_the_last_blocked_job_goes(void)
+{
+	struct pool_config cfg = { .name = "blocked", .size = 2, .limit = 2, .capacity = 4,
+	    .max_running_per_owner = 1 };
+	struct ctx c;
+	struct gate g;
+	struct tjob a, b;
+	struct pool *p;
+
+	ctx_init(&c);
+	gate_init(&g);
+	job_init(&a, &c, 1, &g);
+	job_init(&b, &c, 2, NULL);
+	a.pj.owner = b.pj.owner = 3;
+	p = pool_make_cfg(&cfg);
+	submit_ok(p, &a);
+	latch_wait(&c.started, 1, "a running");
+	submit_ok(p, &b);       /* its owner is at its cap: the other worker sleeps beside it */
+	pool_close(p, POOL_DRAIN);
+	while (snap(p).sleeping < 1)
+		sched_yield();  /* asleep again after the close's wake-up, b still queued */
+	CHECK(pool_cancel(p, &b.pj) == POOL_JOB_QUEUED, "b cancelled while queued");
+	latch_wait(&tracker.exited, 2, "the watcher and the idle worker to leave the closed, empty pool");
+	gate_open(&g);
+	pool_finish(p, POOL_DRAIN);
+	CHECK(b.state == POOL_CANCELLED && atomic_load(&b.runs) == 0, "b never ran");
 	gate_destroy(&g);
 	ctx_destroy(&c);
 }
@@ -638,6 +1122,9 @@ sjob_init(struct sjob *j, unsigned k)
 	j->pj.work = sjob_work;
 	j->pj.done = sjob_done;
 	j->fails = k % 7 == 3;
+	/* priorities and owners mixed in: the order is pool.c's, every fate still counted */
+	j->pj.priority = (int)(k % 5) * 10 - 20;
+	j->pj.owner = k % 13;
 	atomic_init(&j->runs, 0);
 	atomic_init(&j->dones, 0);
 	atomic_init(&j->cancel_found_queued, false);
@@ -702,8 +1189,20 @@ stress_resizer(void *arg)
 
 	pthread_barrier_wait(&st->start);
 	/* Until the pool closes (the shutdowners close it at three quarters). */
-	for (;;) {
-		if (pool_resize(st->pool, 1 + (unsigned)rand_r(&seed) % 6, &cause) == 0) {
+	for (unsigned round = 0;; round++) {
+		unsigned r = (unsigned)rand_r(&seed), lo = 1 + r % 3, hi = lo + (r >> 4) % 4;
+		/* now and then a pause, new per-owner caps, another order */
+		if (round % 8 == 1)
+			pool_set_paused(st->pool, true);
+		else if (round % 8 == 2)
+			pool_set_paused(st->pool, false);
+		else if (round % 8 == 5)
+			pool_set_owner_limits(st->pool, (r >> 8) % 2 ? 20 + (r >> 9) % 40 : 0,
+			    (r >> 12) % 3);
+		else if (round % 8 == 6)
+			pool_set_fair(st->pool, (r >> 14) % 2);
+		if ((round % 2 ? pool_resize(st->pool, 1 + r % 6, &cause) :
+		    pool_resize_bounds(st->pool, lo, hi, &cause)) == 0) {
 			atomic_fetch_add(&st->resizes, 1);
 			/* Lets surplus workers reach their exit before the next target. */
 			sched_yield();
@@ -759,7 +1258,7 @@ stress_round(unsigned total, enum pool_close_mode m0, enum pool_close_mode m1)
 	pthread_t tids[STRESS_SUBMITTERS + 4];
 	void *(*mains[STRESS_SUBMITTERS + 4])(void *);
 	struct pool_snapshot s;
-	uint64_t accepted = 0, full = 0, closed = 0, succeeded = 0, failed = 0, cancelled = 0;
+	uint64_t accepted = 0, full = 0, quota = 0, closed = 0, succeeded = 0, failed = 0, cancelled = 0;
 	unsigned i, n = 0;
 	bool now = m0 == POOL_NOW || m1 == POOL_NOW;
 
@@ -809,6 +1308,8 @@ stress_round(unsigned total, enum pool_close_mode m0, enum pool_close_mode m1)
 			    i, runs, dones);
 			if (j->verdict == POOL_REJECTED_FULL)
 				full++;
+			else if (j->verdict == POOL_REJECTED_QUOTA)
+				quota++;
 			else
 				closed++;
 			continue;
@@ -849,7 +1350,8 @@ stress_round(unsigned total, enum pool_close_mode m0, enum pool_close_mode m1)
 	CHECK_EQ(s.accepted, accepted, "pool accepted counter");
 	CHECK_EQ(s.rejected_full, full, "pool rejected_full counter");
 	CHECK_EQ(s.rejected_closed, closed, "pool rejected_closed counter");
-	CHECK_EQ(s.rejected, full + closed, "pool rejected counter");
+	CHECK_EQ(s.rejected_quota, quota, "pool rejected_quota counter");
+	CHECK_EQ(s.rejected, full + closed + quota, "pool rejected counter");
 	CHECK_EQ(s.succeeded, succeeded, "pool succeeded counter");
 	CHECK_EQ(s.failed, failed, "pool failed counter");
 	CHECK_EQ(s.cancelled, cancelled, "pool cancelled counter");
@@ -858,12 +1360,12 @@ stress_round(unsigned total, enum pool_close_mode m0, enum pool_close_mode m1)
 	CHECK_EQ(tracker_live(), 0, "threads alive");
 	CHECK(accepted > 0, "no submission was accepted");
 	printf("#   %s+%s: %u submissions: %llu accepted (%llu succeeded, %llu failed, "
-	    "%llu cancelled), %llu rejected full, %llu rejected closed; cancel found %u queued "
+	    "%llu cancelled), %llu rejected full, %llu quota, %llu rejected closed; cancel found %u queued "
 	    "and %u running; %u resizes, %u threads started\n",
 	    m0 == POOL_NOW ? "now" : "drain", m1 == POOL_NOW ? "now" : "drain", st.total,
 	    (unsigned long long)accepted, (unsigned long long)succeeded,
 	    (unsigned long long)failed, (unsigned long long)cancelled,
-	    (unsigned long long)full, (unsigned long long)closed,
+	    (unsigned long long)full, (unsigned long long)quota, (unsigned long long)closed,
 	    atomic_load(&st.cancels_queued), atomic_load(&st.cancels_running),
 	    atomic_load(&st.resizes), tracker_started());
 
@@ -1918,11 +2420,24 @@ static const struct test_case cases[] = {
 	{ "recent_windows_and_rate", test_recent_windows_and_rate },
 	{ "pool_observes_timings", test_pool_observes_timings },
 	{ "room_told_once_per_arming", test_room_told_once_per_arming },
+	{ "elastic_grows_before_queueing", test_elastic_grows_before_queueing },
+	{ "keepalive_exit_racing_a_submit", test_keepalive_exit_racing_a_submit },
+	{ "grow_racing_a_resize_down", test_grow_racing_a_resize_down },
+	{ "grow_that_cannot_start_a_thread", test_grow_that_cannot_start_a_thread },
+	{ "pause_and_resume", test_pause_and_resume },
+	{ "priority_order", test_priority_order },
+	{ "fair_share_between_owners", test_fair_share_between_owners },
+	{ "owner_quotas", test_owner_quotas },
+	{ "drop_oldest_never_displaces_a_higher_priority",
+	    test_drop_oldest_never_displaces_a_higher_priority },
+	{ "drain_wakes_workers_when_the_last_blocked_job_goes",
+	    test_drain_wakes_workers_when_the_last_blocked_job_goes },
 };
 
 int
 main(int argc, char **argv)
 {
 	latch_init(&tracker.exited);
+	latch_init(&tracker.held);
 	return test_run_all(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -232,8 +232,16 @@ test_readers_name_the_field(void)
 	    "field \"detach\" must be true or false, not an integer");
 	expect_read("{\"op\":\"submit\",\"task\":{},\"queue_timeout_ms\":0}", read_submit,
 	    "field \"queue_timeout_ms\" is 0, out of range 1..2592000000");
-	expect_read("{\"op\":\"submit\",\"task\":{},\"priority\":1}", read_submit,
-	    "unknown field \"priority\" in a submit request");
+	expect_read("{\"op\":\"submit\",\"task\":{},\"priorty\":1}", read_submit,
+	    "unknown field \"priorty\" in a submit request");
+	expect_read("{\"op\":\"submit\",\"task\":{},\"priority\":1001}", read_submit,
+	    "field \"priority\" must be an integer from -1000 to 1000");
+	expect_read("{\"op\":\"submit\",\"task\":{},\"admission\":\"drop_oldest\"}",
+	    read_submit, "drop_oldest is the pool's to choose");
+	expect_read("{\"op\":\"resize\",\"min\":3,\"max\":2}", read_resize,
+	    "field \"min\" (3) is above \"max\" (2)");
+	expect_read("{\"op\":\"resize\",\"size\":3,\"max\":2}", read_resize,
+	    "give it, or \"min\" and/or \"max\", not both");
 	expect_read("{\"op\":\"wait\",\"task\":\"12\"}", read_task_ref, NULL);
 	expect_read("{\"op\":\"wait\"}", read_task_ref, "missing field \"task\" (a task id)");
 	expect_read("{\"op\":\"status\",\"task\":0}", read_task_ref,
@@ -378,10 +386,19 @@ test_encoders_parse_back(void)
 	json_decref(ev);
 	proto_text_free(&pt);
 
-	proto_encode_resized(&pt, id, "io", 4, 6);
+	proto_encode_resized(&pt, id, "io", 4, 6, 2, 8, "kept");
 	ev = parse_text(&pt);
 	CHECK(strcmp(str(ev, FIELD_POOL), "io") == 0 && num(ev, FIELD_TARGET) == 4 &&
-	    num(ev, FIELD_WORKERS) == 6, "resize's ok");
+	    num(ev, FIELD_WORKERS) == 6 && num(ev, FIELD_MIN_WORKERS) == 2 &&
+	    num(ev, FIELD_MAX_WORKERS) == 8 && strcmp(str(ev, FIELD_NOTE), "kept") == 0,
+	    "resize's ok");
+	json_decref(ev);
+	proto_text_free(&pt);
+
+	proto_encode_pool_state(&pt, id, "io", POOL_STATE_PAUSED);
+	ev = parse_text(&pt);
+	CHECK(strcmp(str(ev, FIELD_POOL), "io") == 0 &&
+	    strcmp(str(ev, FIELD_STATE), POOL_STATE_PAUSED) == 0, "pause's ok");
 	json_decref(ev);
 	proto_text_free(&pt);
 

@@ -134,6 +134,12 @@ def values_for(k):
         return ["on", "off", "yes", "On", ""]
     if meta == "commit|interval|none":
         return ["commit", "interval", "none", "always", ""]
+    if meta == "reject|wait|drop_oldest":
+        return ["reject", "wait", "drop_oldest", "drop", ""]
+    if meta == "yes|no":
+        return ["yes", "no", "on", ""]
+    if meta == "owner|none":
+        return ["owner", "none", "fifo", ""]
     if meta == "USER":
         return ["daemon", "caller", "nobody", "no-such-user-tpdtest", ""]
     if meta == "CORES":

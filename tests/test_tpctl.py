@@ -245,8 +245,8 @@ def test_ping_and_stats():
         lines = p.stdout.decode().splitlines()
         check(lines[0].startswith("tpd ") and ": running, up " in lines[0], "%r", lines)
         header = lines[1].split()
-        check(header[:8] == ["POOL", "STATE", "TARGET", "WORKERS", "BUSY", "QUEUED",
-                             "CAPACITY", "LIMIT"], "%r", header)
+        check(header[:10] == ["POOL", "STATE", "TARGET", "MIN-MAX", "WORKERS", "BUSY",
+                              "QUEUED", "HELD", "CAPACITY", "LIMIT"], "%r", header)
         row = dict(zip(header, lines[2].split()))
         check(row["POOL"] == "default" and row["TARGET"] == "3" and row["CAPACITY"] == "5",
               "%r", row)
@@ -329,7 +329,8 @@ def test_json_output_line_by_line():
 def test_resize_and_shutdown():
     with Daemon(workers=2) as d:
         p = expect(tpctl(d, "resize", "4"), 0, "resize")
-        check(p.stdout == b"pool default: target 4, 4 workers now\n", "%r", p.stdout)
+        check(p.stdout.startswith(b"pool default: target 4, 4 workers now\n(kept until"),
+              "%r", p.stdout)
         p = expect(tpctl(d, "resize", "--pool", "nope", "2"), 1, "resize unknown pool")
         check(b"no_such_pool" in p.stderr, "%r", p.stderr)
         p = expect(tpctl(d, "resize", "0"), 1, "resize to 0")
@@ -364,11 +365,13 @@ def test_rejected_submit_exit_75():
         for _ in range(2):  # one runs, one waits: the pool is full
             _, ev = c.submit({"kind": "sleep", "ms": LONG_MS})
             check(ev["event"] == "accepted", "%r", ev)
+        # --no-wait-for-room: refused at once (by default they wait for room)
         for cmd in ("submit", "run"):
-            p = expect(tpctl(d, cmd, "--task", sleep_task(1)), 75, cmd + " to a full pool")
+            p = expect(tpctl(d, cmd, "--no-wait-for-room", "--task", sleep_task(1)), 75,
+                       cmd + " to a full pool")
             check(b"queue_full" in p.stderr, "%r", p.stderr)
-        evs = json_lines(expect(tpctl(d, "--json", "submit", "--task", sleep_task(1)), 75,
-                                "--json submit").stdout)
+        evs = json_lines(expect(tpctl(d, "--json", "submit", "--no-wait-for-room", "--task",
+                                      sleep_task(1)), 75, "--json submit").stdout)
         check(evs[0]["event"] == "rejected" and evs[0]["error"]["code"] == "queue_full",
               "%r", evs)
 
@@ -545,7 +548,8 @@ def test_batch_bad_line_submits_nothing():
 def test_batch_backs_off_on_queue_full():
     with Daemon(workers=1, queue=1) as d:
         path = write_file(d, "jobs", '{"kind":"sleep","ms":100}\n' * 6)
-        p = expect(tpctl(d, "batch", "-j", "6", path), 0, "batch into a small pool")
+        p = expect(tpctl(d, "batch", "--no-wait-for-room", "-j", "6", path), 0,
+                   "batch into a small pool")
         check(b"6 succeeded, 0 failed" in p.stderr, "%r", p.stderr)
         st = d.client().stats()
         check(st["succeeded"] == 6, "%r", st)
@@ -833,18 +837,20 @@ def test_stats_table_formatting():
         p = expect(tpctl(f, "stats"), 0, "stats")
         lines = p.stdout.decode().splitlines()
         check(lines[0] == "tpd: up 3m12s, 1 connection", "%r", lines[0])
-        check(lines[1].split() == ["POOL", "STATE", "TARGET", "WORKERS", "BUSY", "QUEUED",
-                                   "CAPACITY", "LIMIT", "OLDEST", "SCHEDULED", "WAITING"],
-              "%r", lines[1])
-        check(lines[2].split() == ["default", "-", "4", "4", "4", "120", "1024", "64", "2.1s",
-                                   "-", "-"], "%r", lines[2])
+        check(lines[1].split() == ["POOL", "STATE", "TARGET", "MIN-MAX", "WORKERS", "BUSY",
+                                   "QUEUED", "HELD", "CAPACITY", "LIMIT", "OLDEST", "SCHEDULED",
+                                   "WAITING"], "%r", lines[1])
+        # an older daemon's stats: what it does not say is "-"
+        check(lines[2].split() == ["default", "-", "4", "-", "4", "4", "120", "-", "1024", "64",
+                                   "2.1s", "-", "-"], "%r", lines[2])
         check(lines[3].split()[-3] == "-", "no queue, no age: %r", lines[3])
         check(lines[4] == "", "a blank line between the tables: %r", lines)
         check(lines[5].split() == ["POOL", "ACCEPTED", "QUEUED", "RUNNING", "SUCCEEDED",
-                                   "FAILED", "TIMED_OUT", "CANCELLED", "EXPIRED", "REJECTED",
-                                   "SKIPPED", "RETRIED"], "%r", lines[5])
+                                   "FAILED", "TIMED_OUT", "CANCELLED", "EXPIRED", "DISPLACED",
+                                   "REJECTED", "QUOTA", "SKIPPED", "RETRIED"], "%r", lines[5])
         check(lines[6].split() == ["default", "123456", "120", "4", "123000", "3", "-", "-",
-                                   "-", "7", "-", "-"], "fields this daemon lacks are -: %r",
+                                   "-", "-", "7", "-", "-", "-"],
+              "fields this daemon lacks are -: %r",
               lines[6])
         for table in (lines[1:4], lines[5:8]):
             widths = {len(l) for l in table}

@@ -247,6 +247,13 @@ static const struct conf_enum enum_containment = { STORE_STR, NULL, NULL, {
 	{ "auto", 0, false }, { "cgroup", 0, false }, { "process", 0, false } } };
 static const struct conf_enum enum_onoff = { STORE_BOOL, NULL, NULL, {
 	{ "on", true, false }, { "off", false, false } } };
+static const struct conf_enum enum_yesno = { STORE_BOOL, NULL, NULL, {
+	{ "yes", true, false }, { "no", false, false } } };
+static const struct conf_enum enum_admission = { STORE_INT, NULL, NULL, {
+	{ "reject", CONF_ADMISSION_REJECT, false }, { "wait", CONF_ADMISSION_WAIT, false },
+	{ "drop_oldest", CONF_ADMISSION_DROP_OLDEST, false } } };
+static const struct conf_enum enum_fair = { STORE_BOOL, NULL, NULL, {
+	{ "owner", true, false }, { "none", false, false } } };
 static const struct conf_enum enum_journal_sync = { STORE_INT, NULL, NULL, {
 	{ "commit", JOURNAL_SYNC_COMMIT, false }, { "interval", JOURNAL_SYNC_INTERVAL, false },
 	{ "none", JOURNAL_SYNC_NONE, false } } };
@@ -397,11 +404,37 @@ static const struct conf_key conf_keys[] = {
 	{ KEY(SECT_POOL, "size", KIND_COUNT, P(size)), .min = 1, .max = CONF_POOL_MAX_LIMIT,
 	    .def = "4", LIVE, .letter = 'w', .flag = "workers",
 	    .doc = "target workers (the pool default: the number of CPUs, within its limit)" },
+	{ KEY(SECT_POOL, "min_workers", KIND_COUNT, P(min_workers)), .min = 1,
+	    .max = CONF_POOL_MAX_LIMIT, LIVE,
+	    .doc = "an elastic pool's fewest workers (unset: size; with max_workers only: 1)" },
+	{ KEY(SECT_POOL, "max_workers", KIND_COUNT, P(max_workers)), .min = 1,
+	    .max = CONF_POOL_MAX_LIMIT, LIVE,
+	    .doc = "an elastic pool's most workers, started as tasks come (unset: min_workers)" },
+	{ KEY(SECT_POOL, "keepalive", KIND_DURATION, P(keepalive_ms)), .min = 1, .max = 7 * DAY,
+	    .def = "60s", LIVE, .doc = "a worker above min_workers idle this long leaves" },
 	{ KEY(SECT_POOL, "limit", KIND_COUNT, P(limit)), .min = 1, .max = CONF_POOL_MAX_LIMIT,
 	    .def = "64", LIVE, .doc = "most workers a resize may ask for" },
 	{ KEY(SECT_POOL, "capacity", KIND_COUNT, P(capacity)), .min = 1,
 	    .max = CONF_POOL_MAX_CAPACITY, .def = "1024", LIVE, .letter = 'q', .flag = "queue",
 	    .doc = "tasks that may wait when every worker is busy" },
+	{ KEY(SECT_POOL, "admission", KIND_ENUM, P(admission)), .values = &enum_admission,
+	    .def = "reject", LIVE,
+	    .doc = "a submit to a full queue: reject, wait for room, or drop_oldest" },
+	{ KEY(SECT_POOL, "admission_timeout", KIND_DURATION, P(admission_timeout_ms)), .min = 1,
+	    .max = DAY, .def = "30s", LIVE,
+	    .doc = "admission = wait: the longest a submit is held before queue_full" },
+	{ KEY(SECT_POOL, "max_held", KIND_COUNT, P(max_held)), .max = 10000000, .def = "10000",
+	    LIVE, .doc = "admission = wait: most submits held at once; past it, queue_full" },
+	{ KEY(SECT_POOL, "paused", KIND_ENUM, P(paused)), .values = &enum_yesno, .def = "no",
+	    LIVE, .doc = "yes: the pool starts no queued task (until resume, or this changes)" },
+	{ KEY(SECT_POOL, "fair", KIND_ENUM, P(fair)), .values = &enum_fair, .def = "owner", LIVE,
+	    .doc = "owner: take turns between owners at the highest priority; none: FIFO" },
+	{ KEY(SECT_POOL, "max_queued_per_owner", KIND_COUNT, P(max_queued_per_owner)), .min = 1,
+	    .max = CONF_POOL_MAX_CAPACITY, LIVE,
+	    .doc = "most tasks one owner may have queued in the pool (unset: no limit)" },
+	{ KEY(SECT_POOL, "max_running_per_owner", KIND_COUNT, P(max_running_per_owner)),
+	    .min = 1, .max = CONF_POOL_MAX_LIMIT, LIVE,
+	    .doc = "most tasks of one owner running at once in the pool (unset: no limit)" },
 	{ KEY(SECT_POOL, "run_as", KIND_RUN_AS, P(run_as)), .aux = P(run_as_user),
 	    .def = "daemon", NEXT, .doc = "who exec tasks run as: daemon, caller or a user" },
 #define LIMIT_KEYS(prefix, field, what) \
@@ -1965,16 +1998,30 @@ flags_apply(struct conf_load *l, const struct conf_flags *f)
 	l->flag = NULL;
 }
 
-/* A pool whose size neither file nor flag gave follows a smaller limit instead of failing. */
+/*
+ * A pool whose size neither file nor flag gave follows a smaller limit
+ * instead of failing. An elastic pool (min_workers or max_workers given)
+ * keeps its minimum in size: min_workers, or 1 when only max_workers is
+ * given; max_workers defaults to it.
+ */
 static void
 conf_clamp_sizes(const struct conf_load *l, struct conf *c)
 {
 	for (size_t i = 0; i < c->npools; i++) {
 		struct conf_pool *p = &c->pools[i];
 		char sect[8 + CONF_POOL_NAME_MAX];
+		bool min = false, max = false;
 
 		snprintf(sect, sizeof sect, "pool %s", p->name);
-		if (seen_find(l, sect, "size") == NULL && p->size > p->limit)
+		min = seen_find(l, sect, "min_workers") != NULL;
+		max = seen_find(l, sect, "max_workers") != NULL;
+		if (seen_find(l, sect, "size") != NULL)
+			continue;       /* with min/max too: the cross-check says so */
+		if (min || max) {
+			p->size = min ? p->min_workers : 1;
+			if (!max)
+				p->max_workers = p->size;
+		} else if (p->size > p->limit)
 			p->size = p->limit;
 	}
 }
@@ -2156,9 +2203,21 @@ conf_cross_check(struct conf_load *l, const struct conf *c)
 		snprintf(sect, sizeof sect, "pool %s", p->name);
 		src = seen_find(l, sect, "size") ? "size" : seen_find(l, sect, "limit") ?
 		    "limit" : "[";
-		if (p->size < 1 || p->size > p->limit)
-			source_error(l, sect, "size", src, "%u is %s limit %u", p->size,
+		if (seen_find(l, sect, "size") != NULL && (seen_find(l, sect, "min_workers") ||
+		    seen_find(l, sect, "max_workers")))
+			source_error(l, sect, "size", "size", "size is the fixed pool's shorthand "
+			    "for min_workers = max_workers: give either size or min_workers/max_workers");
+		else if (p->size < 1 || p->size > p->limit)
+			source_error(l, sect, seen_find(l, sect, "min_workers") ? "min_workers" :
+			    "size", seen_find(l, sect, "min_workers") ? "min_workers" : src,
+			    "%u is %s limit %u", p->size,
 			    p->size < 1 ? "below 1, the least" : "above", p->limit);
+		else if (p->max_workers != 0 && p->max_workers < p->size)
+			source_error(l, sect, "max_workers", "max_workers", "%u is below "
+			    "min_workers %u", p->max_workers, p->size);
+		else if (p->max_workers > p->limit)
+			source_error(l, sect, "max_workers", seen_find(l, sect, "max_workers") ?
+			    "max_workers" : "limit", "%u is above limit %u", p->max_workers, p->limit);
 		if (p->limit < 1 || p->limit > CONF_POOL_MAX_LIMIT)
 			source_error(l, sect, "limit", src, "%u is out of range (1 to %d)",
 			    p->limit, CONF_POOL_MAX_LIMIT);

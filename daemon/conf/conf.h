@@ -40,9 +40,26 @@ enum conf_run_as {
 	CONF_RUN_AS_USER,       /* run_as_user */
 };
 
+/* What a pool does with a submit that finds its queue full (admission). */
+enum conf_admission {
+	CONF_ADMISSION_REJECT,
+	CONF_ADMISSION_WAIT,
+	CONF_ADMISSION_DROP_OLDEST,
+};
+
 struct conf_pool {
 	char *name;
-	unsigned size;          /* target workers */
+	unsigned size;          /* target workers; with min_workers/max_workers: min_workers */
+	unsigned min_workers;   /* as read (0: unset); size holds the value in force */
+	unsigned max_workers;   /* 0: size (a fixed pool) */
+	uint64_t keepalive_ms;  /* an idle worker above the minimum leaves after this */
+	int admission;          /* enum conf_admission */
+	uint64_t admission_timeout_ms; /* the longest a submit is held (wait) */
+	unsigned max_held;      /* most submits held at once (wait) */
+	bool paused;            /* starts paused */
+	bool fair;              /* take turns between owners (fair = owner) */
+	unsigned max_queued_per_owner;  /* 0: no limit */
+	unsigned max_running_per_owner; /* 0: no limit */
 	unsigned limit;         /* most workers a resize may ask for */
 	unsigned capacity;      /* queue capacity */
 	enum conf_run_as run_as;

@@ -192,13 +192,17 @@ text_of(const char *s)
  * task object itself). NULL when it is neither.
  */
 static json_t *
-submitted_task(const struct jtext *text, json_error_t *jerr)
+submitted_task(const struct jtext *text, json_error_t *jerr, int *priority)
 {
 	json_t *root, *task;
 
+	*priority = 0;
 	root = json_loadb(text->p, text->len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, jerr);
 	if (root == NULL || json_object_get(root, FIELD_OP) == NULL)
 		return root;
+	/* the submit's own fields that are replayed with it (read as proto.c did) */
+	if (json_is_integer(json_object_get(root, FIELD_PRIORITY)))
+		*priority = (int)json_integer_value(json_object_get(root, FIELD_PRIORITY));
 	task = json_incref(json_object_get(root, FIELD_TASK));
 	json_decref(root);
 	return task;
@@ -681,6 +685,7 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	char *pool, *owner, *label, *msg = NULL;
 	uint64_t now = wall_now_us(), due = 0;
 	uint32_t attempt = jt->attempt + 1;
+	int priority = 0;
 	bool ran = (jt->flags & JT_STARTED) != 0;
 	bool cancelled = (jt->flags & JT_CANCELLED) != 0;
 	bool retry = false, held;
@@ -735,7 +740,7 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	held = retry || sub.delay_ms > 0 || sub.nafter > 0;
 
 	if (e != NULL && (!ran || (a.rerun && !cancelled)) && !(cancelled && !ran) &&
-	    a.spec.p != NULL && (spec = submitted_task(&a.spec, &jerr)) != NULL &&
+	    a.spec.p != NULL && (spec = submitted_task(&a.spec, &jerr, &priority)) != NULL &&
 	    proto_read_task(spec, &ts, &msg) == 0 &&
 	    (kind = task_kind_find(ts.kind)) != NULL) {
 		memset(&ctx, 0, sizeof ctx);
@@ -759,6 +764,7 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 		o.timeout_ms = ts.timeout_ms;
 		o.on_lost_rerun = a.rerun;
 		o.label = label;
+		o.priority = priority;
 		o.id = jt->id;
 		o.attempt = attempt;
 		o.accepted_wall_us = a.time_us;

@@ -76,6 +76,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdalign.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -515,6 +516,14 @@ conn_free(struct conn *c)
 	free(c);
 }
 
+static void (*close_hook)(uint64_t id);
+
+void
+conn_set_close_hook(void (*fn)(uint64_t id))
+{
+	close_hook = fn;
+}
+
 void
 conn_close(struct conn *c, const char *why)
 {
@@ -522,6 +531,8 @@ conn_close(struct conn *c, const char *why)
 		return;
 	c->dead = true;
 	idmap_remove(conns, c->id);
+	if (close_hook != NULL)
+		close_hook(c->id);
 	conn_set_events(c, 0);
 	conn_drop_output(c);
 	dirty_remove(c);
@@ -1146,6 +1157,21 @@ conn_resume_input(struct conn *c)
 }
 
 /* One read: lines, the end of input or an error. */
+/*
+ * Whether the peer closed both ends, not only its output: nothing can reach
+ * it any more, so a connection it left need not wait for what it is owed
+ * (a held submit then goes at once: admission.c). A Unix socket says so
+ * (POLLHUP once the peer's socket is released); over TCP it shows only at
+ * the next write.
+ */
+static bool
+conn_peer_gone(const struct conn *c)
+{
+	struct pollfd pfd = { .fd = c->fd, .events = 0 };
+
+	return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLHUP | POLLERR)) != 0;
+}
+
 static void
 conn_read(struct conn *c)
 {
@@ -1167,7 +1193,7 @@ conn_read(struct conn *c)
 		/* The client closed its end: answer what it already sent, then close. */
 		log_debug("connection %llu (%s): end of input", (unsigned long long)c->id,
 		    conn_peer(c));
-		if (c->output_broken)
+		if (c->output_broken || conn_peer_gone(c))
 			conn_close(c, NULL);
 		else
 			conn_close_after_flush(c);

@@ -67,6 +67,12 @@ void conn_done_settled(struct conn *, bool wait);
 /* The waits pending on c. */
 unsigned conn_waits(const struct conn *);
 
+/*
+ * Called with a connection's id as it closes (set by the layer that keeps
+ * something per connection: admission.c's held submits); NULL for none.
+ */
+void conn_set_close_hook(void (*fn)(uint64_t id));
+
 /* The connection with this id, or NULL if it is gone. */
 struct conn *conn_find(uint64_t id);
 

@@ -90,6 +90,7 @@ static const struct {
 struct metrics_pool {
 	const char *name;
 	bool live;                  /* has an entry that is not removed */
+	unsigned held;              /* submits held for room (pools_entry.held) */
 	struct pool_snapshot s;
 	struct pool_hist queued, run;
 	uint64_t scheduled, waiting, retried, skipped;  /* the task layer's (pools.h) */
@@ -110,7 +111,12 @@ pool_add(struct metrics_pool *mp, const struct pools_entry *e)
 		mp->s.target = s.target;
 		mp->s.capacity = s.capacity;
 		mp->s.limit = s.limit;
+		mp->s.min_workers = s.min_workers;
+		mp->s.max_workers = s.max_workers;
 	}
+	mp->held += e->held;
+	mp->s.rejected_quota += s.rejected_quota;
+	mp->s.displaced += s.displaced;
 	mp->live = mp->live || !e->removed;
 	mp->s.workers += s.workers;
 	mp->s.busy += s.busy;
@@ -251,7 +257,13 @@ metrics_format(struct evbuffer *out)
 		    mp[i].s.rejected_full);
 		sample(out, "tpd_tasks_rejected_total", mp[i].name, "reason=\"closed\"",
 		    mp[i].s.rejected_closed);
+		sample(out, "tpd_tasks_rejected_total", mp[i].name, "reason=\"quota\"",
+		    mp[i].s.rejected_quota);
 	}
+	family(out, "tpd_submits_held", "gauge", "Submits held until their pool's queue has "
+	    "room (admission wait): not accepted, not tasks.");
+	for (i = 0; i < n; i++)
+		sample(out, "tpd_submits_held", mp[i].name, NULL, mp[i].held);
 	family(out, "tpd_tasks_finished_total", "counter", "Tasks that ended, by terminal state.");
 	for (i = 0; i < n; i++)
 		for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++) {
@@ -296,6 +308,14 @@ metrics_format(struct evbuffer *out)
 	    "size).");
 	for (i = 0; i < n; i++)
 		sample(out, "tpd_workers_target", mp[i].name, NULL, mp[i].s.target);
+	family(out, "tpd_workers_min", "gauge", "The fewest workers the pool keeps "
+	    "(min_workers).");
+	for (i = 0; i < n; i++)
+		sample(out, "tpd_workers_min", mp[i].name, NULL, mp[i].s.min_workers);
+	family(out, "tpd_workers_max", "gauge", "The most workers the pool starts as tasks "
+	    "come (max_workers).");
+	for (i = 0; i < n; i++)
+		sample(out, "tpd_workers_max", mp[i].name, NULL, mp[i].s.max_workers);
 
 	family(out, "tpd_task_queued_seconds", "histogram", "How long tasks waited in the "
 	    "queue, observed when they started or expired.");

@@ -1,4 +1,4 @@
-/* op-admin.c: stats, and the admin ops resize and shutdown. */
+/* op-admin.c: stats, and the admin ops resize, pause, resume and shutdown. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -10,6 +10,7 @@
 #include "daemon.h"
 #include "journal/durable.h"
 #include "base/log.h"
+#include "admission.h"
 #include "ops.h"
 #include "pool/pools.h"
 #include "proto/proto.h"
@@ -17,6 +18,19 @@
 #include "task/tasks.h"
 #include "base/utf8.h"
 #include "wire.h"
+
+/* A pool's admission key as stats names it. */
+static const char *
+admission_name(const struct pools_entry *e)
+{
+	const struct conf_pool *cp = conf_pool_find(&daemon_state->conf, e->name);
+
+	switch (cp != NULL ? cp->admission : CONF_ADMISSION_REJECT) {
+	case CONF_ADMISSION_WAIT: return ADMISSION_WAIT;
+	case CONF_ADMISSION_DROP_OLDEST: return ADMISSION_DROP_OLDEST;
+	default: return ADMISSION_REJECT;
+	}
+}
 
 /* The phase as stats names it. */
 static const char *
@@ -58,6 +72,8 @@ op_stats(struct conn *c, struct request *req)
 		pools[i].waiting = e->waiting;
 		pools[i].retried = e->retried;
 		pools[i].skipped = e->skipped;
+		pools[i].admission = admission_name(e);
+		pools[i].held = admission_held(e);
 		st.npools++;
 	}
 	st.pools = pools;
@@ -107,6 +123,7 @@ op_resize(struct conn *c, struct request *req)
 	struct proto_text pt;
 	struct pools_entry *e;
 	struct pool_snapshot s;
+	int64_t min, max;
 	char *msg = NULL;
 
 	if (proto_read_resize(req, &rs, &msg) == -1) {
@@ -120,28 +137,83 @@ op_resize(struct conn *c, struct request *req)
 		return;
 	}
 	pool_snapshot(e->pool, &s);
-	if (rs.size < 1 || rs.size > s.limit) {
+	/* size is both bounds; min or max alone keeps the other one */
+	min = rs.has_size ? rs.size : rs.has_min ? rs.min : s.min_workers;
+	max = rs.has_size ? rs.size : rs.has_max ? rs.max : s.max_workers;
+	if (rs.has_size && (rs.size < 1 || rs.size > s.limit)) {
 		conn_send_error(c, req->id, ERR_BAD_REQUEST,
 		    "field \"size\" is %lld, out of range 1..%u: pool %s's limit is %u "
 		    "(its limit setting)", (long long)rs.size, s.limit, e->name, s.limit);
 		return;
 	}
-	if (pool_resize(e->pool, (unsigned)rs.size, &msg) == -1) {
+	if (min < 1 || max > s.limit || min > max) {
+		conn_send_error(c, req->id, ERR_BAD_REQUEST,
+		    "min %lld and max %lld are out of range for pool %s: 1 <= min <= max <= %u "
+		    "(its limit setting)%s", (long long)min, (long long)max, e->name, s.limit,
+		    min > max && !(rs.has_min && rs.has_max) ? "; the bound not given stays "
+		    "as it is" : "");
+		return;
+	}
+	if (pool_resize_bounds(e->pool, (unsigned)min, (unsigned)max, &msg) == -1) {
 		pool_snapshot(e->pool, &s);
 		conn_send_error(c, req->id, s.closed ? ERR_CLOSED : ERR_INTERNAL, "%s",
 		    msg ? msg : "resize failed");
-		log_warnx("resize of pool %s to %llu: %s", e->name, (unsigned long long)rs.size,
-		    msg ? msg : "failed");
+		log_warnx("resize of pool %s to %lld..%lld: %s", e->name, (long long)min,
+		    (long long)max, msg ? msg : "failed");
 		free(msg);
 		return;
 	}
 	pool_snapshot(e->pool, &s);
-	log_info("pool %s resized to %u by connection %llu (%s); %u worker%s now", e->name,
-	    s.target, (unsigned long long)conn_id(c), conn_peer(c), s.workers,
-	    s.workers == 1 ? "" : "s");
-	proto_encode_resized(&pt, req->id, e->name, s.target, s.workers);
+	log_info("pool %s resized to %u..%u by connection %llu (%s); %u worker%s now", e->name,
+	    s.min_workers, s.max_workers, (unsigned long long)conn_id(c), conn_peer(c),
+	    s.workers, s.workers == 1 ? "" : "s");
+	proto_encode_resized(&pt, req->id, e->name, s.target, s.workers, s.min_workers,
+	    s.max_workers, "kept until a restart, or a reload that changes the pool's size, "
+	    "min_workers or max_workers in the configuration file");
 	sources_kick();         /* the pool may take more at once */
 	conn_send_text(c, &pt);
+}
+
+/* pause and resume: a paused pool starts no queued task; the answer is its state. */
+static void
+op_pause_resume(struct conn *c, struct request *req, bool pause)
+{
+	struct proto_text pt;
+	struct pools_entry *e;
+	const char *pool;
+	char *msg = NULL;
+	bool was;
+
+	if (proto_read_pool_ref(req, &pool, &msg) == -1) {
+		ops_bad_request(c, req, msg);
+		return;
+	}
+	if ((e = pools_find(pool)) == NULL) {
+		char q[UTF8_QUOTE_SIZE];
+		conn_send_error(c, req->id, ERR_NO_SUCH_POOL, "no pool named \"%s\"",
+		    utf8_quote(q, pool));
+		return;
+	}
+	was = pool_set_paused(e->pool, pause);
+	if (was != pause)
+		log_info("pool %s %s by connection %llu (%s)", e->name, pause ? "paused" : "resumed",
+		    (unsigned long long)conn_id(c), conn_peer(c));
+	proto_encode_pool_state(&pt, req->id, e->name, pause ? POOL_STATE_PAUSED : POOL_STATE_OPEN);
+	if (!pause)
+		sources_kick();
+	conn_send_text(c, &pt);
+}
+
+void
+op_pause(struct conn *c, struct request *req)
+{
+	op_pause_resume(c, req, true);
+}
+
+void
+op_resume(struct conn *c, struct request *req)
+{
+	op_pause_resume(c, req, false);
 }
 
 void

@@ -8,6 +8,7 @@
 
 #include "net/auth.h"
 #include "conf/conf.h"
+#include "admission.h"
 #include "conn-sink.h"
 #include "daemon.h"
 #include "journal/durable.h"
@@ -141,10 +142,7 @@ op_submit(struct conn *c, struct request *req)
 {
 	struct proto_submit sub;
 	struct task_options o;
-	enum pool_verdict v;
 	char owner[CONN_OWNER_MAX];
-	struct proto_task view;
-	struct proto_text pt;
 	const struct conf_pool *cp;
 	struct pools_entry *e;
 	struct task *t;
@@ -210,40 +208,15 @@ op_submit(struct conn *c, struct request *req)
 	o.retry_delay_ms = sub.retry_delay_ms;
 	o.retry_delay_max_ms = sub.retry_delay_max_ms;
 	o.key = sub.key;
+	o.priority = sub.priority;
 	if (!sub.detach && (o.sink = conn_sink_new(c, req->id, sub.stream, false)) == NULL) {
 		task_free(t);
 		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
 		return;
 	}
-	v = tasks_submit(t, &o);
-	switch (v) {
-	case POOL_ACCEPTED:
-		break;
-	case POOL_REJECTED_CLOSED:
-		task_free(t);
-		send_rejected(c, req, ERR_CLOSED, "pool %s is closed: tpd is shutting down", e->name);
-		if (o.sink != NULL)
-			o.sink->ops->release(o.sink);   /* after the answer: c may be closing */
-		return;
-	case POOL_REJECTED_FULL:
-		task_free(t);
-		send_rejected(c, req, ERR_QUEUE_FULL, "pool %s is full: every worker is busy "
-		    "and its queue is at capacity", e->name);
-		if (o.sink != NULL)
-			o.sink->ops->release(o.sink);
-		return;
-	case POOL_REJECTED_QUOTA:
-		task_free(t);
-		send_rejected(c, req, ERR_QUOTA, "pool %s: its owner already has "
-		    "max_queued_per_owner tasks queued", e->name);
-		if (o.sink != NULL)
-			o.sink->ops->release(o.sink);
-		return;
-	}
-	/* The answer comes before the done: the done is handled on a later loop turn. */
-	tasks_view(t, &view);
-	proto_encode_accepted(&pt, req->id, &view);
-	conn_send_text(c, &pt);
+	admission_submit(c, req, t, &o, sub.admission != NULL ?
+	    strcmp(sub.admission, ADMISSION_WAIT) == 0 :
+	    cp != NULL && cp->admission == CONF_ADMISSION_WAIT, sub.admission_timeout_ms);
 }
 
 /*

@@ -34,6 +34,8 @@ static const struct op ops[] = {
 	{ OP_RESIZE, op_resize, CONN_ROLE_ADMIN },
 	{ OP_SHUTDOWN, op_shutdown, CONN_ROLE_ADMIN },
 	{ OP_LIST, op_list, CONN_ROLE_SUBMIT },
+	{ OP_PAUSE, op_pause, CONN_ROLE_ADMIN },
+	{ OP_RESUME, op_resume, CONN_ROLE_ADMIN },
 };
 
 void

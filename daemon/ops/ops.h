@@ -2,7 +2,7 @@
  * ops.h: the ops of the protocol (doc/protocol.md). One table (ops.c) maps
  * each op to its handler and the role it needs; handlers live in op-*.c by
  * concern: op-task.c (submit, wait, status, cancel), op-admin.c (stats,
- * resize, shutdown), ops.c (hello, ping). A handler reads its fields with
+ * resize, pause, resume, shutdown), ops.c (hello, ping). A handler reads its fields with
  * its proto_read_* (proto.h), acts, and answers with its proto_encode_*.
  * A new op is a row of that table and a handler here (see proto.h for the
  * rest). Loop thread only.
@@ -31,6 +31,8 @@ void op_cancel(struct conn *, struct request *);
 void op_list(struct conn *, struct request *);
 void op_stats(struct conn *, struct request *);
 void op_resize(struct conn *, struct request *);
+void op_pause(struct conn *, struct request *);
+void op_resume(struct conn *, struct request *);
 void op_shutdown(struct conn *, struct request *);
 
 #endif

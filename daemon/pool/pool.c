@@ -185,6 +185,7 @@ struct pool {
 	uint64_t present[LEVEL_WORDS];  /* levels with jobs */
 	uint64_t runnable[LEVEL_WORDS]; /* levels with a startable owner queue */
 	int top;                        /* highest runnable level, -1: none */
+	int top_present;                /* highest level with jobs, -1: none */
 	struct pool_owner **owners;     /* by owner number, made on first use, kept */
 	size_t nowners;
 	struct pool_owner *last_owner;  /* the last one found: one owner costs no lookup */
@@ -784,7 +785,6 @@ enqueue_prepare(struct pool *p, struct pool_job *j, struct pool_oqueue **fresh)
 		oq->heap_at = NOT_IN_HEAP;
 		*fresh = oq;
 	}
-	j->powner = o;
 	j->oq = oq;
 	return 0;
 }
@@ -823,8 +823,11 @@ enqueue(struct pool *p, struct pool_job *j, struct pool_oqueue *fresh)
 	else
 		lv->head = j;
 	lv->tail = j;
-	if (lv->count++ == 0)
+	if (lv->count++ == 0) {
 		bit_set(p->present, oq->level);
+		if ((int)oq->level > p->top_present)
+			p->top_present = (int)oq->level;
+	}
 	o->queued++;
 	if (fresh != NULL) {
 		oq->onext = o->oqs;
@@ -869,8 +872,11 @@ dequeue(struct pool *p, struct pool_job *j)
 	j->next = j->prev = j->lnext = j->lprev = NULL;
 	j->oq = NULL;
 	o->queued--;
-	if (--lv->count == 0)
+	if (--lv->count == 0) {
 		bit_clear(p->present, oq->level);
+		if ((int)oq->level == p->top_present)
+			p->top_present = bit_highest(p->present, (int)oq->level);
+	}
 	if (--oq->count == 0) {
 		struct pool_oqueue **op;
 		if (oq->heap_at != NOT_IN_HEAP)
@@ -885,9 +891,15 @@ dequeue(struct pool *p, struct pool_job *j)
 	atomic_store_explicit(&p->queued_hint, p->paused ? 0 : p->queued, memory_order_relaxed);
 	if (j->queue_deadline_us != 0)
 		p->with_deadline--;
-	/* Closed and empty for good: the watcher's work is over. */
-	if (p->closed && p->queued == 0)
+	/*
+	 * Closed and empty for good: the watcher's work is over, and so is the
+	 * workers' (some may sleep beside jobs they could not start: an owner
+	 * at its running limit, whose last queued job was just cancelled).
+	 */
+	if (p->closed && p->queued == 0) {
 		pthread_cond_signal(&p->watch_cv);
+		pthread_cond_broadcast(&p->work_cv);
+	}
 }
 
 /*
@@ -903,7 +915,9 @@ pick(struct pool *p)
 		struct level *lv = p->levels[p->top];
 		struct pool_oqueue *oq = lv->heap[0];
 
-		if (oq->key_seq == oq->head->seq && oq->key_started == oq->owner->last_started)
+		/* alone in its heap (one owner): its key does not matter, it stays stale */
+		if (lv->nheap == 1 ||
+		    (oq->key_seq == oq->head->seq && oq->key_started == oq->owner->last_started))
 			return oq->head;
 		oq_key(oq);
 		heap_down(p, lv, 0);
@@ -922,7 +936,7 @@ startable(const struct pool *p)
 static void
 dequeue_started(struct pool *p, struct pool_job *j)
 {
-	struct pool_owner *o = j->powner;
+	struct pool_owner *o = j->oq->owner;
 
 	dequeue(p, j);
 	o->last_started = ++p->starts;
@@ -960,8 +974,7 @@ queued_above(const struct pool *p, unsigned li)
 {
 	unsigned n = 0;
 
-	for (int l = bit_highest(p->present, LEVELS - 1); l > (int)li;
-	    l = bit_highest(p->present, l - 1))
+	for (int l = p->top_present; l > (int)li; l = bit_highest(p->present, l - 1))
 		n += p->levels[l]->count;
 	return n;
 }
@@ -1319,7 +1332,7 @@ worker_main(void *arg)
 		list_remove(&p->running, j);
 		j->where = POOL_JOB_FINISHED;
 		p->busy--;
-		owner_ended(p, j->powner);
+		owner_ended(p, p->owners[j->owner]);   /* made when it was queued, kept */
 		count_end(p, state);
 		pool_timing_ended(&p->timing, j->started_us + run_us, run_us);
 		ran = j;
@@ -1448,7 +1461,7 @@ pool_create(const struct pool_config *cfg, char **cause)
 	p->drop_oldest = cfg->drop_oldest;
 	p->max_queued_per_owner = cfg->max_queued_per_owner;
 	p->max_running_per_owner = cfg->max_running_per_owner;
-	p->top = -1;
+	p->top = p->top_present = -1;
 	p->warn = cfg->warn;
 	p->warn_arg = cfg->warn_arg;
 	p->thread_start = cfg->thread_start ? cfg->thread_start : pthread_create;
@@ -1551,7 +1564,8 @@ pool_submit(struct pool *p, struct pool_job *j)
 		return POOL_REJECTED_QUOTA;
 	}
 	if (!has_room(p) && (!p->drop_oldest || (victim = displaceable(p, j->priority)) == NULL)) {
-		p->rejected_full++;
+		if (!j->may_wait)
+			p->rejected_full++;
 		pthread_mutex_unlock(&p->lock);
 		return POOL_REJECTED_FULL;
 	}
@@ -1568,7 +1582,8 @@ pool_submit(struct pool *p, struct pool_job *j)
 		deliver_unrun(&displaced, POOL_EXPIRED, now);
 		return POOL_REJECTED_FULL;
 	}
-	atomic_store(&j->cancel_requested, false);
+	/* no other thread sees j before the unlock, which orders this store: no fence needed */
+	atomic_store_explicit(&j->cancel_requested, false, memory_order_relaxed);
 	j->where = POOL_JOB_QUEUED;
 	j->displaced = false;
 	j->enqueued_us = now;
@@ -1746,6 +1761,32 @@ pool_set_owner_limits(struct pool *p, unsigned max_queued, unsigned max_running)
 	}
 	if (startable(p))
 		pthread_cond_broadcast(&p->work_cv);
+	pthread_mutex_unlock(&p->lock);
+}
+
+bool
+pool_over_quota(struct pool *p, uint32_t owner)
+{
+	bool over;
+
+	pthread_mutex_lock(&p->lock);
+	over = p->max_queued_per_owner != 0 && owner_queued(p, owner) >= p->max_queued_per_owner;
+	if (over)
+		p->rejected_quota++;
+	pthread_mutex_unlock(&p->lock);
+	return over;
+}
+
+void
+pool_count_rejected(struct pool *p, enum pool_verdict v)
+{
+	pthread_mutex_lock(&p->lock);
+	if (v == POOL_REJECTED_FULL)
+		p->rejected_full++;
+	else if (v == POOL_REJECTED_CLOSED)
+		p->rejected_closed++;
+	else if (v == POOL_REJECTED_QUOTA)
+		p->rejected_quota++;
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -1936,6 +1977,7 @@ pool_snapshot(struct pool *p, struct pool_snapshot *s)
 	s->workers = p->registered;
 	s->busy = p->busy;
 	s->idle = p->registered > p->busy ? p->registered - p->busy : 0;
+	s->sleeping = p->sleepers;
 	s->queued = p->queued;
 	s->capacity = p->capacity;
 	s->limit = p->limit;

@@ -115,26 +115,34 @@ struct pool_job {
 	uint64_t queue_deadline_us;   /* clock_now_us() deadline to start by; 0 = none */
 	int priority;                 /* POOL_PRIORITY_MIN..MAX, higher starts first; 0 default */
 	uint32_t owner;               /* a small number per distinct owner; 0 = no owner */
+	/*
+	 * the caller holds the job when refused for room and submits it again
+	 * later: that refusal is not counted as rejected (pool_count_rejected
+	 * counts the caller's final one)
+	 */
+	bool may_wait;
 
-	/* Owned by the pool. */
+	/*
+	 * Owned by the pool. In this order so that what a submit and a start
+	 * write fits, with the caller's part, in two cache lines.
+	 */
 	atomic_bool cancel_requested;
-	enum pool_job_where where;
 	bool displaced;               /* ended POOL_EXPIRED by drop_oldest (read in done) */
+	enum pool_job_where where;
 	uint64_t enqueued_us;
 	uint64_t started_us;
 	uint64_t seq;                 /* entry order into the queue */
+	struct pool_job *next;        /* its owner's queue at its priority, or a pool list */
+	struct pool_job *prev;
+	struct pool_job *lnext;       /* every queued job of its priority, in entry order */
+	struct pool_job *lprev;
+	struct pool_oqueue *oq;       /* the owner's queue it is in while queued */
 	/*
 	 * jobs that would start before it if nothing else arrived, when
 	 * accepted: exact with one owner; with several sharing its priority
 	 * under fair, at most this many
 	 */
 	unsigned queued_ahead;
-	struct pool_job *next;        /* its owner's queue at its priority, or a pool list */
-	struct pool_job *prev;
-	struct pool_job *lnext;       /* every queued job of its priority, in entry order */
-	struct pool_job *lprev;
-	struct pool_oqueue *oq;       /* the owner's queue it is in while queued */
-	struct pool_owner *powner;    /* its owner's books in this pool */
 };
 
 /*
@@ -227,6 +235,7 @@ struct pool_snapshot {
 	unsigned workers;       /* registered: running or waiting for a job */
 	unsigned busy;          /* running a job */
 	unsigned idle;          /* registered and not running a job */
+	unsigned sleeping;      /* of those, asleep waiting for work (tests wait for it) */
 	unsigned queued;
 	unsigned capacity;
 	unsigned limit;
@@ -342,6 +351,16 @@ bool pool_set_paused(struct pool *, bool paused);
 void pool_set_fair(struct pool *, bool fair);
 void pool_set_drop_oldest(struct pool *, bool drop_oldest);
 void pool_set_owner_limits(struct pool *, unsigned max_queued, unsigned max_running);
+
+/*
+ * Whether a job of owner would be refused now for max_queued_per_owner
+ * (without submitting it): a caller that holds jobs behind others asks
+ * before holding one more. Such a refusal is counted as pool_submit's.
+ */
+bool pool_over_quota(struct pool *, uint32_t owner);
+
+/* Counts a rejection a caller gave itself for the pool (a held job given up: queue_full). */
+void pool_count_rejected(struct pool *, enum pool_verdict);
 
 /* Changes the queue capacity (>= 1); jobs already queued stay. */
 int pool_set_capacity(struct pool *, unsigned capacity, char **cause);

@@ -90,11 +90,24 @@ pools_room(struct pools_entry *e)
 		room_hooks[i].fn(e, room_hooks[i].arg);
 }
 
+/* Any thread, off the pool's lock: what the pool has to say (once per streak). */
+static void
+pools_warn(struct pool *p, const char *msg, void *arg)
+{
+	log_warnx("%s", msg);
+}
+
 int
 pools_add(const struct conf_pool *cp, char **cause)
 {
 	struct pool_config pc = {
-		.name = cp->name, .size = cp->size, .limit = cp->limit, .capacity = cp->capacity,
+		.name = cp->name, .size = cp->size, .max_workers = cp->max_workers,
+		.limit = cp->limit, .capacity = cp->capacity,
+		.keepalive_us = cp->keepalive_ms * 1000, .paused = cp->paused, .no_fair = !cp->fair,
+		.drop_oldest = cp->admission == CONF_ADMISSION_DROP_OLDEST,
+		.max_queued_per_owner = cp->max_queued_per_owner,
+		.max_running_per_owner = cp->max_running_per_owner,
+		.warn = pools_warn,
 	};
 	struct pools_entry *e;
 
@@ -119,8 +132,14 @@ pools_add(const struct conf_pool *cp, char **cause)
 		return -1;
 	}
 	entries[nentries++] = e;
-	log_info("pool %s: %u worker%s (limit %u), queue capacity %u",
-	    cp->name, cp->size, cp->size == 1 ? "" : "s", cp->limit, cp->capacity);
+	if (cp->max_workers > cp->size)
+		log_info("pool %s: %u to %u workers (keepalive %llu ms, limit %u), queue capacity %u%s",
+		    cp->name, cp->size, cp->max_workers, (unsigned long long)cp->keepalive_ms,
+		    cp->limit, cp->capacity, cp->paused ? ", paused" : "");
+	else
+		log_info("pool %s: %u worker%s (limit %u), queue capacity %u%s",
+		    cp->name, cp->size, cp->size == 1 ? "" : "s", cp->limit, cp->capacity,
+		    cp->paused ? ", paused" : "");
 	return 0;
 }
 

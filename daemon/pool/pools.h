@@ -27,6 +27,7 @@ struct pools_entry {
 	unsigned long scheduled, waiting;
 	uint64_t retried, skipped, ended_unqueued; /* ended_unqueued: cancelled before queued */
 	atomic_bool room_due;   /* the pool told of room; the loop has not run the hooks yet */
+	unsigned held;          /* submits held for room now (admission.c's; stats, metrics) */
 };
 
 /*

@@ -430,6 +430,8 @@ proto_encode_status(struct proto_text *pt, json_t *id, const struct proto_task *
 		pt_key(pt, FIELD_LABEL);
 		pt_cstring(pt, v->label);
 	}
+	pt_key(pt, FIELD_PRIORITY);
+	pt_i64(pt, v->priority);
 	if (v->finished) {
 		pt_key(pt, FIELD_QUEUED_MS);
 		pt_ms(pt, v->queued_us);
@@ -491,6 +493,8 @@ proto_encode_list(struct proto_text *pt, json_t *id, const struct proto_task *ta
 		pt_cstring(pt, v->kind);
 		pt_key(pt, FIELD_STATE);
 		pt_cstring(pt, v->state);
+		pt_key(pt, FIELD_PRIORITY);
+		pt_i64(pt, v->priority);
 		pt_key(pt, FIELD_QUEUED_MS);
 		pt_ms(pt, v->queued_us);
 		pt_key(pt, FIELD_RUN_MS);
@@ -518,8 +522,17 @@ pt_pool_stats(struct proto_text *pt, const struct proto_pool_stats *p)
 	pt_open(pt, '{');
 	pt_key(pt, FIELD_NAME);
 	pt_cstring(pt, p->name);
+	pt_key(pt, FIELD_STATE);
+	pt_cstring(pt, s->closed ? POOL_STATE_CLOSED : s->paused ? POOL_STATE_PAUSED :
+	    POOL_STATE_OPEN);
 	pt_key(pt, FIELD_TARGET);
 	pt_u64(pt, s->target);
+	pt_key(pt, FIELD_MIN_WORKERS);
+	pt_u64(pt, s->min_workers);
+	pt_key(pt, FIELD_MAX_WORKERS);
+	pt_u64(pt, s->max_workers);
+	pt_key(pt, FIELD_KEEPALIVE_MS);
+	pt_u64(pt, s->keepalive_us / 1000);
 	pt_key(pt, FIELD_WORKERS);
 	pt_u64(pt, s->workers);
 	pt_key(pt, FIELD_BUSY);
@@ -538,6 +551,24 @@ pt_pool_stats(struct proto_text *pt, const struct proto_pool_stats *p)
 	pt_u64(pt, s->rejected);
 	pt_key(pt, FIELD_REJECTED_FULL);
 	pt_u64(pt, s->rejected_full);
+	pt_key(pt, FIELD_REJECTED_QUOTA);
+	pt_u64(pt, s->rejected_quota);
+	pt_key(pt, FIELD_ADMISSION);
+	pt_cstring(pt, p->admission != NULL ? p->admission : ADMISSION_REJECT);
+	pt_key(pt, FIELD_HELD);
+	pt_u64(pt, p->held);
+	pt_key(pt, FIELD_DISPLACED);
+	pt_u64(pt, s->displaced);
+	pt_key(pt, FIELD_FAIR);
+	pt_cstring(pt, s->fair ? FAIR_OWNER : FAIR_NONE);
+	if (s->max_queued_per_owner != 0) {
+		pt_key(pt, FIELD_MAX_QUEUED_PER_OWNER);
+		pt_u64(pt, s->max_queued_per_owner);
+	}
+	if (s->max_running_per_owner != 0) {
+		pt_key(pt, FIELD_MAX_RUNNING_PER_OWNER);
+		pt_u64(pt, s->max_running_per_owner);
+	}
 	pt_key(pt, FIELD_SUCCEEDED);
 	pt_u64(pt, s->succeeded);
 	pt_key(pt, FIELD_FAILED);
@@ -675,7 +706,7 @@ proto_encode_cancelled(struct proto_text *pt, json_t *id, uint64_t task, const c
 
 void
 proto_encode_resized(struct proto_text *pt, json_t *id, const char *pool, unsigned target,
-    unsigned workers)
+    unsigned workers, unsigned min_workers, unsigned max_workers, const char *note)
 {
 	pt_event(pt, EV_OK, id, false);
 	pt_key(pt, FIELD_POOL);
@@ -684,6 +715,23 @@ proto_encode_resized(struct proto_text *pt, json_t *id, const char *pool, unsign
 	pt_u64(pt, target);
 	pt_key(pt, FIELD_WORKERS);
 	pt_u64(pt, workers);
+	pt_key(pt, FIELD_MIN_WORKERS);
+	pt_u64(pt, min_workers);
+	pt_key(pt, FIELD_MAX_WORKERS);
+	pt_u64(pt, max_workers);
+	pt_key(pt, FIELD_NOTE);
+	pt_cstring(pt, note);
+	pt_end(pt);
+}
+
+void
+proto_encode_pool_state(struct proto_text *pt, json_t *id, const char *pool, const char *state)
+{
+	pt_event(pt, EV_OK, id, false);
+	pt_key(pt, FIELD_POOL);
+	pt_cstring(pt, pool);
+	pt_key(pt, FIELD_STATE);
+	pt_cstring(pt, state);
 	pt_end(pt);
 }
 

@@ -322,6 +322,7 @@ static const char *const plain_fields[] = { FIELD_OP, FIELD_ID, NULL };
 /* in the order of submit's bits below */
 static const char *const submit_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, FIELD_POOL,
     FIELD_DETACH, FIELD_STREAM, FIELD_QUEUE_TIMEOUT_MS, FIELD_LABEL, FIELD_ON_LOST,
+    FIELD_PRIORITY, FIELD_ADMISSION, FIELD_ADMISSION_TIMEOUT_MS,
     FIELD_DELAY_MS, FIELD_AFTER, FIELD_AFTER_MODE, FIELD_RETRIES, FIELD_RETRY_ON,
     FIELD_RETRY_DELAY_MS, FIELD_RETRY_DELAY_MAX_MS, FIELD_KEY, NULL };
 static const char *const list_fields[] = { FIELD_OP, FIELD_ID, FIELD_STATE, FIELD_POOL,
@@ -330,7 +331,8 @@ static const char *const task_ref_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, N
 static const char *const wait_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, FIELD_STREAM,
     FIELD_FROM, NULL };
 static const char *const resize_fields[] = { FIELD_OP, FIELD_ID, FIELD_SIZE, FIELD_POOL,
-    NULL };
+    FIELD_MIN, FIELD_MAX, NULL };
+static const char *const pool_ref_fields[] = { FIELD_OP, FIELD_ID, FIELD_POOL, NULL };
 static const char *const shutdown_fields[] = { FIELD_OP, FIELD_ID, FIELD_MODE, NULL };
 
 static const struct {
@@ -348,6 +350,8 @@ static const struct {
 	{ OP_RESIZE, resize_fields, "a resize request" },
 	{ OP_SHUTDOWN, shutdown_fields, "a shutdown request" },
 	{ OP_LIST, list_fields, "a list request" },
+	{ OP_PAUSE, pool_ref_fields, "a pause request" },
+	{ OP_RESUME, pool_ref_fields, "a resume request" },
 };
 
 const char *const *
@@ -494,8 +498,8 @@ proto_read_submit(const struct request *req, struct proto_submit *out, char **ms
 {
 	/* Only the fields a request has are looked up: bit F_x of present says x is there. */
 	enum { F_OP, F_ID, F_TASK, F_POOL, F_DETACH, F_STREAM, F_QUEUE_TIMEOUT, F_LABEL,
-	    F_ON_LOST, F_DELAY, F_AFTER, F_AFTER_MODE, F_RETRIES, F_RETRY_ON, F_RETRY_DELAY,
-	    F_RETRY_DELAY_MAX, F_KEY };
+	    F_ON_LOST, F_PRIORITY, F_ADMISSION, F_ADMISSION_TIMEOUT, F_DELAY, F_AFTER,
+	    F_AFTER_MODE, F_RETRIES, F_RETRY_ON, F_RETRY_DELAY, F_RETRY_DELAY_MAX, F_KEY };
 	uint32_t present = 0;
 	json_t *root = req->root;
 	const char *on_lost = ON_LOST_LOST;
@@ -515,8 +519,28 @@ proto_read_submit(const struct request *req, struct proto_submit *out, char **ms
 	    ((present & 1u << F_LABEL) &&
 	    proto_get_string(root, FIELD_LABEL, false, &out->label, msg) == -1) ||
 	    ((present & 1u << F_ON_LOST) &&
-	    proto_get_string(root, FIELD_ON_LOST, false, &on_lost, msg) == -1))
+	    proto_get_string(root, FIELD_ON_LOST, false, &on_lost, msg) == -1) ||
+	    ((present & 1u << F_ADMISSION) &&
+	    proto_get_string(root, FIELD_ADMISSION, false, &out->admission, msg) == -1) ||
+	    ((present & 1u << F_ADMISSION_TIMEOUT) && proto_get_uint(root,
+	    FIELD_ADMISSION_TIMEOUT_MS, false, 1, PROTO_MAX_TIMEOUT_MS,
+	    &out->admission_timeout_ms, msg) == -1))
 		return -1;
+	if (present & 1u << F_PRIORITY) {
+		json_t *v = json_object_get(root, FIELD_PRIORITY);
+		if (!json_is_integer(v) || json_integer_value(v) < WIRE_PRIORITY_MIN ||
+		    json_integer_value(v) > WIRE_PRIORITY_MAX)
+			return cause_set(msg, "field \"%s\" must be an integer from %d to %d",
+			    FIELD_PRIORITY, WIRE_PRIORITY_MIN, WIRE_PRIORITY_MAX);
+		out->priority = (int)json_integer_value(v);
+	}
+	if (out->admission != NULL && strcmp(out->admission, ADMISSION_REJECT) != 0 &&
+	    strcmp(out->admission, ADMISSION_WAIT) != 0) {
+		char q[UTF8_QUOTE_SIZE];
+		return cause_set(msg, "field \"%s\" must be \"%s\" or \"%s\", not \"%s\" "
+		    "(drop_oldest is the pool's to choose: its admission key)", FIELD_ADMISSION,
+		    ADMISSION_REJECT, ADMISSION_WAIT, utf8_quote(q, out->admission));
+	}
 	if (strlen(out->label) > WIRE_MAX_LABEL)
 		return cause_set(msg, "field \"%s\" is %zu bytes long, longer than %d",
 		    FIELD_LABEL, strlen(out->label), WIRE_MAX_LABEL);
@@ -653,6 +677,9 @@ proto_read_task_ref(const struct request *req, uint64_t *task, char **msg)
 int
 proto_read_resize(const struct request *req, struct proto_resize *out, char **msg)
 {
+	static const char *const names[3] = { FIELD_SIZE, FIELD_MIN, FIELD_MAX };
+	int64_t *vals[3] = { &out->size, &out->min, &out->max };
+	bool *has[3] = { &out->has_size, &out->has_min, &out->has_max };
 	json_t *v;
 
 	memset(out, 0, sizeof *out);
@@ -661,12 +688,34 @@ proto_read_resize(const struct request *req, struct proto_resize *out, char **ms
 	    proto_get_string(req->root, FIELD_POOL, false, &out->pool, msg) == -1)
 		return -1;
 	/* its range is the pool's (1..its limit), which op_resize knows and names */
-	if ((v = json_object_get(req->root, FIELD_SIZE)) == NULL)
-		return cause_set(msg, "missing field \"%s\"", FIELD_SIZE);
-	if (!json_is_integer(v))
-		return cause_set(msg, "field \"%s\" must be an integer, not %s", FIELD_SIZE,
-		    type_name(v));
-	out->size = json_integer_value(v);
+	for (int i = 0; i < 3; i++) {
+		if ((v = json_object_get(req->root, names[i])) == NULL)
+			continue;
+		if (!json_is_integer(v))
+			return cause_set(msg, "field \"%s\" must be an integer, not %s", names[i],
+			    type_name(v));
+		*vals[i] = json_integer_value(v);
+		*has[i] = true;
+	}
+	if (!out->has_size && !out->has_min && !out->has_max)
+		return cause_set(msg, "missing field \"%s\" (or \"%s\" and/or \"%s\")",
+		    FIELD_SIZE, FIELD_MIN, FIELD_MAX);
+	if (out->has_size && (out->has_min || out->has_max))
+		return cause_set(msg, "field \"%s\" is both bounds: give it, or \"%s\" and/or "
+		    "\"%s\", not both", FIELD_SIZE, FIELD_MIN, FIELD_MAX);
+	if (out->has_min && out->has_max && out->min > out->max)
+		return cause_set(msg, "field \"%s\" (%lld) is above \"%s\" (%lld)", FIELD_MIN,
+		    (long long)out->min, FIELD_MAX, (long long)out->max);
+	return 0;
+}
+
+int
+proto_read_pool_ref(const struct request *req, const char **pool, char **msg)
+{
+	*pool = NULL;
+	if (check_request(req, NULL, msg) == -1 ||
+	    proto_get_string(req->root, FIELD_POOL, true, pool, msg) == -1)
+		return -1;
 	return 0;
 }
 

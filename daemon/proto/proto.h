@@ -91,6 +91,9 @@ struct proto_submit {
 	uint64_t retry_delay_ms;    /* before attempt 2; doubled for each later one */
 	uint64_t retry_delay_max_ms;
 	const char *key;            /* NULL: none; 1..WIRE_MAX_KEY bytes */
+	int priority;               /* WIRE_PRIORITY_MIN..MAX, 0 when absent */
+	const char *admission;      /* NULL (the pool's), ADMISSION_REJECT or ADMISSION_WAIT */
+	uint64_t admission_timeout_ms; /* 0: the pool's admission_timeout */
 };
 #define PROTO_RETRY_FAILED    0x1u
 #define PROTO_RETRY_TIMED_OUT 0x2u
@@ -134,9 +137,14 @@ int proto_read_list(const struct request *, struct proto_list *, char **msg);
 
 struct proto_resize {
 	int64_t size;               /* any integer: the op checks it against the pool's limit */
+	int64_t min, max;           /* the bounds asked for, when has_min / has_max */
+	bool has_size, has_min, has_max;  /* size, or min and/or max (not both kinds) */
 	const char *pool;           /* WIRE_DEFAULT_POOL when absent */
 };
 int proto_read_resize(const struct request *, struct proto_resize *, char **msg);
+
+/* pause and resume: the pool (required). */
+int proto_read_pool_ref(const struct request *, const char **pool, char **msg);
 
 struct proto_shutdown {
 	const char *mode;           /* MODE_DRAIN or MODE_NOW */
@@ -218,6 +226,7 @@ struct proto_task {
 	const char *kind;           /* its kind's name (list) */
 	const char *state;          /* STATE_*: queued, running or its terminal state */
 	unsigned queued_ahead;      /* accepted: tasks ahead of it in the queue */
+	int priority;               /* status, list: -1000..1000 */
 	bool finished;              /* queued_us and run_us are known */
 	uint64_t queued_us;
 	uint64_t run_us;
@@ -242,6 +251,8 @@ struct proto_pool_stats {
 	bool removed;
 	/* the task layer's (tasks.h's struct tasks_pool_figures) */
 	uint64_t scheduled, waiting, retried, skipped;
+	const char *admission;      /* ADMISSION_* */
+	unsigned held;              /* submits held now (admission = wait) */
 };
 
 /* stats' "journal" object (journal.h's figures); state "off" alone when it is off. */
@@ -287,9 +298,16 @@ void proto_encode_status(struct proto_text *, json_t *id, const struct proto_tas
 void proto_encode_stats(struct proto_text *, json_t *id, const struct proto_stats *);
 /* ok to cancel: the task and its state after the cancel. */
 void proto_encode_cancelled(struct proto_text *, json_t *id, uint64_t task, const char *state);
-/* ok to resize: the pool, its new target and its workers now. */
+/*
+ * ok to resize: the pool, its new target and its workers now, its bounds,
+ * and a note saying how long the new size lasts.
+ */
 void proto_encode_resized(struct proto_text *, json_t *id, const char *pool, unsigned target,
-    unsigned workers);
+    unsigned workers, unsigned min_workers, unsigned max_workers, const char *note);
+
+/* ok to pause or resume: the pool and its state now (POOL_STATE_*). */
+void proto_encode_pool_state(struct proto_text *, json_t *id, const char *pool,
+    const char *state);
 /*
  * list: the tasks of one page (each as status has it, with its kind, and
  * times so far for an unfinished one: queued_us and run_us set, finished

@@ -287,6 +287,14 @@ done_error(const struct task *t, const char **code, const char **message, char *
 		    t->run_us > 0 || atomic_load(&t->started) ? "while running" : "before it started");
 		break;
 	case POOL_EXPIRED:
+		if (t->job.displaced) {
+			/* drop_oldest: set by the pool before it called done, read after */
+			*code = ERR_DISPLACED;
+			snprintf(buf, len, "task was displaced from the full queue of pool %s by a "
+			    "newer one (admission = drop_oldest) before it started",
+			    t->pool_name != NULL ? t->pool_name : "?");
+			break;
+		}
 		*code = ERR_EXPIRED;
 		task_expired_message(t, buf, len);
 		break;

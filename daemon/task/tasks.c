@@ -88,6 +88,26 @@ static bool popping;                /* due_cb takes due tasks off the heap: it s
 static void task_event(struct task *, json_t *, size_t);
 static void room_hook(struct pools_entry *, void *);
 
+static json_t *owner_numbers;       /* owner string -> its number in the pools (1, 2, ...) */
+
+/* Owners are few (users and tokens): kept for the daemon's life; out of memory, 0 (none). */
+uint32_t
+tasks_owner_number(const char *owner)
+{
+	json_t *n;
+
+	if (owner == NULL)
+		return 0;
+	if (owner_numbers == NULL && (owner_numbers = json_object()) == NULL)
+		return 0;
+	if ((n = json_object_get(owner_numbers, owner)) != NULL)
+		return (uint32_t)json_integer_value(n);
+	if (json_object_set_new(owner_numbers, owner,
+	    json_integer((json_int_t)json_object_size(owner_numbers) + 1)) == -1)
+		return 0;
+	return (uint32_t)json_object_size(owner_numbers);
+}
+
 /* Wall clock, microseconds since the epoch: what the journal's records keep. */
 static uint64_t
 wall_now_us(void)
@@ -491,6 +511,7 @@ task_due(struct task *t)
 
 	if (t->sched == TASKS_SCHED_HEAP)
 		heap_remove(t);
+	t->job.may_wait = true;     /* refused for room, it waits here: not a rejection */
 	if (e->due_head == NULL)    /* otherwise older due tasks go first */
 		v = tasks_enqueue(t);
 	switch (v) {
@@ -1008,6 +1029,9 @@ tasks_submit(struct task *t, const struct task_options *o)
 	t->stream = o->stream;
 	t->timeout_us = o->timeout_ms * 1000;
 	t->queue_timeout_ms = o->queue_timeout_ms;
+	t->job.priority = o->priority;
+	t->job.may_wait = o->may_wait;
+	t->job.owner = tasks_owner_number(t->owner);
 	t->notify_start = hooks_want_start;
 	t->start_barrier = start_barrier && !t->kept_elsewhere && t->kind != NULL && t->kind->effects;
 	t->submit_text = o->submit_text;
@@ -1068,6 +1092,7 @@ tasks_view(const struct task *t, struct proto_task *v)
 	task_describe(t, v);
 	v->state = tasks_state(t);
 	v->queued_ahead = t->job.queued_ahead;    /* set by pool_submit, on this thread */
+	v->priority = t->job.priority;
 	v->finished = t->finished;
 	v->command = t->command;
 	if (!t->finished && t->after_left > 0) {
@@ -1423,6 +1448,8 @@ tasks_free_all(void)
 	keys = NULL;
 	retry_hook = NULL;
 	shutting_down = keep_at_shutdown = false;
+	json_decref(owner_numbers);
+	owner_numbers = NULL;
 	nretained = 0;
 	retained_bytes = 0;
 	nhooks = 0;

@@ -98,6 +98,9 @@ struct task_options {
 	const char *key;            /* NULL: none (copied) */
 	uint64_t due_wall_us;       /* the journal's replay: due then (wall clock), 0: by delay_ms */
 	/* what comes next goes here, onto the task */
+	int priority;               /* -1000..1000: higher starts first (pool.h) */
+	bool may_wait;              /* refused for room, it is held: not counted rejected */
+	/* what comes next goes here (attempt, on_lost), onto the task */
 };
 
 /*
@@ -119,6 +122,12 @@ struct tasks_hooks {
 };
 
 #define TASKS_MAX_HOOKS 8
+
+/*
+ * The small number the pools know owner by (pool.h's job owner), given on
+ * first sight and kept; 0 for NULL.
+ */
+uint32_t tasks_owner_number(const char *owner);
 
 /* At start: the registry takes the tasks' hand-offs (task_set_handlers) and logs each task. */
 int tasks_init(char **cause);
