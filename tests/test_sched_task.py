@@ -502,6 +502,28 @@ def test_key_survives_kill9_and_is_free_after_forgotten():
         check(b["task"] != a["task"] and "duplicate" not in b, "free again: %r", b)
 
 
+def test_held_submit_keeps_its_key_and_command():
+    """A submit held for room (admission wait) outlives its request: its key, its
+    task object (list's command) and its after are copies, not the request's."""
+    with Daemon(workers=1, queue=1) as d:
+        c = d.client()
+        rb, b = c.submit({"kind": "sleep", "ms": int(300 * SLOW)})
+        rq, q = c.submit({"kind": "echo", "value": "q"})
+        rid = c.send({"op": "submit", "admission": "wait", "key": "held-key", "retries": 1,
+                      "task": {"kind": "exec", "argv": ["echo", "held one"]}})
+        time.sleep(0.1)
+        # the request's buffers are reused by what follows on this connection
+        for i in range(20):
+            c.request({"op": "ping"}, "pong")
+        acc = c.recv_id(rid, "accepted")
+        done = c.done(rid)
+        check(done["state"] == "succeeded", "done: %r", done)
+        ls = c.request({"op": "list", "limit": 1}, "list")["tasks"][0]
+        check(ls["command"] == "echo 'held one'", "command: %r", ls)
+        _, dup = c.submit({"kind": "exec", "argv": ["true"]}, key="held-key", detach=True)
+        check(dup["task"] == acc["task"] and dup["duplicate"], "the key held: %r", dup)
+
+
 # ---------------------------------------------------------------- seeing and repeating
 
 
