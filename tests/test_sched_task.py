@@ -162,6 +162,32 @@ def test_delay_survives_restart():
             c.request({"op": "cancel", "task": far["task"]}, "ok")
 
 
+def test_delay_in_a_pool_removed_by_a_reload_ends_lost():
+    d = Daemon(start=False)
+    path = os.path.join(d.dir, "tpd.conf")
+    with open(path, "w") as f:
+        f.write("[pool extra]\nsize = 1\n")
+    d.args += ["-c", path]
+    d.start()
+    with d:
+        c = d.client()
+        gone = [c.submit({"kind": "echo", "value": i}, pool="extra", delay_ms=ms)
+                for i, ms in enumerate((300, 400))]
+        _, far = c.submit({"kind": "echo", "value": "far"}, pool="extra", delay_ms=60000,
+                          detach=True)
+        rk, kept = c.submit({"kind": "echo", "value": "kept"}, delay_ms=500)
+        with open(path, "w") as f:
+            f.write("")
+        d.signal(signal.SIGHUP)
+        eventually(lambda: "pool extra removed" in d.read_log(), "the reload")
+        for rid, acc in gone:
+            done = c.done(rid)
+            check(done["state"] == "lost" and "extra" in done["error"]["message"], "%r", done)
+        check(c.done(rk)["state"] == "succeeded", "the other pool's task runs")
+        check(status(c, far["task"])["state"] == "scheduled", "the far one still waits")
+        c.request({"op": "cancel", "task": far["task"]}, "ok")
+
+
 def test_drain_keeps_scheduled_in_journal():
     with State() as s:
         with s.daemon() as d:

@@ -509,14 +509,15 @@ task_due(struct task *t)
 	enum pool_verdict v = POOL_REJECTED_FULL;
 	char msg[256];
 
-	if (t->sched == TASKS_SCHED_HEAP)
+	if (t->sched == TASKS_SCHED_HEAP) {
 		heap_remove(t);
+		sched_set(t, TASKS_SCHED_NONE);     /* not in the heap: never removed twice */
+	}
 	t->job.may_wait = true;     /* refused for room, it waits here: not a rejection */
 	if (e->due_head == NULL)    /* otherwise older due tasks go first */
 		v = tasks_enqueue(t);
 	switch (v) {
 	case POOL_ACCEPTED:
-		sched_set(t, TASKS_SCHED_NONE);
 		break;
 	case POOL_REJECTED_FULL:
 	case POOL_REJECTED_QUOTA:   /* a scheduled task is never refused: it waits for room */
