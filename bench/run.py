@@ -89,8 +89,9 @@ class Bench:
 
     def tpd(self, name, workers, extra=()):
         sock = os.path.join(self.tmp, name + ".sock")
-        # each tpd its own state_dir (the journal: on, journal_sync commit, by default)
-        argv = [self.prog("tpd"), "-f", "-s", sock, "-w", str(workers),
+        # each tpd its own state_dir (the journal: on, journal_sync commit, by default), and
+        # no configuration file: the machine's $sysconfdir/tpd/tpd.conf would change the figures
+        argv = [self.prog("tpd"), "-f", "-c", "none", "-s", sock, "-w", str(workers),
                 "-q", "4096", "--limit", "64", "--max-connections", "20000",
                 "--log-level", "warning",
                 "--state-dir", os.path.join(self.tmp, name + ".state")] + list(extra)

@@ -366,6 +366,9 @@ batch_run(struct batch *b)
 	if ((code = session_open(&b->s, b->opt)) != 0)
 		return code;
 	b->s.next_id = (int64_t)b->n + 1;      /* 1..n are the submits */
+	/* submits that wait for room are not answered at once: the probe shows the daemon alive */
+	if (taskopt_waits_for_room(b->to) && session_probe(&b->s, "submit") == -1)
+		return EX_UNAVAILABLE;
 	b->start_us = tpctl_now_us();
 	progress_current = b->progress;
 	progress_draw(b->progress);

@@ -235,6 +235,12 @@ run_begin(struct run *r, struct tpctl *opt, json_t *req, bool owed)
 		json_decref(req);
 		return code;
 	}
+	/* an answer not owed at once (waiting for room, or a task's end): probe the daemon first */
+	if (!owed && session_probe(&r->s, r->follow ? "follow" : "submit") == -1) {
+		json_decref(req);
+		session_close(&r->s);
+		return EX_UNAVAILABLE;
+	}
 	r->submit_id = owed ? session_send(&r->s, req) : session_send_wait(&r->s, req);
 	if (r->submit_id == -1) {
 		session_close(&r->s);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -43,6 +44,12 @@ static struct daemon the_daemon;
 
 enum { OPT_VERSION = 256 };
 
+/* The file read without -c when it exists; $TPD_CONFIG names another (tpd(8)). */
+#define CONF_DEFAULT_PATH SYSCONFDIR "/tpd/tpd.conf"
+
+/* Which configuration file was read, for the log and tpd -n ("no file (-c none)"). */
+static char conf_what[600];
+
 /* tpd's own flags; every setting's flag comes from conf.c's key table. */
 static const struct option own_options[] = {
 	{ "config", required_argument, NULL, 'c' },
@@ -60,14 +67,16 @@ usage(FILE *f)
 	    "usage: tpd [-fn] [-c FILE] [-s PATH] [-l HOST:PORT]... [-w N] [-q N]\n"
 	    "           [--pool NAME:SIZE[:CAPACITY[:LIMIT]]]... [--KEY VALUE]...\n"
 	    "\n"
-	    "  -c, --config FILE        read settings from FILE (flags override it)\n"
+	    "  -c, --config FILE        read settings from FILE (flags override it); none: no\n"
+	    "                           file (default: " CONF_DEFAULT_PATH " if it exists)\n"
 	    "  -f, --foreground         run in the foreground (the only mode; systemd daemonizes)\n"
 	    "  -n, --check              check the configuration (the file and the flags) and exit\n"
 	    "      --version            print the version and exit\n"
 	    "  -h, --help               print this help and exit\n"
 	    "\n"
 	    "Each of these sets the key of tpd.conf(5) named on its right, over the file,\n"
-	    "with the file's syntax and checks:\n");
+	    "with the file's syntax and checks; a key \"read at start\" keeps its running\n"
+	    "value at a SIGHUP, the others take the new one:\n");
 	conf_flags_usage(f);
 	fprintf(f, "\n"
 	    "The default socket is $RUNTIME_DIRECTORY/tpd.sock under systemd, else\n"
@@ -205,6 +214,38 @@ usage:
 	exit(64);
 }
 
+/*
+ * The configuration file to read: -c FILE; none for -c none; else the
+ * default ($TPD_CONFIG, or CONF_DEFAULT_PATH) when it exists. Says which
+ * in conf_what.
+ */
+static char *
+conf_choose(char *given)
+{
+	const char *def = getenv("TPD_CONFIG");
+	struct stat st;
+	char *path;
+
+	if (given != NULL && strcmp(given, "none") == 0) {
+		free(given);
+		snprintf(conf_what, sizeof conf_what, "no file (-c none)");
+		return NULL;
+	}
+	if (given == NULL) {
+		if (def == NULL || *def == '\0')
+			def = CONF_DEFAULT_PATH;
+		if (stat(def, &st) == -1 && errno == ENOENT) {
+			snprintf(conf_what, sizeof conf_what, "no file (%s does not exist)", def);
+			return NULL;
+		}
+		if ((given = strdup(def)) == NULL)
+			fatalx("out of memory");
+	}
+	path = given;
+	snprintf(conf_what, sizeof conf_what, "%s", path);
+	return path;
+}
+
 static void
 shutdown_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -314,8 +355,9 @@ static bool containment_ready; /* cgroup_setup ran: cgroup_current() is in force
 /*
  * conf.c's check of the pools' limit defaults: what the containment in force
  * can enforce, or before it is set up (start-up, tpd -n), what the
- * configuration being read asks for. A cgroup root that cannot be used is
- * reported by cgroup_setup or cgroup_probe itself, not here.
+ * configuration being read asks for. A containment that cannot be had
+ * (containment = cgroup on a cgroup root tpd cannot use) is told to conf.c,
+ * which reports it where containment was given.
  */
 static void
 enforce_hook(const struct conf *c, struct conf_enforce *out)
@@ -328,8 +370,10 @@ enforce_hook(const struct conf *c, struct conf_enforce *out)
 		return;
 	}
 	if (cgroup_probe(c->containment, c->cgroup_root, &probe, &cause) == -1) {
-		free(cause);
 		memset(out, 0, sizeof *out);
+		snprintf(out->unusable, sizeof out->unusable, "%s", cause != NULL ? cause :
+		    "out of memory");
+		free(cause);
 		return;
 	}
 	exec_enforce(&probe, out);
@@ -346,33 +390,27 @@ check_tcp_listener(const struct auth *a, const char *hostport, bool warn, char *
 }
 
 /*
- * tpd -n: the configuration is read already; the token files and the
- * containment are checked too. Prints the verdict and exits.
+ * tpd -n: the configuration is read already, with errors (every one of the
+ * file and the flags, FILE:LINE each) or not; the token files are read too.
+ * Prints every error, or which file was read and that it is good, and exits.
  */
 static void __attribute__((noreturn))
-check_only(struct daemon *d)
+check_only(struct daemon *d, const char *errors)
 {
-	struct cgroup_info probe;
-	struct auth *a;
+	struct auth *a = NULL;
 	char *cause = NULL;
+	bool bad = errors != NULL;
 
+	if (errors != NULL)
+		fprintf(stderr, "%s\n", errors);
 	if (auth_load(&d->conf, &a, &cause) == -1) {
-		fprintf(stderr, "%s\n", cause ? cause : "out of memory");
-		exit(1);
+		fprintf(stderr, "%s\n", cause != NULL ? cause : "out of memory");
+		bad = true;
 	}
-	for (size_t i = 0; i < d->conf.nlisten; i++)
-		if (check_tcp_listener(a, d->conf.listen[i], false, &cause) == -1) {
-			fprintf(stderr, "%s\n", cause ? cause : "out of memory");
-			exit(1);
-		}
 	auth_free(a);
-	if (cgroup_probe(d->conf.containment, d->conf.cgroup_root, &probe, &cause) == -1) {
-		if (d->conf.path != NULL)
-			fprintf(stderr, "%s: ", d->conf.path);
-		fprintf(stderr, "%s\n", cause ? cause : "out of memory");
+	if (bad)
 		exit(1);
-	}
-	printf("configuration OK\n");
+	printf("configuration OK: %s\n", conf_what);
 	exit(0);
 }
 
@@ -393,6 +431,13 @@ stop_log(struct daemon *d)
 	conf_free(&d->conf);
 	conf_flags_free(d->flags);
 	log_notice("tpd stopped");
+}
+
+/* Which configuration file was read, once nothing stops the start in one line. */
+static void
+log_configuration(struct daemon *d)
+{
+	log_info("configuration: %s", conf_what);
 }
 
 /*
@@ -777,6 +822,7 @@ static const struct step {
 	{ start_auth, stop_auth },              /* a bad token file stops tpd before anything else */
 	{ start_busy_check, NULL },             /* a live daemon on the socket: one line */
 	{ open_journal, NULL },                 /* state_dir's lock, the journal read */
+	{ log_configuration, NULL },            /* which file was read */
 	{ start_containment, NULL },            /* before any thread */
 	{ start_loop, stop_loop },
 	{ start_signals, stop_signals },
@@ -805,14 +851,17 @@ main(int argc, char **argv)
 	daemon_state = d;
 	conf_set_enforce(enforce_hook);
 	d->flags = flags_parse(argc, argv, &path, &check);
+	path = conf_choose(path);
 	conf_init(&d->conf);
 	if (conf_read(&d->conf, path, d->flags, &cause) == -1) {
+		if (check)
+			check_only(d, cause != NULL ? cause : "tpd: out of memory");
 		log_lines(LOG_ERR, cause ? cause : "tpd: cannot read the configuration");
 		exit(1);
 	}
 	free(path);
 	if (check)
-		check_only(d);
+		check_only(d, NULL);
 
 	for (i = 0; i < sizeof steps / sizeof steps[0]; i++)
 		if (steps[i].start != NULL)

@@ -406,6 +406,7 @@ test_flags_over_the_file(void)
 	char *path = write_file("flags.conf",
 	    "[daemon]\n"
 	    "listen = 127.0.0.1:1 127.0.0.1:2\n"
+	    "tcp_auth = none\n"
 	    "shutdown_timeout = 1.5s\n"
 	    "max_connections = 7\n"
 	    "[exec]\n"
@@ -426,6 +427,7 @@ test_flags_over_the_file(void)
 	EXPECT(add_flag(f, "--pool", "io") == -1);
 	EXPECT(add_flag(f, "-l", "127.0.0.1:3") == 0);
 	EXPECT(add_flag(f, "--listen", "127.0.0.1:4") == 0);
+	EXPECT(add_flag(f, "--tcp-auth", "none") == 0);      /* a TCP listener needs a token else */
 	EXPECT(add_flag(f, "--env", "FOO=flag") == 0);
 	EXPECT(add_flag(f, "--env", "BAR=x") == 0);
 	EXPECT(add_flag(f, "-w", "3") == 0);

@@ -112,7 +112,7 @@ def hello(d, token):
 
 def start_fails(args):
     """Runs tpd with args, which must stop it at start; returns its stderr."""
-    r = subprocess.run([TPD, "-f"] + args, stdin=subprocess.DEVNULL, capture_output=True,
+    r = subprocess.run([TPD, "-f", "-c", "none"] + args, stdin=subprocess.DEVNULL, capture_output=True,
                        text=True, timeout=TIMEOUT)
     check(r.returncode != 0, "tpd started: %r", r.stderr)
     return r.stderr

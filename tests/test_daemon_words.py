@@ -74,7 +74,7 @@ def test_expired_says_how_long_it_waited_against_its_queue_timeout():
 
 def test_a_busy_socket_is_one_line_naming_it():
     with Daemon() as d:
-        p = subprocess.run([TPD, "-f", "-s", d.sock], capture_output=True, text=True,
+        p = subprocess.run([TPD, "-f", "-c", "none", "-s", d.sock], capture_output=True, text=True,
                            timeout=TIMEOUT)
         lines = (p.stdout + p.stderr).splitlines()
         check(p.returncode == 1, "exit 1: %d", p.returncode)

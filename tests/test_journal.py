@@ -204,8 +204,8 @@ def test_journal_off_keeps_nothing():
 
 def test_second_daemon_refused_naming_dir_and_pid():
     with State() as st, st.daemon() as d:
-        p = subprocess.run([TPD, "-f", "-s", os.path.join(st.root, "b.sock"), "--state-dir",
-                            st.dir], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        p = subprocess.run([TPD, "-f", "-c", "none", "-s", os.path.join(st.root, "b.sock"),
+                            "--state-dir", st.dir], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=TIMEOUT)
         err = p.stderr.decode().strip().splitlines()
         check(p.returncode != 0 and len(err) == 1, "exit %d: %r", p.returncode, err)
@@ -289,7 +289,8 @@ def test_flipped_bit_stops_the_start_naming_file_and_offset():
         check(mark > 1000, "no MARK past offset 1000 in %s: %d", seg, mark)
         data[mark // 2] ^= 0x08     # in bytes a later MARK says were on disk: damage
         open(seg, "wb").write(data)
-        p = subprocess.run([TPD, "-f", "-s", os.path.join(st.root, "s"), "--state-dir", st.dir],
+        p = subprocess.run([TPD, "-f", "-c", "none", "-s", os.path.join(st.root, "s"),
+                            "--state-dir", st.dir],
                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=TIMEOUT)
         err = p.stderr.decode()

@@ -23,7 +23,7 @@ def test_socket_file_mode_and_directory_created():
 
 def test_live_socket_is_an_error_naming_the_path():
     with Daemon() as d:
-        r = subprocess.run([TPD, "-f", "-s", d.sock], stdin=subprocess.DEVNULL,
+        r = subprocess.run([TPD, "-f", "-c", "none", "-s", d.sock], stdin=subprocess.DEVNULL,
                            capture_output=True, text=True, timeout=30)
         check(r.returncode != 0, "a second daemon on the same socket must not start")
         check(d.sock in r.stderr and "in use" in r.stderr, "%r", r.stderr)
@@ -81,10 +81,10 @@ def test_tcp_port_zero_and_ipv6():
 
 def test_bad_listen_address_is_a_clear_error():
     with Daemon(start=False) as d:
-        r = subprocess.run([TPD, "-f", "-s", d.sock, "-l", "localhost"], capture_output=True,
+        r = subprocess.run([TPD, "-f", "-c", "none", "-s", d.sock, "-l", "localhost"], capture_output=True,
                            text=True, timeout=30, stdin=subprocess.DEVNULL)
         check(r.returncode != 0 and "HOST:PORT" in r.stderr, "%r", r.stderr)
-        r = subprocess.run([TPD, "-f", "-s", d.sock, "-l", "127.0.0.1:99999"],
+        r = subprocess.run([TPD, "-f", "-c", "none", "-s", d.sock, "-l", "127.0.0.1:99999"],
                            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
         check(r.returncode != 0 and "127.0.0.1:99999" in r.stderr, "%r", r.stderr)
         check(not os.path.exists(d.sock), "the Unix socket's file is left behind")

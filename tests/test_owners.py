@@ -273,16 +273,17 @@ def test_refused_hellos_are_logged_with_the_peer():
 def test_a_tcp_listener_without_a_token_file_stops_the_start():
     with Daemon(start=False) as d:
         args = ["-s", d.sock, "-l", "127.0.0.1:0"]
-        r = subprocess.run([TPD, "-f"] + args, stdin=subprocess.DEVNULL, capture_output=True,
+        r = subprocess.run([TPD, "-f", "-c", "none"] + args, stdin=subprocess.DEVNULL, capture_output=True,
                            text=True, timeout=TIMEOUT)
         lines = r.stderr.strip().splitlines()
         check(r.returncode != 0 and len(lines) == 1, "one line and a failure: %r", r)
         check("tcp 127.0.0.1:0: a TCP listener needs a token" in lines[0] and
               "token_file" in lines[0] and "tcp_auth = none" in lines[0], "%r", lines[0])
         check(not os.path.exists(d.sock), "it listened on its socket")
-        r = subprocess.run([TPD, "-n"] + args, capture_output=True, text=True, timeout=TIMEOUT)
+        r = subprocess.run([TPD, "-n", "-c", "none"] + args, capture_output=True, text=True, timeout=TIMEOUT)
         check(r.returncode == 1 and r.stdout == "" and
-              r.stderr.startswith("tcp 127.0.0.1:0: a TCP listener needs a token") and
+              r.stderr.startswith("tpd: -l 127.0.0.1:0: tcp 127.0.0.1:0: a TCP listener needs "
+                                  "a token") and
               len(r.stderr.splitlines()) == 1, "tpd -n: %r", r)
         # the same from the file, with the address it names
         conf = write(os.path.join(d.dir, "tpd.conf"), "[daemon]\nlisten = 127.0.0.1:7\n")
@@ -293,9 +294,10 @@ def test_a_tcp_listener_without_a_token_file_stops_the_start():
         # an admin token file alone is a token too; tcp_auth = none passes -n silently
         adm = write(os.path.join(d.dir, "admin"), "boss tok-boss\n")
         for extra in (["--admin-token-file", adm], ["--tcp-auth", "none"]):
-            r = subprocess.run([TPD, "-n"] + args + extra, capture_output=True, text=True,
+            r = subprocess.run([TPD, "-n", "-c", "none"] + args + extra, capture_output=True, text=True,
                                timeout=TIMEOUT)
-            check((r.returncode, r.stdout, r.stderr) == (0, "configuration OK\n", ""),
+            check((r.returncode, r.stdout, r.stderr) ==
+                  (0, "configuration OK: no file (-c none)\n", ""),
                   "tpd -n %r: %r", extra, r)
 
 

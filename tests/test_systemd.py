@@ -162,7 +162,7 @@ def test_socket_activation_serves_unix_and_tcp():
             port = free_port()
             # -s and -l name listeners tpd must not create: the passed fds replace them
             sp.start([activate, "-l", path, "-l", "127.0.0.1:%d" % port, "--fdname=unix:tcp",
-                      TPD, "-f", "-w", "1", "-s", own, "-l", "127.0.0.1:0", "--tcp-auth", "none",
+                      TPD, "-f", "-c", "none", "-w", "1", "-s", own, "-l", "127.0.0.1:0", "--tcp-auth", "none",
                       "--log-level", "debug"])
             eventually(lambda: "as 4." in sp.read_log() or sp.proc.poll() is not None,
                        "systemd-socket-activate listens")
@@ -201,7 +201,7 @@ def test_socket_activated_tcp_without_a_token_stops_the_start():
         for attempt in range(5):
             port = free_port()
             sp.start([activate, "-l", "127.0.0.1:%d" % port, "--fdname=tcp",
-                      TPD, "-f", "-w", "1", "-s", own])
+                      TPD, "-f", "-c", "none", "-w", "1", "-s", own])
             eventually(lambda: "as 3." in sp.read_log() or sp.proc.poll() is not None,
                        "systemd-socket-activate listens")
             if sp.proc.poll() is None:
@@ -307,7 +307,7 @@ def test_status_shows_recent_rate_and_p99():
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.bind(ns)
         env = dict(os.environ, NOTIFY_SOCKET=ns)
-        sp.start([TPD, "-f", "-s", os.path.join(sp.dir, "tpd.sock"), "-w", "2"], env=env)
+        sp.start([TPD, "-f", "-c", "none", "-s", os.path.join(sp.dir, "tpd.sock"), "-w", "2"], env=env)
         got = []
         deadline = time.monotonic() + TIMEOUT
         while not any(t.split("\n")[0] == "READY=1" for t in got):
@@ -348,7 +348,7 @@ def test_no_watchdog_for_another_pid():
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.bind(ns)
         env = dict(os.environ, NOTIFY_SOCKET=ns, WATCHDOG_USEC="200000", WATCHDOG_PID="1")
-        sp.start([TPD, "-f", "-s", os.path.join(sp.dir, "tpd.sock")], env=env)
+        sp.start([TPD, "-f", "-c", "none", "-s", os.path.join(sp.dir, "tpd.sock")], env=env)
         got = []
         deadline = time.monotonic() + TIMEOUT
         while not any(t.split("\n")[0] == "READY=1" for t in got):
@@ -382,7 +382,7 @@ def start_and_stop(journal, log):
         sock = os.path.join(sp.dir, "tpd.sock")
         st = os.fstat(sp.log.fileno())
         stream = "%d:%d" % (st.st_dev, st.st_ino) if journal else "%d:%d" % (st.st_dev, 1)
-        sp.start([TPD, "-f", "-s", sock], env=dict(os.environ, JOURNAL_STREAM=stream))
+        sp.start([TPD, "-f", "-c", "none", "-s", sock], env=dict(os.environ, JOURNAL_STREAM=stream))
         eventually(lambda: os.path.exists(sock) or sp.proc.poll() is not None, "listening")
         sp.proc.send_signal(signal.SIGTERM)
         check(sp.proc.wait(timeout=TIMEOUT) == 0, "clean exit")

@@ -33,6 +33,15 @@ TIMEOUT = 15 * SLOW
 # A tpd a test starts by hand (not through Daemon, which gives each its own
 # --state-dir) keeps its journal here, never in /var/lib/tpd: the default rule
 # takes $STATE_DIRECTORY first. One directory per test process, removed at exit.
+# A tpd started without -c reads $TPD_CONFIG, else $sysconfdir/tpd/tpd.conf (the
+# machine's): every test passes -c FILE or -c none. One that forgets reads this file
+# instead, which tpd refuses, naming the mistake; a test of the default sets its own.
+if "TPD_CONFIG" not in os.environ:
+    _fd, os.environ["TPD_CONFIG"] = tempfile.mkstemp(prefix="tpdtest-forgot-c-", suffix=".conf")
+    os.write(_fd, b"[a test started tpd without -c FILE or -c none]\n")
+    os.close(_fd)
+    atexit.register(os.unlink, os.environ["TPD_CONFIG"])
+
 if "STATE_DIRECTORY" not in os.environ:
     os.environ["STATE_DIRECTORY"] = tempfile.mkdtemp(prefix="tpdtest-state-")
     atexit.register(shutil.rmtree, os.environ["STATE_DIRECTORY"], True)
@@ -111,7 +120,8 @@ class Daemon:
         self.log_path = os.path.join(self.dir, "tpd.log")
         # every test daemon keeps its journal in its own temp dir (never /var/lib/tpd);
         # a --state-dir or --journal off in args comes later and wins
-        self.args = ["-f", "-s", self.sock, "-w", str(workers), "-q", str(queue),
+        # -c none: never the machine's $sysconfdir/tpd/tpd.conf (a later -c FILE wins)
+        self.args = ["-f", "-c", "none", "-s", self.sock, "-w", str(workers), "-q", str(queue),
                      "--log-level", "debug", "--state-dir", os.path.join(self.dir, "state")
                      ] + list(args)
         self.tcp = tcp

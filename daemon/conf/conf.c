@@ -272,10 +272,11 @@ enum conf_reload {
  * read and kept, its bounds, its default, what a reload does with it, and
  * the line that documents it. conf_init applies the defaults from here,
  * conf_free and conf_source_equal walk it, --help is printed from it,
- * and reload.c learns from it which keys wait for a restart.
+ * reload.c learns from it which keys wait for a restart, and
+ * tests/test_conf_table.py holds conf/tpd.conf and tpd.conf(5) to it.
  *
  * ADDING A SETTING is one row here (plus its field in struct conf and its
- * lines in conf/tpd.conf and conf/tpd.conf.5):
+ * lines in conf/tpd.conf and conf/tpd.conf.5, which that test checks):
  *   { KEY(SECT_DAEMON, "max_widgets", KIND_COUNT, D(max_widgets)),
  *       .min = 1, .max = 1000, .def = "16", .reload = RELOAD_NEXT,
  *       .doc = "most widgets at once" },
@@ -741,6 +742,18 @@ conf_flags_add(struct conf_flags *f, int ch, int longindex, const char *arg, cha
 	    cause, "%s %s", flag, *arg != '\0' ? arg : "\"\"");
 }
 
+/* A figure of k's kind as --help and the messages write it: "1024", "1M", "10s". */
+static const char *
+key_format(const struct conf_key *k, uint64_t v, char *buf, size_t len)
+{
+	if (k->kind == KIND_SIZE || k->kind == KIND_LIMIT_SIZE)
+		return units_format_size(v, buf, len);
+	if (k->kind == KIND_DURATION)
+		return units_format_duration(v, buf, len);
+	snprintf(buf, len, "%llu", (unsigned long long)v);
+	return buf;
+}
+
 /* The value a key's flag takes, as --help names it. */
 static void
 key_meta(const struct conf_key *k, char *buf, size_t len)
@@ -762,18 +775,13 @@ key_usage_facts(FILE *out, const struct conf_key *k)
 {
 	char lo[32], hi[32];
 
-	if (k->kind == KIND_COUNT || k->kind == KIND_LIMIT_COUNT)
-		fprintf(out, " (%llu to %llu)", (unsigned long long)k->min,
-		    (unsigned long long)k->max);
-	else if (k->kind == KIND_LIMIT_CORES)
+	if (k->kind == KIND_LIMIT_CORES)
 		fprintf(out, " (%llu.%02llu to %llu)", (unsigned long long)(k->min / 1000),
 		    (unsigned long long)(k->min % 1000 / 10), (unsigned long long)(k->max / 1000));
-	else if (k->kind == KIND_SIZE || k->kind == KIND_LIMIT_SIZE)
-		fprintf(out, " (%s to %s)", units_format_size(k->min, lo, sizeof lo),
-		    units_format_size(k->max, hi, sizeof hi));
-	else if (k->kind == KIND_DURATION)
-		fprintf(out, " (%s to %s)", units_format_duration(k->min, lo, sizeof lo),
-		    units_format_duration(k->max, hi, sizeof hi));
+	else if (k->kind == KIND_COUNT || k->kind == KIND_LIMIT_COUNT || k->kind == KIND_SIZE ||
+	    k->kind == KIND_LIMIT_SIZE || k->kind == KIND_DURATION)
+		fprintf(out, " (%s to %s)", key_format(k, k->min, lo, sizeof lo),
+		    key_format(k, k->max, hi, sizeof hi));
 	else if (key_store(k) == STORE_LIST)
 		fprintf(out, ", repeatable");
 	if (k->def != NULL) {
@@ -1376,6 +1384,42 @@ set_redis(struct conf_load *l, const struct conf_key *k, void *slot, const char 
 	set_string(slot, value);
 }
 
+/* A count, a size or a duration within k's range, kept in k's store. */
+static void
+set_number(struct conf_load *l, const struct conf_key *k, void *slot, const char *value)
+{
+	uint64_t v = 0;
+	char lo[32], hi[32], got[32], *why = NULL;
+	int r;
+
+	if (k->kind == KIND_COUNT)
+		r = parse_digits(value, &v);
+	else if (k->kind == KIND_SIZE)
+		r = units_parse_size(value, &v, &why);
+	else
+		r = units_parse_duration(value, &v, &why);
+	if (r == -1 && k->kind == KIND_COUNT)
+		key_error(l, k->name, "\"%s\" is not a whole number", value);
+	else if (r == -1)
+		key_error(l, k->name, "%s", why != NULL ? why : "out of memory");
+	free(why);
+	if (r == -1)
+		return;
+	if (r == -2 || v < k->min || v > k->max) {
+		/* a count as written; a size or a duration as read, unless too large to read */
+		key_error(l, k->name, "%s is out of range (%s to %s)",
+		    r == -2 || k->kind == KIND_COUNT ? value : key_format(k, v, got, sizeof got),
+		    key_format(k, k->min, lo, sizeof lo), key_format(k, k->max, hi, sizeof hi));
+		return;
+	}
+	if (key_store(k) == STORE_UINT)
+		*(unsigned *)slot = (unsigned)v;
+	else if (key_store(k) == STORE_SIZE)
+		*(size_t *)slot = (size_t)v;
+	else
+		*(uint64_t *)slot = v;
+}
+
 /* One word of the key's values table, kept as the table says. */
 static void
 set_enum(struct conf_load *l, const struct conf_key *k, void *slot, const char *value)
@@ -1413,53 +1457,12 @@ key_set(struct conf_load *l, const struct conf_key *k, char *base, const char *v
 {
 	void *slot = base + k->off;
 	uint64_t v = 0;
-	char lo[32], hi[32], got[32], *why = NULL;
-	int r;
 
 	switch (k->kind) {
 	case KIND_COUNT:
-		if ((r = parse_digits(value, &v)) == -1) {
-			key_error(l, k->name, "\"%s\" is not a whole number", value);
-			return;
-		}
-		if (r == -2 || v < k->min || v > k->max) {
-			key_error(l, k->name, "%s is out of range (%llu to %llu)", value,
-			    (unsigned long long)k->min, (unsigned long long)k->max);
-			return;
-		}
-		*(unsigned *)slot = (unsigned)v;
-		return;
 	case KIND_SIZE:
-		if ((r = units_parse_size(value, &v, &why)) == -1) {
-			key_error(l, k->name, "%s", why != NULL ? why : "out of memory");
-			free(why);
-			return;
-		}
-		free(why);
-		if (r == -2 || v < k->min || v > k->max) {
-			key_error(l, k->name, "%s is out of range (%s to %s)",
-			    r == -2 ? value : units_format_size(v, got, sizeof got),
-			    units_format_size(k->min, lo, sizeof lo),
-			    units_format_size(k->max, hi, sizeof hi));
-			return;
-		}
-		*(size_t *)slot = (size_t)v;
-		return;
 	case KIND_DURATION:
-		if ((r = units_parse_duration(value, &v, &why)) == -1) {
-			key_error(l, k->name, "%s", why != NULL ? why : "out of memory");
-			free(why);
-			return;
-		}
-		free(why);
-		if (r == -2 || v < k->min || v > k->max) {
-			key_error(l, k->name, "%s is out of range (%s to %s)",
-			    r == -2 ? value : units_format_duration(v, got, sizeof got),
-			    units_format_duration(k->min, lo, sizeof lo),
-			    units_format_duration(k->max, hi, sizeof hi));
-			return;
-		}
-		*(uint64_t *)slot = v;
+		set_number(l, k, slot, value);
 		return;
 	case KIND_SOCKET:
 		if (strlen(value) >= sizeof ((struct sockaddr_un *)0)->sun_path) {
@@ -1828,8 +1831,8 @@ file_entry(struct conf_load *l, const char *name, const char *value)
 		key_unknown(l, name);
 		return;
 	}
-	if (k->kind != KIND_LISTEN && k->kind != KIND_ENV &&
-	    (first = seen_note(l, l->sect_name, k->name)) != 0) {
+	first = seen_note(l, l->sect_name, k->name);     /* a list's first line, too */
+	if (k->kind != KIND_LISTEN && k->kind != KIND_ENV && first != 0) {
 		key_error(l, k->name, "already set at line %d", first);
 		return;
 	}
@@ -1991,7 +1994,7 @@ flags_apply(struct conf_load *l, const struct conf_flags *f)
 		} else
 			snprintf(l->sect_name, sizeof l->sect_name, "%s",
 			    k->sect == SECT_DAEMON ? "daemon" : "exec");
-		if (k->kind != KIND_LISTEN && k->kind != KIND_ENV)
+		if (k->kind != KIND_ENV)
 			seen_flag(l, l->sect_name, k->name);
 		key_assign(l, k, base, o->value);
 	}
@@ -2026,7 +2029,10 @@ conf_clamp_sizes(const struct conf_load *l, struct conf *c)
 	}
 }
 
-/* What a [source NAME] leaves out: the consumer, pool, results and dead_letter. */
+/*
+ * What a [source NAME] leaves out and the table cannot give, as it depends
+ * on the host or on another key: the consumer, results and dead_letter.
+ */
 static void
 conf_source_defaults(struct conf *c)
 {
@@ -2041,8 +2047,6 @@ conf_source_defaults(struct conf *c)
 			host[sizeof host - 1] = '\0';
 			s->consumer = strdup(host);
 		}
-		if (s->pool == NULL)
-			s->pool = strdup("default");
 		if (s->stream != NULL && s->results == NULL &&
 		    asprintf(&s->results, "%s:results", s->stream) == -1)
 			s->results = NULL;
@@ -2149,6 +2153,8 @@ conf_check_pool_exec(struct conf_load *l, const struct conf *c)
 	memset(&en, 0, sizeof en);
 	if (conf_enforce_hook != NULL)
 		conf_enforce_hook(c, &en);
+	if (en.unusable[0] != '\0')
+		source_error(l, "daemon", "containment", "containment", "%s", en.unusable);
 	for (size_t i = 0; i < c->npools; i++) {
 		const struct conf_pool *p = &c->pools[i];
 		char sect[8 + CONF_POOL_NAME_MAX];
@@ -2183,6 +2189,28 @@ conf_check_pool_exec(struct conf_load *l, const struct conf *c)
 			source_error(l, sect, key, key, "%s is above max_%s %s", a, key, b);
 		}
 	}
+}
+
+/*
+ * A TCP listener lets in anyone who can connect unless clients must present
+ * a token: it needs a token file (auth.c reads it), or tcp_auth = none said
+ * out loud (a token file that cannot be read leaves it without one too).
+ * One error for the key, naming every address, told where listen was given
+ * (its first line, or the last flag that gave it).
+ */
+static void
+conf_check_listen(struct conf_load *l, const struct conf *c)
+{
+	char names[CONF_MAX_LISTEN * 272] = "";
+
+	if (c->tcp_auth_none || c->token_file != NULL || c->admin_token_file != NULL ||
+	    c->nlisten == 0)
+		return;
+	for (size_t i = 0; i < c->nlisten; i++)
+		snprintf(names + strlen(names), sizeof names - strlen(names), "%stcp %s",
+		    i > 0 ? ", " : "", c->listen[i]);
+	source_error(l, "daemon", "listen", "listen", "%s: a TCP listener needs a token: set "
+	    "[daemon] token_file (or tcp_auth = none to let anyone who can connect in)", names);
 }
 
 /*
@@ -2230,6 +2258,7 @@ conf_cross_check(struct conf_load *l, const struct conf *c)
 		    "output_limit" : "output_limit_max", "%s is above output_limit_max %s",
 		    units_format_size(c->exec_output_limit, a, sizeof a),
 		    units_format_size(c->exec_output_limit_max, b, sizeof b));
+	conf_check_listen(l, c);
 	conf_check_pool_exec(l, c);
 	conf_check_sources(l, c);
 }

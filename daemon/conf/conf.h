@@ -1,5 +1,6 @@
 /*
- * conf.h: tpd's settings. Built-in defaults, overridden by the file (-c),
+ * conf.h: tpd's settings. Built-in defaults (conf.c's key table), overridden by
+ * the file (the default one, or -c: tpd.c chooses),
  * overridden by command-line flags, both read and checked by the same code
  * (conf.c's key table). Every limit lives here.
  */
@@ -188,7 +189,12 @@ const char *conf_flags_shortopts(const struct conf_flags *f);
 int conf_flags_add(struct conf_flags *f, int ch, int longindex, const char *arg,
     char **cause);
 
-/* Writes one help line per setting's flag: the flag, its value, the key it sets, its range. */
+/*
+ * Writes two help lines per setting, from conf.c's key table: its flag and
+ * value, the key it sets, its range, its default and "read at start" when
+ * only a restart applies a change; then its line of doc. The keys of
+ * [source NAME], which have no flag, follow.
+ */
 void conf_flags_usage(FILE *out);
 
 /*
@@ -231,11 +237,14 @@ int conf_validate(const struct conf *c, char **errors);
  * all of them (empty: nothing). Filled by the hook for the configuration
  * just read (its containment and cgroup_root decide), so that a default the
  * system cannot enforce is an error of the key that set it, told where it
- * was given (FILE:LINE or its flag) like every other value's error.
+ * was given (FILE:LINE or its flag) like every other value's error; so is
+ * a containment that cannot be had (containment = cgroup on a cgroup root
+ * tpd cannot use).
  */
 struct conf_enforce {
 	const char *why[CONF_NLIMITS];
 	char note[1100];
+	char unusable[1100];    /* the containment asked for cannot be had: an error of containment */
 };
 typedef void (*conf_enforce_fn)(const struct conf *c, struct conf_enforce *out);
 

@@ -517,6 +517,7 @@ conn_free(struct conn *c)
 }
 
 static void (*close_hook)(uint64_t id);
+static bool conn_peer_gone(const struct conn *);
 
 void
 conn_set_close_hook(void (*fn)(uint64_t id))
@@ -1159,10 +1160,9 @@ conn_resume_input(struct conn *c)
 /* One read: lines, the end of input or an error. */
 /*
  * Whether the peer closed both ends, not only its output: nothing can reach
- * it any more, so a connection it left need not wait for what it is owed
- * (a held submit then goes at once: admission.c). A Unix socket says so
- * (POLLHUP once the peer's socket is released); over TCP it shows only at
- * the next write.
+ * it any more (a held submit then goes at once: admission.c, through the
+ * close hook). A Unix socket says so (POLLHUP once the peer's socket is
+ * released); over TCP it shows only at the next write.
  */
 static bool
 conn_peer_gone(const struct conn *c)
@@ -1193,7 +1193,10 @@ conn_read(struct conn *c)
 		/* The client closed its end: answer what it already sent, then close. */
 		log_debug("connection %llu (%s): end of input", (unsigned long long)c->id,
 		    conn_peer(c));
-		if (c->output_broken || conn_peer_gone(c))
+		/* nothing reaches a peer that closed both ends: what waits for it goes now */
+		if (close_hook != NULL && conn_peer_gone(c))
+			close_hook(c->id);
+		if (c->output_broken)
 			conn_close(c, NULL);
 		else
 			conn_close_after_flush(c);

@@ -68,8 +68,11 @@ void conn_done_settled(struct conn *, bool wait);
 unsigned conn_waits(const struct conn *);
 
 /*
- * Called with a connection's id as it closes (set by the layer that keeps
- * something per connection: admission.c's held submits); NULL for none.
+ * Called with a connection's id once nothing can reach its peer: as it
+ * closes, and before, at its end of input, when its peer closed both ends
+ * (then the connection still finishes as usual). Set by the layer that
+ * keeps something per connection (admission.c's held submits); NULL for
+ * none. It may be called twice for one connection.
  */
 void conn_set_close_hook(void (*fn)(uint64_t id));
 

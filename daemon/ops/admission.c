@@ -248,12 +248,19 @@ admission_room(struct pools_entry *e, void *arg)
 	}
 }
 
-/* The connection numbered id closed: its held submits go, unanswered, never run. */
+/*
+ * Nothing reaches the connection numbered id any more (closed, or its peer
+ * gone): its held submits go, unanswered, never run; what they were owed
+ * is settled while the connection is still there.
+ */
 static void
 admission_conn_closed(uint64_t id)
 {
+	struct conn *c;
+
 	if (by_conn == NULL || idmap_get(by_conn, id) == NULL)
 		return;
+	c = conn_find(id);
 	for (size_t i = 0; i < nhpools;) {
 		struct pools_entry *pe = hpools[i].e;
 		struct held *h, *next;
@@ -265,6 +272,8 @@ admission_conn_closed(uint64_t id)
 			task_free(h->t);
 			if (h->o.sink != NULL)
 				h->o.sink->ops->release(h->o.sink);
+			if (c != NULL)
+				conn_done_settled(c, false);
 			held_free(h);
 		}
 		if (i < nhpools && hpools[i].e == pe)

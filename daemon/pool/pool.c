@@ -145,6 +145,7 @@ struct pool_oqueue {
 	struct pool_job *head, *tail;
 	unsigned count;
 	unsigned level;             /* index into p->levels */
+	struct level *lv;           /* p->levels[level] */
 	struct pool_owner *owner;
 	size_t heap_at;             /* NOT_IN_HEAP when out (blocked owner) */
 	uint64_t key_started, key_seq;  /* the key it sits in the heap with */
@@ -647,7 +648,7 @@ oq_key(struct pool_oqueue *oq)
 static void
 heap_insert(struct pool *p, struct pool_oqueue *oq)
 {
-	struct level *lv = p->levels[oq->level];
+	struct level *lv = oq->lv;
 
 	oq_key(oq);
 	lv->heap[lv->nheap] = oq;
@@ -663,7 +664,7 @@ heap_insert(struct pool *p, struct pool_oqueue *oq)
 static void
 heap_delete(struct pool *p, struct pool_oqueue *oq)
 {
-	struct level *lv = p->levels[oq->level];
+	struct level *lv = oq->lv;
 	size_t i = oq->heap_at;
 
 	oq->heap_at = NOT_IN_HEAP;
@@ -781,6 +782,7 @@ enqueue_prepare(struct pool *p, struct pool_job *j, struct pool_oqueue **fresh)
 			return -1;
 		memset(oq, 0, sizeof *oq);
 		oq->level = li;
+		oq->lv = lv;
 		oq->owner = o;
 		oq->heap_at = NOT_IN_HEAP;
 		*fresh = oq;
@@ -805,7 +807,7 @@ enqueue(struct pool *p, struct pool_job *j, struct pool_oqueue *fresh)
 {
 	struct pool_oqueue *oq = j->oq;
 	struct pool_owner *o = oq->owner;
-	struct level *lv = p->levels[oq->level];
+	struct level *lv = oq->lv;
 
 	j->seq = ++p->seq;
 	j->next = NULL;
@@ -851,7 +853,7 @@ dequeue(struct pool *p, struct pool_job *j)
 {
 	struct pool_oqueue *oq = j->oq;
 	struct pool_owner *o = oq->owner;
-	struct level *lv = p->levels[oq->level];
+	struct level *lv = oq->lv;
 
 	if (j->prev != NULL)
 		j->prev->next = j->next;
@@ -1589,7 +1591,7 @@ pool_submit(struct pool *p, struct pool_job *j)
 	j->enqueued_us = now;
 	j->started_us = 0;
 	enqueue(p, j, fresh);
-	lv = p->levels[j->oq->level];
+	lv = j->oq->lv;
 	j->queued_ahead = queued_above(p, j->oq->level);
 	if (!p->fair || lv->noqs <= 1)
 		j->queued_ahead += lv->count - 1;
