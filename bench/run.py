@@ -316,6 +316,84 @@ class Bench:
         self.record("tpd resize", {"rate": max(times), "median_ms": statistics.median(times),
                                    "all_ms": times, "stats_ok": stats["ok"]})
 
+    # ------------------------------------------------------------ scheduling
+    @staticmethod
+    def client(sock):
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(sock)
+        return c, c.makefile("rb")
+
+    def ping_p99(self, sock, seconds):
+        """tpbench ping, 1 in flight, for seconds: the p99 round trip in us."""
+        r = self.tpbench(sock, ["-c", "1", "-w", "1", "-d", str(seconds), "--op", "ping"])
+        return r["latency_us"]["p99"]
+
+    def round_sched(self):
+        """100,000 tasks scheduled over 10 s (RSS per task, ping p99 while they wait and
+        while they come due), and a fan of 10,000 dependents released by one task."""
+        n, spread_ms, start_ms = 100000, 10000, 6000
+        p, sock = self.tpd("tpd-sched", 2, ["--journal", "off", "-q", "20000", "-c", self.conf(
+            "sched", "[daemon]\nmax_scheduled = 200000\n")])
+        try:
+            c, f = self.client(sock)
+            idle_p99 = self.ping_p99(sock, 1)
+            before = self.rss_kib(p.pid)
+            t0 = time.monotonic()
+            lines = b"".join(b'{"op":"submit","detach":true,"delay_ms":%d,'
+                             b'"task":{"kind":"echo","value":%d}}\n'
+                             % (start_ms + i * spread_ms // n, i) for i in range(n))
+            c.sendall(lines)
+            for _ in range(n):
+                if b'"accepted"' not in f.readline():
+                    raise RuntimeError("a scheduled submit was not accepted")
+            submit_s = time.monotonic() - t0
+            after = self.rss_kib(p.pid)
+            waiting_p99 = self.ping_p99(sock, 2)
+            left = start_ms / 1000.0 - (time.monotonic() - t0)
+            if left > 0:
+                time.sleep(left)
+            due_p99 = self.ping_p99(sock, 8)
+            c.close()
+            # the fan: one parent, 10,000 dependents that stream (their started events)
+            m = 10000
+            c, f = self.client(sock)
+            c.sendall(b'{"op":"submit","id":"parent","task":{"kind":"sleep","ms":1000}}\n')
+            parent = json.loads(f.readline())["task"]
+            c.sendall(b"".join(b'{"op":"submit","id":%d,"stream":true,"after":[%d],'
+                               b'"task":{"kind":"echo","value":%d}}\n' % (i, parent, i)
+                               for i in range(m)))
+            done_at, started, first, last = None, 0, None, None
+            while started < m:
+                ev = json.loads(f.readline())
+                if ev.get("id") == "parent" and ev["event"] == "done":
+                    done_at = time.monotonic()
+                elif ev["event"] == "started":
+                    started += 1
+                    last = time.monotonic()
+                    first = first or last
+            c.close()
+            # the same 10,000 tasks with no dependency, sent at once: how long the pool
+            # takes to start them all, which bounds the fan from below
+            c, f = self.client(sock)
+            t1 = time.monotonic()
+            c.sendall(b"".join(b'{"op":"submit","id":%d,"stream":true,'
+                               b'"task":{"kind":"echo","value":%d}}\n' % (i, i)
+                               for i in range(m)))
+            started = 0
+            while started < m:
+                if b'"started"' in f.readline():
+                    started += 1
+            plain_ms = (time.monotonic() - t1) * 1000.0
+            c.close()
+        finally:
+            self.stop(p)
+        self.record("sched 100k", {"rate": (after - before) * 1024.0 / n,
+                                   "submit_s": submit_s, "idle_p99_us": idle_p99,
+                                   "waiting_p99_us": waiting_p99, "due_p99_us": due_p99})
+        self.record("sched fan 10k", {"rate": (last - done_at) * 1000.0,
+                                      "first_ms": (first - done_at) * 1000.0})
+        self.record("sched plain 10k", {"rate": plain_ms})
+
     # ------------------------------------------------------------ redis
     def redis_start(self):
         """A private redis-server and three tpds reading its streams: tpd-r1 the stream
@@ -489,7 +567,8 @@ class Bench:
         parts = [("throughput", self.round_throughput), ("journal", self.round_journal),
                  ("exec", self.round_exec),
                  ("idle", self.round_idle), ("resize", self.round_resize),
-                 ("validate", self.round_validate), ("redis", self.round_redis)]
+                 ("validate", self.round_validate), ("sched", self.round_sched),
+                 ("redis", self.round_redis)]
         only = set(a.only.split(",")) if a.only else None
         if not only or "redis" in only:
             self.redis_start()
@@ -553,6 +632,21 @@ class Bench:
         t = m("tpd resize")
         add("resize 1->64->1 under load, slowest answer", t, None, None, "<= 10 ms",
             None if t is None else t <= 10, "ms")
+        t = m("sched 100k")
+        add("100k tasks scheduled (delay_ms): RSS per task", t, None, None, "<= 2048 B",
+            None if t is None else t <= 2048, "B")
+        for key, what in (("idle_p99_us", "before"), ("waiting_p99_us", "while they wait"),
+                          ("due_p99_us", "while they come due")):
+            t = m("sched 100k", key)
+            add("ping p99, 100k scheduled, %s" % what, t, None, None, "<= 5000 us",
+                None if t is None else t <= 5000, "us")
+        t, pl = m("sched fan 10k"), m("sched plain 10k")
+        add("10k dependents: parent's done to the last started, vs 10k sent at once",
+            t, pl, ratio(t, pl), "<= 1.5x", None if ratio(t, pl) is None else
+            ratio(t, pl) <= 1.5, "ms")
+        t = m("sched fan 10k", "first_ms")
+        add("10k dependents: parent's done to the first started", t, None, None, "<= 50 ms",
+            None if t is None else t <= 50, "ms")
         more("echo 1x64: 64 workers vs 2 workers", "tpd -w 64 echo 1x64", "tpd echo 1x64", 0.8)
         more("redis stream, echo, 1 tpd -w 2, vs bare XREADGROUP/XACK loop",
              "redis echo, 1 tpd", "redis floor", 0.5)

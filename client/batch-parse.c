@@ -109,9 +109,75 @@ fail:
 	return -1;
 }
 
-/* One line as a task: NULL when blank, or on an error (*bad set). */
+/* Whether s is a task id written as text: digits, not starting with 0. */
+static bool
+batch_id_text(const char *s)
+{
+	return *s >= '1' && *s <= '9' && strspn(s, "0123456789") == strlen(s);
+}
+
+/*
+ * A submit line, {"name": N, "after": [...], FIELD: ..., "task": {...}}:
+ * its task, its own fields on it, its name, and the earlier lines its after
+ * names (by their name; numbers and digit strings are task ids). 0, or -1
+ * with *bad set.
+ */
+static int
+batch_line_fields(json_t *obj, struct batch_item *items, size_t n, struct batch_item *it,
+    const char **bad, char **badbuf)
+{
+	json_t *name = json_object_get(obj, FIELD_NAME), *after, *one;
+	size_t i, k;
+
+	if (name != NULL && (!json_is_string(name) || json_string_length(name) == 0 ||
+	    batch_id_text(json_string_value(name)))) {
+		*bad = "\"name\" must be a word for later lines' \"after\" (not a number)";
+		return -1;
+	}
+	for (k = 0; name != NULL && k < n; k++)
+		if (items[k].name != NULL && strcmp(items[k].name, json_string_value(name)) == 0) {
+			if (asprintf(badbuf, "the name \"%s\" is line %zu's already",
+			    json_string_value(name), items[k].line) == -1)
+				*badbuf = NULL;
+			*bad = *badbuf != NULL ? *badbuf : "a name given twice";
+			return -1;
+		}
+	after = json_object_get(obj, FIELD_AFTER);
+	if (after != NULL && json_is_array(after)) {
+		if ((it->deps = calloc(json_array_size(after) + 1, sizeof *it->deps)) == NULL) {
+			*bad = "out of memory";
+			return -1;
+		}
+		json_array_foreach(after, i, one) {
+			const char *ref = json_string_value(one);
+			if (ref == NULL || batch_id_text(ref))
+				continue;       /* a task id: the daemon checks it */
+			for (k = 0; k < n; k++)
+				if (items[k].name != NULL && strcmp(items[k].name, ref) == 0)
+					break;
+			if (k == n) {
+				if (asprintf(badbuf, "\"after\": no earlier line is named \"%s\"",
+				    ref) == -1)
+					*badbuf = NULL;
+				*bad = *badbuf != NULL ? *badbuf : "\"after\" names no earlier line";
+				return -1;
+			}
+			it->deps[it->ndeps++] = k;
+		}
+	}
+	if (name != NULL && (it->name = strdup(json_string_value(name))) == NULL) {
+		*bad = "out of memory";
+		return -1;
+	}
+	it->fields = json_deep_copy(obj);
+	json_object_del(it->fields, FIELD_TASK);
+	json_object_del(it->fields, FIELD_NAME);
+	return 0;
+}
+
+/* One line as a task: NULL when blank, or on an error (*bad set); *obj: a submit line's. */
 static json_t *
-batch_line_task(const char *line, const char **bad, char **badbuf)
+batch_line_task(const char *line, const char **bad, char **badbuf, json_t **obj)
 {
 	json_error_t jerr;
 	const char *p = line;
@@ -129,6 +195,12 @@ batch_line_task(const char *line, const char **bad, char **badbuf)
 				*badbuf = NULL;
 			*bad = *badbuf != NULL ? *badbuf : "not a JSON task object";
 			return NULL;
+		}
+		if (json_is_object(task) && json_is_object(json_object_get(task, FIELD_TASK)) &&
+		    json_object_get(task, FIELD_KIND) == NULL) {
+			/* a submit line: the task and its own fields */
+			*obj = task;
+			task = json_incref(json_object_get(*obj, FIELD_TASK));
 		}
 		if (!json_is_object(task) ||
 		    !json_is_string(json_object_get(task, FIELD_KIND))) {
@@ -216,7 +288,7 @@ batch_read(FILE *f, const char *name, const struct taskopt *to,
 	char *line = NULL, *badbuf, why[256];
 	const char *bad;
 	ssize_t got;
-	json_t *task;
+	json_t *task, *obj;
 	int errors = 0;
 
 	while ((got = getline(&line, &linecap, f)) != -1) {
@@ -230,13 +302,15 @@ batch_read(FILE *f, const char *name, const struct taskopt *to,
 			continue;
 		}
 		badbuf = NULL;
-		task = batch_line_task(line, &bad, &badbuf);
+		obj = NULL;
+		task = batch_line_task(line, &bad, &badbuf, &obj);
 		if (task == NULL) {
 			if (bad != NULL) {
 				tpctl_warnx("%s:%zu: %s", name, lineno, bad);
 				errors++;
 			}
 			free(badbuf);
+			json_decref(obj);
 			continue;
 		}
 		taskopt_apply(to, task);
@@ -260,6 +334,13 @@ batch_read(FILE *f, const char *name, const struct taskopt *to,
 		items[n].task = task;
 		items[n].task_id = -1;
 		items[n].text = strndup(line, 72);
+		if (obj != NULL && batch_line_fields(obj, items, n, &items[n], &bad,
+		    &badbuf) == -1) {
+			tpctl_warnx("%s:%zu: %s", name, lineno, bad);
+			free(badbuf);
+			errors++;
+		}
+		json_decref(obj);
 		n++;
 	}
 	if (ferror(f)) {
@@ -279,7 +360,10 @@ batch_items_free(struct batch_item *items, size_t n)
 
 	for (i = 0; i < n; i++) {
 		json_decref(items[i].task);
+		json_decref(items[i].fields);
 		free(items[i].text);
+		free(items[i].name);
+		free(items[i].deps);
 	}
 	free(items);
 }

@@ -57,6 +57,71 @@ struct batch {
 	uint64_t start_us;
 };
 
+/*
+ * Whether the next line may go: the lines its after names are accepted
+ * (their task ids known). A line whose dependency was never accepted is
+ * not submitted (counted failed, said), and the one after it is looked at.
+ * False: none left, or the next waits for its dependencies' answers.
+ */
+static bool
+batch_next_ready(struct batch *b)
+{
+	while (b->next < b->n) {
+		struct batch_item *it = &b->items[b->next], *gone = NULL;
+		bool blocked = false;
+
+		for (size_t k = 0; k < it->ndeps && gone == NULL; k++) {
+			struct batch_item *d = &b->items[it->deps[k]];
+			if (d->task_id != -1)
+				continue;
+			if (d->state == BATCH_FINISHED)
+				gone = d;
+			else
+				blocked = true;
+		}
+		if (gone == NULL)
+			return !blocked;
+		it->state = BATCH_FINISHED;
+		b->finished++;
+		b->failed++;
+		if (!b->stdout_gone && !b->s.stdout_gone)
+			tpctl_warnx("%s:%zu: not submitted: it runs after line %zu, which was "
+			    "not accepted", b->name, it->line, gone->line);
+		progress_done(b->progress, PROGRESS_FAILED);
+		b->next++;
+	}
+	return false;
+}
+
+/* A line's own fields over the options': its after's names become the lines' task ids. */
+static void
+batch_line_fields(struct batch *b, struct batch_item *it, json_t *req)
+{
+	json_t *v, *after, *one;
+	const char *key;
+	size_t i, k;
+
+	json_object_foreach(it->fields, key, v) {
+		if (strcmp(key, FIELD_AFTER) != 0 || !json_is_array(v)) {
+			json_object_set(req, key, v);
+			continue;
+		}
+		after = json_array();
+		json_array_foreach(v, i, one) {
+			const char *ref = json_string_value(one);
+			for (k = 0; ref != NULL && k < it->ndeps; k++)
+				if (strcmp(b->items[it->deps[k]].name, ref) == 0)
+					break;
+			if (ref != NULL && k < it->ndeps)
+				json_array_append_new(after, json_integer(
+				    (json_int_t)b->items[it->deps[k]].task_id));
+			else
+				json_array_append(after, one);
+		}
+		json_object_set_new(req, FIELD_AFTER, after);
+	}
+}
+
 static int
 batch_send_more(struct batch *b)
 {
@@ -67,12 +132,14 @@ batch_send_more(struct batch *b)
 	while (!b->stopping && b->inflight < b->window) {
 		if (b->nretry > 0)
 			i = b->retry[--b->nretry];
-		else if (b->next < b->n)
+		else if (batch_next_ready(b))
 			i = b->next++;
 		else
 			break;
 		it = &b->items[i];
 		req = taskopt_submit(b->to, json_incref(it->task));
+		if (it->fields != NULL)
+			batch_line_fields(b, it, req);
 		json_object_set_new(req, FIELD_ID, json_integer((json_int_t)i + 1));
 		/* a submit waiting for room is answered when there is: not at once */
 		if ((taskopt_waits_for_room(b->to) ? session_send_wait(&b->s, req) :

@@ -82,6 +82,11 @@ enqueue_exec(struct tpctl *opt, int argc, char **argv)
 		    "(its pool key in tpd.conf)");
 		goto out;
 	}
+	if (taskopt_scheduling(&to) != NULL) {
+		cmd_usage_error(&cmd_enqueue, "%s: a stream entry carries a task, not how the "
+		    "daemon schedules it", taskopt_scheduling(&to));
+		goto out;
+	}
 	if (stream == NULL) {
 		cmd_usage_error(&cmd_enqueue, "--stream STREAM is needed (a source's stream "
 		    "key in tpd.conf)");

@@ -23,8 +23,9 @@
 #define LIST_OPT_LIMIT  1204
 #define LIST_OPT_BEFORE 1205
 
-static const char *const list_states[] = { STATE_QUEUED, STATE_RUNNING, STATE_SUCCEEDED,
-    STATE_FAILED, STATE_TIMED_OUT, STATE_CANCELLED, STATE_EXPIRED, STATE_LOST, NULL };
+static const char *const list_states[] = { STATE_SCHEDULED, STATE_WAITING, STATE_QUEUED,
+    STATE_RUNNING, STATE_SUCCEEDED, STATE_FAILED, STATE_TIMED_OUT, STATE_CANCELLED,
+    STATE_EXPIRED, STATE_LOST, STATE_SKIPPED, NULL };
 
 /* Adds each state of a comma-separated list to states; -1 (printed) on a bad one. */
 static int
@@ -42,8 +43,9 @@ list_add_states(json_t *states, const char *arg)
 			if (strcmp(list_states[i], p) == 0)
 				break;
 		if (list_states[i] == NULL) {
-			cmd_usage_error(&cmd_list, "--state: no state \"%s\" (states: queued, "
-			    "running, succeeded, failed, timed_out, cancelled, expired, lost)", p);
+			cmd_usage_error(&cmd_list, "--state: no state \"%s\" (states: scheduled, "
+			    "waiting, queued, running, succeeded, failed, timed_out, cancelled, "
+			    "expired, lost, skipped)", p);
 			free(copy);
 			return -1;
 		}
@@ -69,10 +71,10 @@ list_print(const json_t *ev)
 {
 	/* the same columns as status's (cmd-task.c) */
 	static const char *const headers[] = { "TASK", "LABEL", "POOL", "STATE", "QUEUED",
-	    "RUN", "OWNER", "PRI" };
+	    "RUN", "OWNER", "PRI", "COMMAND" };
 	json_t *tasks = json_object_get(ev, FIELD_TASKS), *t;
 	struct table *table;
-	char *cells[8];
+	char *cells[9];
 	size_t i, j;
 
 	if (json_array_size(tasks) == 0) {
@@ -84,7 +86,7 @@ list_print(const json_t *ev)
 			printf("no tasks\n");
 		return;
 	}
-	if ((table = table_new("rlllrrlr", headers)) == NULL)
+	if ((table = table_new("rlllrrlrl", headers)) == NULL)
 		return;
 	json_array_foreach(tasks, i, t) {
 		const char *state = event_str(t, FIELD_STATE, "?");
@@ -92,16 +94,25 @@ list_print(const json_t *ev)
 		cells[1] = strdup(*event_str(t, FIELD_LABEL, "") != '\0' ?
 		    event_str(t, FIELD_LABEL, "") : "-");
 		cells[2] = strdup(event_str(t, FIELD_POOL, "?"));
-		cells[3] = strdup(state);
+		/* a later attempt (a retry, a rerun after a restart): running#2 */
+		if (event_int(t, FIELD_ATTEMPT, 0) > 1) {
+			if (asprintf(&cells[3], "%s#%lld", state,
+			    (long long)event_int(t, FIELD_ATTEMPT, 0)) == -1)
+				cells[3] = NULL;
+		} else
+			cells[3] = strdup(state);
 		cells[4] = list_time(t, FIELD_QUEUED_MS, true);
-		/* a queued task has not run; an expired one never will */
+		/* a queued task has not run; an expired or skipped one never will */
 		cells[5] = list_time(t, FIELD_RUN_MS, strcmp(state, STATE_QUEUED) != 0 &&
-		    strcmp(state, STATE_EXPIRED) != 0);
+		    strcmp(state, STATE_EXPIRED) != 0 && strcmp(state, STATE_SKIPPED) != 0 &&
+		    strcmp(state, STATE_SCHEDULED) != 0 && strcmp(state, STATE_WAITING) != 0);
 		cells[6] = strdup(event_str(t, FIELD_OWNER, "-"));
 		if (asprintf(&cells[7], "%lld", (long long)event_int(t, FIELD_PRIORITY, 0)) == -1)
 			cells[7] = NULL;
+		cells[8] = format_command(event_str(t, FIELD_COMMAND, event_str(t, FIELD_KIND,
+		    "-")));
 		table_add(table, (const char *const *)cells);
-		for (j = 0; j < 8; j++)
+		for (j = 0; j < 9; j++)
 			free(cells[j]);
 	}
 	table_print(table, stdout);

@@ -231,7 +231,18 @@ run_event(struct run *r, json_t *ev)
 		}
 	} else if (strcmp(name, EV_DONE) == 0)
 		return run_done(r, ev);
-	else if (strcmp(name, EV_ERROR) == 0 &&
+	else if (strcmp(name, EV_RETRYING) == 0) {
+		char *what = event_describe_done(ev);
+		char in[FORMAT_DURATION_LEN];
+		/* an attempt ended: the next follows after its delay */
+		if (!r->s.opt->json)
+			tpctl_warnx("task %lld attempt %lld %s; attempt %lld in %s",
+			    (long long)r->task_id, (long long)event_int(ev, FIELD_ATTEMPT, 0),
+			    what != NULL ? what : "failed",
+			    (long long)event_int(ev, FIELD_ATTEMPT, 0) + 1,
+			    format_duration(event_num(ev, FIELD_DELAY_MS, 0), in, sizeof in));
+		free(what);
+	} else if (strcmp(name, EV_ERROR) == 0 &&
 	    (k = taskopt_refused_limit(r->to, r->task, ev)) != -1)
 		return taskopt_report_refused(r->to, k, ev);
 	else if (strcmp(name, EV_REJECTED) == 0 || strcmp(name, EV_ERROR) == 0)
@@ -463,6 +474,139 @@ out:
 	taskopt_free(&to);
 	return code;
 }
+
+/*
+ * The submit that repeats a task, from its status: its spec, and its
+ * submit fields but key (the repeat is a task of its own) and after (what
+ * it waited for has ended). NULL (printed) when the status lacks them.
+ */
+static json_t *
+rerun_request(const json_t *st, long long id)
+{
+	json_t *spec = json_object_get(st, FIELD_SPEC);
+	json_t *fields = json_object_get(st, FIELD_SUBMIT), *req, *v;
+	const char *key;
+
+	if (!json_is_object(spec)) {
+		tpctl_warnx("rerun %lld: the daemon does not say what the task was (an older "
+		    "tpd, or a task its journal kept from one)", id);
+		return NULL;
+	}
+	req = json_pack("{s:s, s:O}", FIELD_OP, OP_SUBMIT, FIELD_TASK, spec);
+	json_object_foreach(fields, key, v)
+		if (strcmp(key, FIELD_KEY) != 0 && strcmp(key, FIELD_AFTER) != 0 &&
+		    strcmp(key, FIELD_AFTER_MODE) != 0)
+			json_object_set(req, key, v);
+	return req;
+}
+
+/*
+ * tpctl rerun ID: the task's spec submitted again as a new task; prints the
+ * new id, or with --wait follows it as run does.
+ */
+static int
+rerun_exec(struct tpctl *opt, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CMD_LONGOPTS_COMMON,
+		{ "wait", no_argument, NULL, 'w' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ NULL, 0, NULL, 0 }
+	};
+	struct taskopt to;
+	struct session s;
+	struct run r;
+	json_t *req, *st = NULL, *ev;
+	long long *ids = NULL, id;
+	bool wait = false;
+	int ch, code, res;
+
+	memset(&r, 0, sizeof r);
+	while ((ch = cmd_getopt(&cmd_rerun, opt, argc, argv, "+:hwv", longopts)) != -1) {
+		if (ch == 'w')
+			wait = true;
+		else if (ch == 'v')
+			r.verbose = true;
+		else
+			return ch == 'h' ? 0 : EX_USAGE;
+	}
+	if (argc - optind != 1)
+		return cmd_usage_error(&cmd_rerun, "one task id expected");
+	if ((code = cmd_parse_task_ids(&cmd_rerun, 1, argv + optind, &ids)) != 0)
+		return code;
+	id = ids[0];
+	free(ids);
+	req = json_pack("{s:s, s:I}", FIELD_OP, OP_STATUS, FIELD_TASK, (json_int_t)id);
+	if ((code = session_once(opt, "rerun", req, &st)) != 0)
+		return code;
+	req = rerun_request(st, id);
+	json_decref(st);
+	if (req == NULL)
+		return EXIT_TASK_FAILED;
+	if (wait) {
+		taskopt_init(&to);
+		r.to = &to;
+		r.task_id = -1;
+		r.task = json_incref(json_object_get(req, FIELD_TASK));
+		json_object_set_new(req, FIELD_STREAM, json_true());
+		json_object_del(req, FIELD_DETACH);
+		if ((code = run_begin(&r, opt, req, true)) != 0)
+			goto out;
+		for (code = -1; code == -1;) {
+			res = session_next(&r.s, &ev, -1);
+			if (res == LINK_INTERRUPTED) {
+				code = run_interrupted(&r);
+				continue;
+			}
+			if (res != LINK_EVENT) {
+				code = session_exit_code(res);
+				break;
+			}
+			code = run_event(&r, ev);
+			json_decref(ev);
+			if (code == -1 && r.s.stdout_gone)
+				code = run_broken_pipe(&r);
+		}
+		session_close(&r.s);
+out:
+		json_decref(r.task);
+		taskopt_free(&to);
+		return code;
+	}
+	json_object_set_new(req, FIELD_DETACH, json_true());
+	if ((code = session_open(&s, opt)) != 0) {
+		json_decref(req);
+		return code;
+	}
+	if (session_call(&s, req, &ev) == 0) {
+		if (strcmp(event_name(ev), EV_ACCEPTED) == 0) {
+			if (!opt->json)
+				printf("%lld\n", (long long)event_int(ev, FIELD_TASK, -1));
+			code = 0;
+		} else
+			code = event_report_error("rerun", ev);
+		json_decref(ev);
+	} else
+		code = EX_UNAVAILABLE;
+	session_close(&s);
+	return code;
+}
+
+const struct cmd cmd_rerun = {
+	.name = "rerun",
+	.args = "[--wait] [-v] ID",
+	.summary = "submit a task again as a new task (same command, env, cwd, pool)",
+	.help =
+	    "Asks the daemon what task ID was (its status's spec and submit fields)\n"
+	    "and submits the same again as a new task, with the same fields but its\n"
+	    "key and after; prints the new id. Works on a finished task too (while it\n"
+	    "is retained).\n"
+	    "\n"
+	    "  -w, --wait               follow the new task as run does: its output,\n"
+	    "                           then exit with its exit status\n"
+	    "  -v, --verbose            with --wait: at the end, what the task used\n",
+	.exec = rerun_exec,
+};
 
 const struct cmd cmd_follow = {
 	.name = "follow",

@@ -3,8 +3,10 @@
  * connections, then two tables of one row per pool: what the pool is now
  * (its state, workers and queue) and what became of the tasks it accepted;
  * and with [source NAME] sections, a table of one row per source (its
- * state, entries in flight, counts, last error). The second adds up: ACCEPTED is QUEUED + RUNNING + each end's count, at
- * every moment, as the pool counts them all under one lock.
+ * state, entries in flight, counts, last error). The second adds up:
+ * ACCEPTED is QUEUED + RUNNING + each end's count, at every moment, as the
+ * pool counts them all under one lock (a retried task counts once per
+ * attempt; SKIPPED tasks never entered the pool).
  */
 #include "config.h"
 
@@ -28,7 +30,8 @@ static const struct stats_col stats_now[] = {
 	{ "MIN-MAX", FIELD_MIN_WORKERS },
 	{ "WORKERS", FIELD_WORKERS }, { "BUSY", FIELD_BUSY }, { "QUEUED", FIELD_QUEUED },
 	{ "HELD", FIELD_HELD }, { "CAPACITY", FIELD_CAPACITY }, { "LIMIT", FIELD_LIMIT },
-	{ "OLDEST", FIELD_OLDEST_QUEUED_MS }, { NULL, NULL }
+	{ "OLDEST", FIELD_OLDEST_QUEUED_MS }, { "SCHEDULED", FIELD_SCHEDULED },
+	{ "WAITING", FIELD_WAITING }, { NULL, NULL }
 };
 
 static const struct stats_col stats_tasks[] = {
@@ -37,7 +40,7 @@ static const struct stats_col stats_tasks[] = {
 	{ "TIMED_OUT", FIELD_TIMED_OUT }, { "CANCELLED", FIELD_CANCELLED },
 	{ "EXPIRED", FIELD_EXPIRED }, { "DISPLACED", FIELD_DISPLACED },
 	{ "REJECTED", FIELD_REJECTED }, { "QUOTA", FIELD_REJECTED_QUOTA }, { "LOST", FIELD_LOST },
-	{ NULL, NULL }
+	{ "SKIPPED", FIELD_SKIPPED }, { "RETRIED", FIELD_RETRIED }, { NULL, NULL }
 };
 
 /* The sources: what each is now, and what became of the entries it read. */

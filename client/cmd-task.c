@@ -152,10 +152,10 @@ static void
 status_print(struct status_rows *rows)
 {
 	static const char *const headers[] = { "TASK", "LABEL", "POOL", "STATE", "QUEUED",
-	    "RUN", "OWNER", "PRI", "USAGE" };
+	    "RUN", "OWNER", "PRI", "COMMAND", "USAGE" };
 	static const char *const keys[] = { FIELD_TASK, FIELD_LABEL, FIELD_POOL, FIELD_STATE,
 	    FIELD_QUEUED_MS, FIELD_RUN_MS, FIELD_OWNER };
-	char used[FORMAT_USAGE_LEN], *cells[9];
+	char used[FORMAT_USAGE_LEN], *cells[10];
 	bool have_usage = false;
 	struct table *t;
 	json_t *ev, *usage;
@@ -163,22 +163,28 @@ status_print(struct status_rows *rows)
 
 	json_array_foreach(rows->usage, r, usage)
 		have_usage = have_usage || !json_is_null(usage);
-	ncols = have_usage ? 9 : 8;
-	if ((t = table_new(have_usage ? "rlllrrlrl" : "rlllrrlr", headers)) == NULL)
+	ncols = have_usage ? 10 : 9;
+	if ((t = table_new(have_usage ? "rlllrrlrll" : "rlllrrlrl", headers)) == NULL)
 		return;
 	json_array_foreach(rows->events, r, ev) {
+		const char *state = event_str(ev, FIELD_STATE, "");
+
 		for (i = 0; i < 7; i++) {
 			json_t *v = json_object_get(ev, keys[i]);
-			/* a queued task has not run: "-", as list says */
-			if (i == 5 && strcmp(event_str(ev, FIELD_STATE, ""), STATE_QUEUED) == 0)
+			/* a task that has not run, or never will: "-", as list says */
+			if (i == 5 && (strcmp(state, STATE_QUEUED) == 0 ||
+			    strcmp(state, STATE_SCHEDULED) == 0 || strcmp(state, STATE_WAITING) == 0 ||
+			    strcmp(state, STATE_EXPIRED) == 0 || strcmp(state, STATE_SKIPPED) == 0))
 				v = NULL;
 			cells[i] = v != NULL && !(json_is_string(v) && *json_string_value(v) ==
 			    '\0') ? format_cell(keys[i], v) : strdup("-");
 		}
 		if (asprintf(&cells[7], "%lld", (long long)event_int(ev, FIELD_PRIORITY, 0)) == -1)
 			cells[7] = NULL;
+		cells[8] = format_command(event_str(ev, FIELD_COMMAND, event_str(ev, FIELD_KIND,
+		    NULL)));
 		if (have_usage)
-			cells[8] = strdup(format_usage(json_array_get(rows->usage, r),
+			cells[9] = strdup(format_usage(json_array_get(rows->usage, r),
 			    used, sizeof used) != NULL ? used : "");
 		table_add(t, (const char *const *)cells);
 		for (i = 0; i < ncols; i++)

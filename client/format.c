@@ -193,6 +193,17 @@ format_safe(const char *s)
 	return out;
 }
 
+char *
+format_command(const char *command)
+{
+	char *s = strdup(command != NULL ? command : "-"), *p;
+
+	for (p = s; p != NULL && *p != '\0'; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+	return s;
+}
+
 struct table {
 	char *align;
 	size_t ncols;

@@ -51,6 +51,7 @@ void
 taskopt_init(struct taskopt *to)
 {
 	memset(to, 0, sizeof *to);
+	to->retries = -1;
 }
 
 void
@@ -59,7 +60,61 @@ taskopt_free(struct taskopt *to)
 	json_decref(to->env);
 	json_decref(to->task);
 	json_decref(to->limits);
+	json_decref(to->after);
+	json_decref(to->retry_on);
 	taskopt_init(to);
+}
+
+/* --after ID[,ID...]: each a task id, added to to->after; -1 (printed) on a bad one. */
+static int
+taskopt_after(struct taskopt *to, const struct cmd *c, const char *arg)
+{
+	char *copy = strdup(arg), *p, *next;
+	long long id;
+
+	if (copy == NULL)
+		return -1;
+	if (to->after == NULL)
+		to->after = json_array();
+	for (p = copy; p != NULL; p = next) {
+		if ((next = strchr(p, ',')) != NULL)
+			*next++ = '\0';
+		if (format_parse_int(p, 1, INT64_MAX, &id) == -1) {
+			cmd_usage_error(c, "--after: '%s' is not a task id", p);
+			free(copy);
+			return -1;
+		}
+		json_array_append_new(to->after, json_integer((json_int_t)id));
+	}
+	free(copy);
+	if (json_array_size(to->after) > WIRE_MAX_AFTER)
+		return cmd_usage_error(c, "--after: more than %d tasks", WIRE_MAX_AFTER), -1;
+	return 0;
+}
+
+/* --retry-on STATE[,STATE...]: failed, timed_out, lost. */
+static int
+taskopt_retry_on(struct taskopt *to, const struct cmd *c, const char *arg)
+{
+	char *copy = strdup(arg), *p, *next;
+
+	if (copy == NULL)
+		return -1;
+	json_decref(to->retry_on);
+	to->retry_on = json_array();
+	for (p = copy; p != NULL; p = next) {
+		if ((next = strchr(p, ',')) != NULL)
+			*next++ = '\0';
+		if (strcmp(p, STATE_FAILED) != 0 && strcmp(p, STATE_TIMED_OUT) != 0 &&
+		    strcmp(p, STATE_LOST) != 0) {
+			cmd_usage_error(c, "--retry-on: '%s' is not failed, timed_out or lost", p);
+			free(copy);
+			return -1;
+		}
+		json_array_append_new(to->retry_on, json_string(p));
+	}
+	free(copy);
+	return 0;
 }
 
 static int
@@ -277,6 +332,41 @@ taskopt_option(struct taskopt *to, const struct cmd *c, int ch, const char *arg)
 		return 1;
 	case OPT_STDIN_OPEN:
 		to->stdin_open = true;
+		return 1;
+	case OPT_DELAY:
+		if (cmd_duration_arg(c, "--delay", arg, &to->delay_ms) == -1)
+			return -1;
+		if (to->delay_ms > WIRE_MAX_DELAY_MS)
+			return cmd_usage_error(c, "--delay: '%s' is longer than a year", arg), -1;
+		to->delay_set = to->delay_ms != 0;
+		return 1;
+	case OPT_AFTER:
+		return taskopt_after(to, c, arg) == -1 ? -1 : 1;
+	case OPT_AFTER_ANY:
+		to->after_any = true;
+		return 1;
+	case OPT_RETRIES:
+		if (format_parse_int(arg, 0, WIRE_MAX_RETRIES, &to->retries) == -1)
+			return cmd_usage_error(c, "--retries: '%s' is not a number from 0 "
+			    "to %d", arg, WIRE_MAX_RETRIES), -1;
+		return 1;
+	case OPT_RETRY_ON:
+		return taskopt_retry_on(to, c, arg) == -1 ? -1 : 1;
+	case OPT_RETRY_DELAY:
+		if (cmd_duration_arg(c, "--retry-delay", arg, &to->retry_delay_ms) == -1)
+			return -1;
+		to->retry_delay_set = true;
+		return 1;
+	case OPT_KEY:
+		if (*arg == '\0' || strlen(arg) > WIRE_MAX_KEY)
+			return cmd_usage_error(c, "--key: 1 to %d bytes, not %zu", WIRE_MAX_KEY,
+			    strlen(arg)), -1;
+		to->key = arg;
+		return 1;
+	case OPT_ON_LOST:
+		if (strcmp(arg, ON_LOST_LOST) != 0 && strcmp(arg, ON_LOST_RERUN) != 0)
+			return cmd_usage_error(c, "--on-lost: '%s' is not lost or rerun", arg), -1;
+		to->on_lost = arg;
 		return 1;
 	case OPT_TASK:
 		json_decref(to->task);
@@ -509,6 +599,15 @@ taskopt_cwd(const struct taskopt *to, const struct cmd *c, struct tpctl *opt, js
 	return 0;
 }
 
+const char *
+taskopt_scheduling(const struct taskopt *to)
+{
+	return to->delay_set ? "--delay" : to->after != NULL ? "--after" :
+	    to->after_any ? "--after-any" : to->retries >= 0 ? "--retries" :
+	    to->retry_on != NULL ? "--retry-on" : to->retry_delay_set ? "--retry-delay" :
+	    to->key != NULL ? "--key" : to->on_lost != NULL ? "--on-lost" : NULL;
+}
+
 json_t *
 taskopt_submit(const struct taskopt *to, json_t *task)
 {
@@ -523,6 +622,23 @@ taskopt_submit(const struct taskopt *to, json_t *task)
 	if (to->queue_timeout_set)
 		json_object_set_new(req, FIELD_QUEUE_TIMEOUT_MS,
 		    json_integer((json_int_t)to->queue_timeout_ms));
+	if (to->delay_set)
+		json_object_set_new(req, FIELD_DELAY_MS, json_integer((json_int_t)to->delay_ms));
+	if (to->after != NULL)
+		json_object_set(req, FIELD_AFTER, to->after);
+	if (to->after_any)
+		json_object_set_new(req, FIELD_AFTER_MODE, json_string(AFTER_MODE_ANY));
+	if (to->retries >= 0)
+		json_object_set_new(req, FIELD_RETRIES, json_integer((json_int_t)to->retries));
+	if (to->retry_on != NULL)
+		json_object_set(req, FIELD_RETRY_ON, to->retry_on);
+	if (to->retry_delay_set)
+		json_object_set_new(req, FIELD_RETRY_DELAY_MS,
+		    json_integer((json_int_t)to->retry_delay_ms));
+	if (to->key != NULL)
+		json_object_set_new(req, FIELD_KEY, json_string(to->key));
+	if (to->on_lost != NULL)
+		json_object_set_new(req, FIELD_ON_LOST, json_string(to->on_lost));
 	if (to->priority_set)
 		json_object_set_new(req, FIELD_PRIORITY, json_integer((json_int_t)to->priority));
 	json_object_set_new(req, FIELD_ADMISSION,

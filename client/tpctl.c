@@ -21,7 +21,7 @@ const char *tpctl_prog = "tpctl";
 
 static const struct cmd *const cmds[] = {
 	&cmd_run, &cmd_submit, &cmd_wait, &cmd_status, &cmd_list, &cmd_follow, &cmd_log, &cmd_send,
-	&cmd_cancel, &cmd_stats, &cmd_resize, &cmd_pause, &cmd_resume,
+	&cmd_rerun, &cmd_cancel, &cmd_stats, &cmd_resize, &cmd_pause, &cmd_resume,
 	&cmd_shutdown, &cmd_ping, &cmd_batch, &cmd_top, &cmd_enqueue, &cmd_results, NULL
 };
 

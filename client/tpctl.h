@@ -95,7 +95,7 @@ int cmd_parse_task_ids(const struct cmd *, int argc, char **argv, long long **id
 /* The commands. */
 extern const struct cmd cmd_run, cmd_submit, cmd_wait, cmd_status, cmd_cancel,
     cmd_stats, cmd_resize, cmd_shutdown, cmd_ping, cmd_batch, cmd_top, cmd_list,
-    cmd_follow, cmd_send, cmd_log, cmd_pause, cmd_resume;
+    cmd_follow, cmd_send, cmd_log, cmd_rerun, cmd_pause, cmd_resume;
 /* The commands that work with a tpd source's Redis streams (hiredis). */
 extern const struct cmd cmd_enqueue, cmd_results;
 
@@ -353,6 +353,17 @@ struct taskopt {
 	long long priority;             /* --priority */
 	bool priority_set;
 	bool no_wait_for_room;          /* --no-wait-for-room: a full queue refuses at once */
+	/* scheduling: the submit's fields (doc/protocol.md), absent unless given */
+	uint64_t delay_ms;              /* --delay */
+	bool delay_set;
+	json_t *after;                  /* --after ID[,ID...]: an array of ids, or NULL */
+	bool after_any;                 /* --after-any */
+	long long retries;              /* --retries; -1: not given */
+	json_t *retry_on;               /* --retry-on STATE[,STATE...]: an array, or NULL */
+	uint64_t retry_delay_ms;        /* --retry-delay */
+	bool retry_delay_set;
+	const char *key;                /* --key */
+	const char *on_lost;            /* --on-lost lost|rerun */
 };
 #define OPT_QUEUE_TIMEOUT 1001
 #define OPT_OUTPUT_LIMIT  1002
@@ -361,6 +372,14 @@ struct taskopt {
 #define OPT_STDIN_OPEN    1005
 #define OPT_PRIORITY      1006
 #define OPT_NO_WAIT_ROOM  1007
+#define OPT_DELAY         1020
+#define OPT_AFTER         1021
+#define OPT_AFTER_ANY     1022
+#define OPT_RETRIES       1023
+#define OPT_RETRY_ON      1024
+#define OPT_RETRY_DELAY   1025
+#define OPT_KEY           1026
+#define OPT_ON_LOST       1027
 /* The limit options, in the order of limit_arg (taskopt.c's table). */
 #define OPT_LIMIT_FIRST   1100
 #define OPT_MEMORY        1100
@@ -386,7 +405,15 @@ struct taskopt {
 	{ "pids", required_argument, NULL, OPT_PIDS }, \
 	{ "open-files", required_argument, NULL, OPT_OPEN_FILES }, \
 	{ "cpu-seconds", required_argument, NULL, OPT_CPU_SECONDS }, \
-	{ "file-size", required_argument, NULL, OPT_FILE_SIZE }
+	{ "file-size", required_argument, NULL, OPT_FILE_SIZE }, \
+	{ "delay", required_argument, NULL, OPT_DELAY }, \
+	{ "after", required_argument, NULL, OPT_AFTER }, \
+	{ "after-any", no_argument, NULL, OPT_AFTER_ANY }, \
+	{ "retries", required_argument, NULL, OPT_RETRIES }, \
+	{ "retry-on", required_argument, NULL, OPT_RETRY_ON }, \
+	{ "retry-delay", required_argument, NULL, OPT_RETRY_DELAY }, \
+	{ "key", required_argument, NULL, OPT_KEY }, \
+	{ "on-lost", required_argument, NULL, OPT_ON_LOST }
 #define TASKOPT_HELP \
 	"  -p, --pool P             submit to pool P (default: the daemon's \"default\")\n" \
 	"      --label TEXT         name the task (up to 128 bytes): status and list\n" \
@@ -408,7 +435,20 @@ struct taskopt {
 	"      --pids N             limit its processes and threads to N at once\n" \
 	"      --open-files N       limit each process's open files (at least 3)\n" \
 	"      --cpu-seconds N      limit each process's CPU time (90, or 2min)\n" \
-	"      --file-size SIZE     limit the size of each file it writes (10M)\n"
+	"      --file-size SIZE     limit the size of each file it writes (10M)\n" \
+	"      --delay DUR          enter the queue DUR from now (scheduled until then)\n" \
+	"      --after ID[,ID...]   wait until those tasks succeeded (waiting); skipped\n" \
+	"                           if one does not; repeatable\n" \
+	"      --after-any          ... until they ended, in any state\n" \
+	"      --retries N          run it again up to N times when it fails (0-100)\n" \
+	"      --retry-on STATES    which ends are retried: failed,timed_out,lost\n" \
+	"                           (default all three)\n" \
+	"      --retry-delay DUR    before the second attempt (default 1s), doubled\n" \
+	"                           for each later one, up to 5min\n" \
+	"      --key KEY            at most one task of yours with KEY: a submit that\n" \
+	"                           repeats it gets the existing task\n" \
+	"      --on-lost rerun      run it again if tpd died while it ran (default:\n" \
+	"                           it ends lost)\n"
 void taskopt_init(struct taskopt *);
 void taskopt_free(struct taskopt *);
 /* Handles one option: 1 taken, 0 not a task option, -1 bad value (printed). */
@@ -427,6 +467,8 @@ int taskopt_build(struct taskopt *, const struct cmd *, int argc, char **argv,
  * sent. 0 or an exit code (printed).
  */
 int taskopt_cwd(const struct taskopt *, const struct cmd *, struct tpctl *, json_t *task);
+/* The first scheduling option given (--delay, --after, ...), or NULL. */
+const char *taskopt_scheduling(const struct taskopt *);
 /* A submit request carrying task (taken). */
 json_t *taskopt_submit(const struct taskopt *, json_t *task);
 /*
@@ -455,6 +497,11 @@ struct batch_item {
 	json_t *task;
 	enum batch_state state;
 	int64_t task_id;                /* once accepted, else -1 */
+	/* a line {"task": ..., FIELD: ...}: its own submit fields (they win over options) */
+	json_t *fields;                 /* NULL: a plain line */
+	char *name;                     /* its "name", that later lines' after may give */
+	size_t *deps;                   /* the earlier lines its after names */
+	size_t ndeps;
 };
 /*
  * Splits a command line into words by the rules in tpctl(1). Returns the
@@ -555,6 +602,12 @@ int format_parse_int(const char *s, long long min, long long max, long long *out
  * number, a string as it is, "-" for null, JSON for the rest.
  */
 char *format_cell(const char *key, const json_t *v);
+/*
+ * A task's command (list, status) as table text (allocated): its control
+ * characters (a newline in an argument, an escape) shown as '?', so that
+ * a row stays one line and the terminal takes nothing from it.
+ */
+char *format_command(const char *command);
 
 /*
  * s made safe for a terminal: a control character (C0, DEL, C1: ESC, BEL,

@@ -46,6 +46,7 @@
 #define EV_STATS    "stats"
 #define EV_LIST     "list"
 #define EV_CUT      "cut"      /* a replay from the spool is missing bytes */
+#define EV_RETRYING "retrying"      /* an attempt ended and another is scheduled */
 
 /* terminal states in done, and the states status reports before them */
 #define STATE_QUEUED    "queued"
@@ -56,6 +57,9 @@
 #define STATE_CANCELLED "cancelled"
 #define STATE_EXPIRED   "expired"
 #define STATE_LOST      "lost"      /* running when the daemon died (journal replay) */
+#define STATE_SCHEDULED "scheduled" /* accepted, due later (delay_ms, a retry, or no room yet) */
+#define STATE_WAITING   "waiting"   /* accepted, waiting for its dependencies (after) */
+#define STATE_SKIPPED   "skipped"   /* terminal: a dependency did not succeed */
 
 /* error codes */
 #define ERR_BAD_JSON          "bad_json"
@@ -83,6 +87,7 @@
 #define ERR_STORAGE           "storage"              /* the journal cannot be written */
 #define ERR_TOO_MANY_CONNECTIONS "too_many_connections" /* a client past max_connections */
 #define ERR_FOLLOW_DROPPED    "follow_dropped"       /* a follower read too slowly: its follow ends */
+#define ERR_DEPENDENCY_FAILED "dependency_failed"    /* the state skipped */
 
 /* roles in hello */
 #define ROLE_ADMIN  "admin"
@@ -180,6 +185,32 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define POOL_STATE_CLOSED      "closed"
 #define FAIR_OWNER             "owner"
 #define FAIR_NONE              "none"
+
+/* scheduling a task: submit's fields, and what status, list and accepted say of them */
+#define FIELD_DELAY_MS         "delay_ms"       /* submit: enter the queue this much later */
+#define FIELD_AFTER            "after"          /* submit: ids it waits for; status: those left */
+#define FIELD_AFTER_MODE       "after_mode"     /* submit: "ok" (default) or "any" */
+#define AFTER_MODE_OK          "ok"
+#define AFTER_MODE_ANY         "any"
+#define FIELD_RETRIES          "retries"        /* submit: attempts after the first */
+#define FIELD_RETRY_ON         "retry_on"       /* submit: the end states retried */
+#define FIELD_RETRY_DELAY_MS   "retry_delay_ms"
+#define FIELD_RETRY_DELAY_MAX_MS "retry_delay_max_ms"
+#define FIELD_KEY              "key"            /* submit: the owner's idempotency key */
+#define FIELD_DUPLICATE        "duplicate"      /* accepted: the key named an existing task */
+#define FIELD_SPEC             "spec"           /* status: the task object as submitted */
+#define FIELD_SUBMIT           "submit"         /* status: the other submit fields */
+#define FIELD_COMMAND          "command"        /* list: what the task runs */
+#define FIELD_DUE_MS           "due_ms"         /* status: a scheduled task is due in */
+#define FIELD_RETRIED          "retried"        /* stats pool: attempts scheduled again */
+#define FIELD_SCHEDULED        "scheduled"      /* stats pool: tasks scheduled now */
+#define FIELD_WAITING          "waiting"        /* stats pool: tasks waiting now */
+#define FIELD_SKIPPED          "skipped"        /* stats pool: tasks skipped */
+#define WIRE_MAX_DELAY_MS      31536000000ull   /* delay_ms at most: a year */
+#define WIRE_MAX_AFTER         64               /* after: ids at most */
+#define WIRE_MAX_RETRIES       100
+#define WIRE_MAX_KEY           128              /* key: bytes at most */
+#define WIRE_COMMAND_MAX       200              /* list's command: bytes at most */
 
 /* stats, and each of its pools */
 #define FIELD_POOLS            "pools"

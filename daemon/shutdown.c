@@ -21,6 +21,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "daemon.h"
+#include "journal/durable.h"
 #include "net/conn.h"
 #include "pool/pools.h"
 #include "sd.h"
@@ -83,6 +84,7 @@ shutdown_begin(bool now)
 		log_notice("shutting down (%s): %llu task%s outstanding", now ? "now" : "drain",
 		    (unsigned long long)tasks_outstanding(), tasks_outstanding() == 1 ? "" : "s");
 		sources_stop(now);      /* first: a task cancelled by now stays pending */
+		tasks_shutdown(!now && durable_on()); /* scheduled, waiting: kept, or cancelled */
 		pools_close_all(now ? POOL_NOW : POOL_DRAIN);
 		for (size_t i = 0; i < nbegin_hooks; i++)
 			begin_hooks[i](now);
@@ -95,6 +97,7 @@ shutdown_begin(bool now)
 		log_notice("shutdown turned into now: cancelling %llu outstanding task%s",
 		    (unsigned long long)tasks_outstanding(), tasks_outstanding() == 1 ? "" : "s");
 		sources_stop(true);
+		tasks_shutdown(false);
 		pools_close_all(POOL_NOW);
 	}
 	task_wake_streams();    /* a run blocked on its stream budget sees the cancel */

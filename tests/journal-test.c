@@ -336,7 +336,7 @@ test_fields(void)
 	struct jbuf b = { 0 };
 	struct jaccepted a = { 0 }, a2;
 	struct jfinished f = { 0 }, f2;
-	struct jstarted s = { 3, 77 }, s2;
+	struct jstarted s = { 3, 77, 0 }, s2;
 	struct jfield_iter it;
 	struct jfield_val v;
 	const char *why = NULL;
@@ -387,6 +387,13 @@ test_fields(void)
 	jbuf_reset(&b);
 	jstarted_encode(&b, &s);
 	EXPECT(jstarted_decode(b.p, b.len, &s2, &why) == 0 && s2.attempt == 3 && s2.time_us == 77);
+	EXPECT(s2.retry_at_us == 0);
+	/* a retry's: the attempt has not begun, it is due then */
+	s.retry_at_us = 1234567;
+	jbuf_reset(&b);
+	jstarted_encode(&b, &s);
+	EXPECT(jstarted_decode(b.p, b.len, &s2, &why) == 0 && s2.retry_at_us == 1234567);
+	s.retry_at_us = 0;
 	jbuf_reset(&b);
 	jfield_u64(&b, JF_ATTEMPT, 0);
 	EXPECT(jstarted_decode(b.p, b.len, &s2, &why) == -1);
@@ -402,7 +409,13 @@ test_fields(void)
 	jfinished_encode(&b, &f);
 	CHECK(jfinished_decode(b.p, b.len, &f2, &why) == 0, "finished: %s", why);
 	EXPECT(f2.attempt == 2 && f2.queued_us == 10 && f2.run_us == 11 && f2.owner.p == NULL);
-	EXPECT(f2.state.len == 4 && f2.done.len == 15);
+	EXPECT(f2.state.len == 4 && f2.done.len == 15 && f2.spec.p == NULL);
+	f.spec = (struct jtext){ "{\"op\":\"submit\"}", 15 };
+	jbuf_reset(&b);
+	jfinished_encode(&b, &f);
+	EXPECT(jfinished_decode(b.p, b.len, &f2, &why) == 0 && f2.spec.len == 15 &&
+	    memcmp(f2.spec.p, "{\"op\":\"submit\"}", 15) == 0);
+	f.spec = (struct jtext){ NULL, 0 };
 
 	/* names */
 	jseg_name(name, sizeof name, 42);

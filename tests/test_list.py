@@ -61,8 +61,10 @@ def test_list_newest_first_with_every_field():
         check(ev["event"] == "list" and ev["more"] is False, "%r", ev)
         check([t["task"] for t in ev["tasks"]] == ids[::-1], "newest first: %r", ev)
         t = ev["tasks"][0]
+        # attempt: counted with the journal on
         check(set(t) == {"task", "pool", "owner", "label", "kind", "state", "priority",
-                         "queued_ms", "run_ms"}, "the fields: %r", t)
+                         "queued_ms", "run_ms", "command", "attempt"}, "the fields: %r", t)
+        check(t["command"] == "echo", "a built-in kind's command is its name: %r", t)
         check(t["pool"] == "default" and t["owner"] == "uid:%d" % os.geteuid() and
               t["label"] == "l2" and t["kind"] == "echo" and t["state"] == "succeeded",
               "%r", t)
@@ -253,15 +255,17 @@ def test_tpctl_label_and_list_table():
         lines = out.splitlines()
         print(out)
         check(lines[0].split() == ["TASK", "LABEL", "POOL", "STATE", "QUEUED", "RUN",
-                                   "OWNER", "PRI"], "the header: %r", lines)
+                                   "OWNER", "PRI", "COMMAND"], "the header: %r", lines)
         rows = [l.split() for l in lines[1:]]
         check([r[0] for r in rows] == [queued_id, long_id, "1"], "newest first: %r", rows)
         check(rows[0][1:4] == ["-", "batch", "queued"] and rows[0][5] == "-",
               "a queued task, no label, not run: %r", rows[0])
         check(rows[1][1:4] == ["long", "batch", "running"], "%r", rows[1])
         check(lines[3].split()[1:3] == ["first", "one"], "a label with a space: %r", lines[3])
-        check(all(r[-2] == "uid:%d" % os.getuid() and r[-1] == "0" for r in rows),
+        check(all(("uid:%d" % os.getuid()) in r and "0" in r for r in rows),
               "owners, priorities: %r", rows)
+        check(" ".join(rows[1][-2:]) == "sleep 60" and " ".join(rows[2][-2:]) == "echo hi",
+              "the commands, last: %r", rows)
         code, out, err = tpctl(d, "list", "--state", "running,queued", "--limit", "1")
         check(out.splitlines()[1].split()[0] == queued_id and
               "tpctl list --before %s" % queued_id in out, "a page and the next: %r", out)

@@ -473,8 +473,9 @@ def test_tpctl_pause_resume_resize_and_priority():
         check(r.stdout.splitlines()[0].split()[-1] == "PRI" and
               r.stdout.splitlines()[1].split()[-1] == "7", "status shows it: %r", r.stdout)
         r = tpctl(d, "list", "--pool", "p")
-        check(r.stdout.splitlines()[0].split()[-1] == "PRI" and
-              r.stdout.splitlines()[1].split()[-1] == "7", "%r", r.stdout)
+        # PRI, then the command, last
+        check(r.stdout.splitlines()[0].split()[-2:] == ["PRI", "COMMAND"] and
+              r.stdout.splitlines()[1].split()[-2:] == ["7", "echo"], "%r", r.stdout)
         r = tpctl(d, "stats")
         check("paused" in r.stdout, "stats shows the state: %r", r.stdout)
         r = tpctl(d, "resume", "p")

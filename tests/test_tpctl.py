@@ -841,18 +841,19 @@ def test_stats_table_formatting():
         lines = p.stdout.decode().splitlines()
         check(lines[0] == "tpd: up 3m12s, 1 connection", "%r", lines[0])
         check(lines[1].split() == ["POOL", "STATE", "TARGET", "MIN-MAX", "WORKERS", "BUSY",
-                                   "QUEUED", "HELD", "CAPACITY", "LIMIT", "OLDEST"], "%r",
-              lines[1])
+                                   "QUEUED", "HELD", "CAPACITY", "LIMIT", "OLDEST", "SCHEDULED",
+                                   "WAITING"], "%r", lines[1])
         # an older daemon's stats: what it does not say is "-"
         check(lines[2].split() == ["default", "-", "4", "-", "4", "4", "120", "-", "1024", "64",
-                                   "2.1s"], "%r", lines[2])
-        check(lines[3].split()[-1] == "-", "no queue, no age: %r", lines[3])
+                                   "2.1s", "-", "-"], "%r", lines[2])
+        check(lines[3].split()[-3] == "-", "no queue, no age: %r", lines[3])
         check(lines[4] == "", "a blank line between the tables: %r", lines)
         check(lines[5].split() == ["POOL", "ACCEPTED", "QUEUED", "RUNNING", "SUCCEEDED",
                                    "FAILED", "TIMED_OUT", "CANCELLED", "EXPIRED", "DISPLACED",
-                                   "REJECTED", "QUOTA", "LOST"], "%r", lines[5])
+                                   "REJECTED", "QUOTA", "LOST", "SKIPPED", "RETRIED"], "%r", lines[5])
         check(lines[6].split() == ["default", "123456", "120", "4", "123000", "3", "-", "-",
-                                   "-", "-", "7", "-", "-"], "fields this daemon lacks are -: %r",
+                                   "-", "-", "7", "-", "-", "-", "-"],
+              "fields this daemon lacks are -: %r",
               lines[6])
         for table in (lines[1:4], lines[5:8]):
             widths = {len(l) for l in table}

@@ -115,6 +115,7 @@ struct conf {
 	unsigned result_retain;         /* and at most this many; default 10000 */
 	size_t result_retain_bytes;     /* and their results in at most this; default 256 MiB */
 	unsigned max_subscriptions;     /* waits pending per connection; default 10000 */
+	unsigned max_scheduled;         /* scheduled and waiting tasks at once; default 100000 */
 	uint64_t shutdown_timeout_ms;   /* drain turns into now after this; 0 = never */
 	int log_level;                  /* LOG_ERR..LOG_DEBUG (syslog.h) */
 	char *admin_group;              /* may run admin ops on the Unix socket */

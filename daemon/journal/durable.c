@@ -36,12 +36,24 @@
  * STARTED record may be seen (task.c's start_barrier, released by
  * task_start_recorded from seen_cb).
  *
+ * A retry (tasks_set_retry_hook): when an attempt ends and another is
+ * scheduled, a STARTED record of the next attempt with JF_RETRY_AT (its due
+ * time) says it has not run yet. A delay needs no record of its own: the
+ * ACCEPTED record's request has delay_ms, and its acceptance time is kept.
+ *
  * Replay (durable_start): finished tasks are retained again (retention
- * applied again, by wall time); tasks never started are submitted again,
- * in id order, with their ids, their queued_ms counting from the first
- * accept; a task that had started ends lost, or runs again with its
- * attempt + 1 when submitted with on_lost "rerun"; a task whose pool is
- * gone ends lost. Ids go on after the highest the journal knew.
+ * applied again, by wall time), with their request (FINISHED's JF_SPEC:
+ * status's spec and submit, their key); tasks never started are submitted
+ * again, in id order, with their ids, their queued_ms counting from the
+ * first accept, and their request's scheduling fields read as the submit
+ * was: a delayed task is scheduled for its first due time, a waiting one
+ * waits again for those of its dependencies not ended (a dependency has a
+ * lower id, so it is back first), a task between attempts is scheduled for
+ * its recorded time; a task that had started ends lost, or runs again with
+ * its attempt + 1 when submitted with on_lost "rerun" or with lost in its
+ * retry_on (after its retry delay); a task cancelled before it ran ends
+ * cancelled; a task whose pool is gone ends lost. Ids go on after the
+ * highest the journal knew.
  */
 #include "config.h"
 
@@ -74,6 +86,7 @@ struct jdata {
 	struct journal_ref accepted, started, cancel, finished;
 	struct jbuf payload;        /* its ACCEPTED payload, while unfinished */
 	uint64_t finished_wall_us;
+	uint64_t retry_at_us;       /* its STARTED record says: the next attempt is due then */
 };
 
 static struct journal *journal;
@@ -248,6 +261,10 @@ finished_payload(struct task *t, uint64_t finished_wall_us, struct jbuf *b)
 	f.kind = text_of(t->kind != NULL ? t->kind->name : NULL);
 	f.done.p = t->done_text->data;
 	f.done.len = (uint32_t)t->done_text->len;
+	if (t->request != NULL) {
+		f.spec.p = t->request;   /* status's spec and submit, the key, rerun */
+		f.spec.len = (uint32_t)t->request_len;
+	}
 	jfinished_encode(b, &f);
 }
 
@@ -283,9 +300,10 @@ hook_started(struct task *t, void *arg)
 {
 	struct jdata *jd = t->jdata;
 	struct jbuf b = { 0 };
-	struct jstarted s = { t->attempt, clock_wall_us() };
+	struct jstarted s = { t->attempt, clock_wall_us(), 0 };
 
 	if (jd != NULL) {
+		jd->retry_at_us = 0;
 		jstarted_encode(&b, &s);
 		release(&jd->started);
 		append(JREC_STARTED, t->id, &b, &jd->started);
@@ -305,6 +323,27 @@ hook_started(struct task *t, void *arg)
 		nwaiting++;
 		pending = true;
 	}
+}
+
+/*
+ * t's attempt ended and the next (t->attempt) is due at t->due_wall_us: a
+ * STARTED record of that attempt with JF_RETRY_AT says it has not run yet,
+ * so that a restart schedules it again at that time.
+ */
+static void
+hook_retry(struct task *t)
+{
+	struct jdata *jd = t->jdata;
+	struct jbuf b = { 0 };
+	struct jstarted s = { t->attempt, clock_wall_us(), t->due_wall_us };
+
+	if (jd == NULL)
+		return;
+	jd->retry_at_us = t->due_wall_us;
+	jstarted_encode(&b, &s);
+	release(&jd->started);
+	append(JREC_STARTED, t->id, &b, &jd->started);
+	jbuf_free(&b);
 }
 
 /* The STARTED records up to batch seen may be seen: their programs may run. */
@@ -394,6 +433,7 @@ snap_one(struct task *t, void *arg)
 	if (jd->started.size != 0) {
 		s.attempt = t->attempt;
 		s.time_us = clock_wall_us();
+		s.retry_at_us = jd->retry_at_us;
 		jstarted_encode(&b, &s);
 		jd->started = journal_snap_add(snap, JREC_STARTED, t->id, b.p, b.len);
 		jbuf_free(&b);
@@ -577,6 +617,45 @@ replay_check_texts(uint64_t id, const char *rec, const struct jtext *texts[],
 			    state_path, (unsigned long long)id, rec, names[i], bad);
 }
 
+/*
+ * The submit request a record kept, parsed (NULL: absent, not JSON, or a
+ * bare task object of an older build).
+ */
+static json_t *
+request_of(const struct jtext *text)
+{
+	json_t *root;
+
+	if (text->p == NULL ||
+	    (root = json_loadb(text->p, text->len, JSON_REJECT_DUPLICATES, NULL)) == NULL)
+		return NULL;
+	if (!json_is_object(root) || json_object_get(root, FIELD_OP) == NULL) {
+		json_decref(root);
+		return NULL;
+	}
+	return root;
+}
+
+/* t's request as a record kept it, with what comes of it: its key and its command. */
+static void
+restore_request(struct task *t, const struct jtext *text)
+{
+	json_t *root = request_of(text);
+	const char *key;
+
+	if (text->p == NULL)
+		return;
+	t->request = text_dup(text);
+	t->request_len = text->len;
+	if (root == NULL)
+		return;
+	if ((key = json_string_value(json_object_get(root, FIELD_KEY))) != NULL &&
+	    (t->key = strdup(key)) == NULL)
+		fatalx("journal replay: out of memory");
+	t->command = tasks_command(json_object_get(root, FIELD_TASK));
+	json_decref(root);
+}
+
 /* A retained result comes back. */
 static void
 replay_finished(struct journal *j, struct jread *rd, const struct jtask *jt)
@@ -609,6 +688,7 @@ replay_finished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	t->queued_us = f.queued_us;
 	t->run_us = f.run_us;
 	t->kind = kind_of(&f.kind);
+	restore_request(t, &f.spec);
 	jd->finished = journal_replay_ref(j, rd, &jt->finished);
 	jd->finished_wall_us = f.time_us;
 	t->jdata = jd;
@@ -616,17 +696,19 @@ replay_finished(struct journal *j, struct jread *rd, const struct jtask *jt)
 		fatalx("journal replay: out of memory");
 }
 
-/* A task that cannot run again ends lost now, with its FINISHED record. */
+/* A task that cannot run again ends now (lost, or cancelled), with its FINISHED record. */
 static void
-end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, uint64_t started_us,
-    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+end_now(struct task *t, struct jdata *jd, const struct jaccepted *a, const char *state,
+    uint64_t started_us,
+    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 /*
  * started_us: when its last start was recorded (0: never started). Its
  * queued_ms is the wait until that start, never the time until the restart.
  */
 static void
-end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, uint64_t started_us,
+end_now(struct task *t, struct jdata *jd, const struct jaccepted *a, const char *state,
+    uint64_t started_us,
     const char *fmt, ...)
 {
 	struct pools_entry *e;
@@ -639,18 +721,19 @@ end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, uint64_t s
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	t->final_state = STATE_LOST;
+	t->final_state = state;
 	if (started_us != 0)
 		t->queued_us = started_us > a->time_us ? started_us - a->time_us : 0;
 	else
 		t->queued_us = now > a->time_us ? now - a->time_us : 0;
-	if (t->pool_name != NULL && (e = pools_find(t->pool_name)) != NULL)
+	if (strcmp(state, STATE_LOST) == 0 && t->pool_name != NULL &&
+	    (e = pools_find(t->pool_name)) != NULL)
 		pool_count_lost(e->pool);
 	task_describe(t, &v);
-	v.state = STATE_LOST;
+	v.state = state;
 	v.finished = true;
 	v.queued_us = t->queued_us;
-	v.error_code = ERR_LOST;
+	v.error_code = state;       /* lost and cancelled: the code is the state's name */
 	v.error_message = msg;
 	t->done_text = proto_encode_done(&v);
 	jd->finished_wall_us = now;
@@ -663,30 +746,49 @@ end_lost(struct task *t, struct jdata *jd, const struct jaccepted *a, uint64_t s
 	jbuf_free(&jd->payload);
 	t->jdata = jd;
 	log_notice("%s", msg);
-	if (tasks_restore_finished(t, t->done_text, STATE_LOST, now) == -1)
+	if (tasks_restore_finished(t, t->done_text, state, now) == -1)
 		fatalx("journal replay: out of memory");
 }
 
-/* An unfinished task: queued again, run again, or lost. */
+/* The delay before the attempt after attempt n, as tasks.c counts it (without its jitter). */
+static uint64_t
+retry_delay_us(const struct proto_submit *sub, uint32_t n)
+{
+	uint64_t d = sub->retry_delay_ms;
+
+	for (uint32_t i = 1; i < n && d < sub->retry_delay_max_ms; i++)
+		d *= 2;
+	return (d > sub->retry_delay_max_ms ? sub->retry_delay_max_ms : d) * 1000;
+}
+
+/*
+ * An unfinished task: queued again, scheduled again (its delay, its next
+ * attempt), waiting again for its dependencies, run again, or ended.
+ */
 static void
 replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 {
 	struct jaccepted a;
+	struct jstarted st;
 	struct jdata *jd;
 	struct task *t = NULL, *bare;
 	struct pools_entry *e;
 	struct task_options o;
 	struct task_context ctx;
 	struct proto_task_spec ts;
+	struct proto_submit sub;
+	struct request req;
 	const struct task_kind *kind;
 	const unsigned char *rec;
-	json_t *spec = NULL;
+	json_t *spec = NULL, *root = NULL;
 	json_error_t jerr;
 	char *pool, *owner, *label, *msg = NULL;
-	uint64_t now = clock_wall_us();
+	uint64_t now = clock_wall_us(), due = 0;
+	uint32_t attempt = jt->attempt + 1;
 	int priority = 0;
 	bool ran = (jt->flags & JT_STARTED) != 0;
 	bool cancelled = (jt->flags & JT_CANCELLED) != 0;
+	bool retry = false, held;
 	struct jstarted started;
 	uint64_t started_us = 0;
 
@@ -714,8 +816,42 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	label = text_dup(&a.label);
 	e = pool != NULL ? pools_find(pool) : NULL;
 
-	if (e != NULL && (!ran || (a.rerun && !cancelled)) && a.spec.p != NULL &&
-	    (spec = submitted_task(&a.spec, &jerr, &priority)) != NULL &&
+	/* the submit's own fields (delay, after, retries, key): read as the submit was */
+	memset(&sub, 0, sizeof sub);
+	sub.retry_delay_ms = PROTO_RETRY_DELAY_MS;
+	sub.retry_delay_max_ms = PROTO_RETRY_DELAY_MAX_MS;
+	if ((root = request_of(&a.spec)) != NULL) {
+		memset(&req, 0, sizeof req);
+		req.root = root;
+		req.op = OP_SUBMIT;
+		if (proto_read_submit(&req, &sub, &msg) == -1) {
+			free(msg);
+			msg = NULL;
+			memset(&sub, 0, sizeof sub);
+		}
+	}
+	/* between two attempts: its STARTED record names the next and when it is due */
+	if (ran && (rec = jstate_record(rd->state, &jt->started)) != NULL &&
+	    jstarted_decode(rec + JFMT_REC_HEADER, jt->started.size - JFMT_REC_HEADER, &st,
+	    &(const char *){ NULL }) == 0 && st.retry_at_us != 0) {
+		ran = false;
+		retry = true;
+		attempt = (uint32_t)st.attempt;
+		due = st.retry_at_us;
+		jd->retry_at_us = st.retry_at_us;
+	} else if (ran && !cancelled && sub.retries > 0 && (sub.retry_on & PROTO_RETRY_LOST) &&
+	    jt->attempt <= sub.retries) {
+		/* lost is in its retry_on: the next attempt, after its delay */
+		ran = false;
+		retry = true;
+		due = now + retry_delay_us(&sub, jt->attempt);
+		log_notice("task %llu was running when tpd stopped (attempt %u): lost is in its "
+		    "retry_on, attempt %u follows", (unsigned long long)jt->id, jt->attempt, attempt);
+	}
+	held = retry || sub.delay_ms > 0 || sub.nafter > 0;
+
+	if (e != NULL && (!ran || (a.rerun && !cancelled)) && !(cancelled && !ran) &&
+	    a.spec.p != NULL && (spec = submitted_task(&a.spec, &jerr, &priority)) != NULL &&
 	    proto_read_task(spec, &ts, &msg) == 0 &&
 	    (kind = task_kind_find(ts.kind)) != NULL) {
 		memset(&ctx, 0, sizeof ctx);
@@ -751,12 +887,30 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 		o.label = label;
 		o.priority = priority;
 		o.id = jt->id;
-		o.attempt = jt->attempt + 1;
+		o.attempt = attempt;
 		o.accepted_wall_us = a.time_us;
-		o.queued_before_us = now > a.time_us ? now - a.time_us : 0;
-		if (a.queue_deadline_us != 0)
-			o.queue_timeout_ms = a.queue_deadline_us > now ?
-			    (a.queue_deadline_us - now + 999) / 1000 : 1;
+		o.submit_text = a.spec.p;
+		o.submit_len = a.spec.len;
+		o.spec = spec;
+		o.delay_ms = retry ? 0 : sub.delay_ms;
+		o.after = retry ? NULL : sub.after;
+		o.nafter = retry ? 0 : sub.nafter;
+		o.after_any = sub.after_any;
+		o.retries = sub.retries;
+		o.retry_on = sub.retry_on;
+		o.retry_delay_ms = sub.retry_delay_ms;
+		o.retry_delay_max_ms = sub.retry_delay_max_ms;
+		o.key = sub.key;
+		o.due_wall_us = due != 0 && due <= now ? now : due;
+		if (held) {
+			/* its queue time counts from when it enters the queue */
+			o.queue_timeout_ms = sub.queue_timeout_ms;
+		} else {
+			o.queued_before_us = now > a.time_us ? now - a.time_us : 0;
+			if (a.queue_deadline_us != 0)
+				o.queue_timeout_ms = a.queue_deadline_us > now ?
+				    (a.queue_deadline_us - now + 999) / 1000 : 1;
+		}
 		replaying = jd;
 		if (tasks_submit(t, &o) == POOL_ACCEPTED) {
 			if (ran)
@@ -777,9 +931,11 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 		bare->kind = kind_of(&a.kind);
 		bare->attempt = jt->attempt;
 		bare->accepted_wall_us = a.time_us;
+		restore_request(bare, &a.spec);
 		pool = owner = label = NULL;
-		end_lost(bare, jd, &a, started_us, "task %llu could not be queued again at the restart: "
-		    "the queue of pool %s is full", (unsigned long long)jt->id, bare->pool_name);
+		end_now(bare, jd, &a, STATE_LOST, started_us, "task %llu could not be queued again at the "
+		    "restart: the queue of pool %s is full", (unsigned long long)jt->id,
+		    bare->pool_name);
 		goto out;
 	}
 	if ((bare = calloc(1, sizeof *bare)) == NULL)
@@ -791,27 +947,33 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 	bare->kind = kind_of(&a.kind);
 	bare->attempt = jt->attempt;
 	bare->accepted_wall_us = a.time_us;
+	restore_request(bare, &a.spec);
 	pool = owner = label = NULL;
 	if (e == NULL)
-		end_lost(bare, jd, &a, started_us, "task %llu's pool %s no longer exists", (unsigned long long)
-		    jt->id, bare->pool_name);
+		end_now(bare, jd, &a, STATE_LOST, started_us, "task %llu's pool %s no longer exists",
+		    (unsigned long long)jt->id, bare->pool_name);
+	else if (cancelled && !ran)
+		end_now(bare, jd, &a, STATE_CANCELLED, started_us, "task %llu was cancelled before it "
+		    "started", (unsigned long long)jt->id);
 	else if (ran && cancelled)
-		end_lost(bare, jd, &a, started_us, "task %llu was running, and asked to cancel, when tpd "
-		    "stopped (attempt %u); it is not run again", (unsigned long long)jt->id,
-		    jt->attempt);
+		end_now(bare, jd, &a, STATE_LOST, started_us, "task %llu was running, and asked to cancel, "
+		    "when tpd stopped (attempt %u); it is not run again", (unsigned long long)
+		    jt->id, jt->attempt);
 	else if (ran)
-		end_lost(bare, jd, &a, started_us, "task %llu was running when tpd stopped (attempt %u); "
-		    "it is not run again (on_lost is lost)", (unsigned long long)jt->id,
-		    jt->attempt);
+		end_now(bare, jd, &a, STATE_LOST, started_us, "task %llu was running when tpd stopped "
+		    "(attempt %u); it is not run again (on_lost is lost)", (unsigned long long)
+		    jt->id, jt->attempt);
 	else
-		end_lost(bare, jd, &a, started_us, "task %llu cannot be read back from the journal: %s",
-		    (unsigned long long)jt->id, msg != NULL ? msg : "its task object is not valid");
+		end_now(bare, jd, &a, STATE_LOST, started_us, "task %llu cannot be read back from the "
+		    "journal: %s", (unsigned long long)jt->id, msg != NULL ? msg :
+		    "its task object is not valid");
 out:
 	free(msg);
 	free(pool);
 	free(owner);
 	free(label);
 	json_decref(spec);
+	json_decref(root);
 }
 
 static struct jread *rd;            /* from durable_open to durable_start */
@@ -857,6 +1019,7 @@ durable_start(const struct conf *c, struct event_base *base)
 		fatalx("journal: cannot make its event");
 	if (tasks_add_hooks(&hooks, &cause) == -1)
 		fatalx("%s", cause);
+	tasks_set_retry_hook(hook_retry);
 	tasks_set_start_barrier(true);
 	tasks_set_next_id(jstate_next_id(rd->state));
 	all = jstate_tasks(rd->state, &n);

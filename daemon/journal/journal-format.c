@@ -494,6 +494,8 @@ jstarted_encode(struct jbuf *b, const struct jstarted *s)
 {
 	jfield_u64(b, JF_ATTEMPT, s->attempt);
 	jfield_u64(b, JF_TIME, s->time_us);
+	if (s->retry_at_us != 0)
+		jfield_u64(b, JF_RETRY_AT, s->retry_at_us);
 }
 
 void
@@ -511,6 +513,7 @@ jfinished_encode(struct jbuf *b, const struct jfinished *f)
 	put_text(b, JF_LABEL, f->label);
 	put_text(b, JF_KIND, f->kind);
 	put_text(b, JF_DONE, f->done);
+	put_text(b, JF_SPEC, f->spec);
 }
 
 void
@@ -601,8 +604,8 @@ jstarted_decode(const void *payload, size_t len, struct jstarted *out, const cha
 
 	memset(texts, 0, sizeof texts);
 	memset(out, 0, sizeof *out);
-	if (decode_fields(payload, len, ints, BIT(JF_ATTEMPT) | BIT(JF_TIME), texts, &seen,
-	    why) == -1)
+	if (decode_fields(payload, len, ints, BIT(JF_ATTEMPT) | BIT(JF_TIME) | BIT(JF_RETRY_AT),
+	    texts, &seen, why) == -1)
 		return -1;
 	if (!(seen & BIT(JF_ATTEMPT)) || ints[JF_ATTEMPT] == 0 || ints[JF_ATTEMPT] > UINT32_MAX) {
 		*why = "a started record without a valid attempt";
@@ -610,6 +613,7 @@ jstarted_decode(const void *payload, size_t len, struct jstarted *out, const cha
 	}
 	out->attempt = ints[JF_ATTEMPT];
 	out->time_us = ints[JF_TIME];
+	out->retry_at_us = ints[JF_RETRY_AT];
 	return 0;
 }
 
@@ -645,5 +649,6 @@ jfinished_decode(const void *payload, size_t len, struct jfinished *out, const c
 	out->label = texts[JF_LABEL];
 	out->kind = texts[JF_KIND];
 	out->done = texts[JF_DONE];
+	out->spec = texts[JF_SPEC];
 	return 0;
 }

@@ -101,7 +101,9 @@ enum jfield {
 	JF_OWNER = 3,         /* text */
 	JF_LABEL = 4,         /* text; absent = no label */
 	JF_KIND = 5,          /* text: the task kind */
-	JF_SPEC = 6,          /* JSON text: the submit's "task" object */
+	JF_SPEC = 6,          /* JSON text: the submit request as received (ACCEPTED; FINISHED too:
+	                       * status's spec and submit, the key, rerun), or an older build's
+	                       * task object alone */
 	JF_QUEUE_DEADLINE = 7, /* u64 wall-clock us the task must start by; absent = none */
 	JF_ON_LOST = 8,       /* u64: 0 lost, 1 rerun */
 	JF_FLAGS = 9,         /* u64: JFL_* */
@@ -112,8 +114,13 @@ enum jfield {
 	JF_DONE = 14,         /* text: the done event without "{" and "id" (tasks.c's done body) */
 	JF_ACCEPTED_TIME = 15, /* u64 wall-clock us (in FINISHED) */
 	JF_CALLER_GID = 16,   /* u64: a Unix submitter's gid (SO_PEERCRED); absent = unknown */
+	/*
+	 * u64 wall-clock us, in STARTED: the attempt JF_ATTEMPT has not run yet,
+	 * it is due then (a retry); absent: that attempt began
+	 */
+	JF_RETRY_AT = 17,
 };
-#define JF_MAX 16
+#define JF_MAX 17
 
 /* JF_FLAGS bits */
 #define JFL_STREAM 0x1u   /* submitted with stream: true */
@@ -260,6 +267,7 @@ struct jaccepted {
 struct jstarted {
 	uint64_t attempt;           /* from 1 */
 	uint64_t time_us;
+	uint64_t retry_at_us;       /* 0: attempt began; else it is due then (wall clock) */
 };
 
 /* A FINISHED record: the done as sent, and what status, list and retention need. */
@@ -269,6 +277,7 @@ struct jfinished {
 	uint64_t accepted_us;       /* wall clock */
 	uint64_t queued_us, run_us;
 	struct jtext state, pool, owner, label, kind, done;
+	struct jtext spec;          /* JF_SPEC: the submit request as received; absent: unknown */
 };
 
 /* Encodes a payload into b (appended; b->failed when memory ran out). */

@@ -106,6 +106,7 @@ struct metrics_pool {
 	unsigned held;              /* submits held for room (pools_entry.held) */
 	struct pool_snapshot s;
 	struct pool_hist queued, run;
+	uint64_t scheduled, waiting, retried, skipped;  /* the task layer's (pools.h) */
 };
 
 static void
@@ -143,6 +144,11 @@ pool_add(struct metrics_pool *mp, const struct pools_entry *e)
 	mp->s.expired += s.expired;
 	mp->s.lost += s.lost;
 	mp->s.rejected_storage += s.rejected_storage;
+	mp->s.cancelled += e->ended_unqueued;   /* before they entered the queue */
+	mp->scheduled += e->scheduled;
+	mp->waiting += e->waiting;
+	mp->retried += e->retried;
+	mp->skipped += e->skipped;
 	if (s.oldest_queued_us > mp->s.oldest_queued_us)
 		mp->s.oldest_queued_us = s.oldest_queued_us;
 }
@@ -395,6 +401,20 @@ metrics_format(struct evbuffer *out)
 			sample(out, "tpd_tasks_finished_total", mp[i].name, extra,
 			    *(const uint64_t *)(const void *)((const char *)&mp[i].s + ends[k].off));
 		}
+	for (i = 0; i < n; i++)
+		sample(out, "tpd_tasks_finished_total", mp[i].name, "state=\"skipped\"",
+		    mp[i].skipped);
+	family(out, "tpd_tasks_scheduled", "gauge", "Tasks scheduled (a delay, between "
+	    "attempts, or due with no room yet): accepted, not queued.");
+	for (i = 0; i < n; i++)
+		sample(out, "tpd_tasks_scheduled", mp[i].name, NULL, mp[i].scheduled);
+	family(out, "tpd_tasks_waiting", "gauge", "Tasks waiting for their dependencies.");
+	for (i = 0; i < n; i++)
+		sample(out, "tpd_tasks_waiting", mp[i].name, NULL, mp[i].waiting);
+	family(out, "tpd_task_retries_total", "counter", "Attempts scheduled again after "
+	    "one ended in a state of their retry_on.");
+	for (i = 0; i < n; i++)
+		sample(out, "tpd_task_retries_total", mp[i].name, NULL, mp[i].retried);
 
 	family(out, "tpd_queue_length", "gauge", "Tasks waiting in the queue.");
 	for (i = 0; i < n; i++)

@@ -39,7 +39,9 @@ struct held {
 	json_t *req_id;
 	struct task *t;
 	struct task_options o;      /* its strings point at the copies below */
-	char *owner, *label, *line;
+	char *owner, *label, *line, *key;
+	uint64_t *after;            /* o.after's copy */
+	json_t *spec;               /* o.spec, held (a reference) */
 	struct event *timer;        /* its deadline */
 	uint64_t timeout_ms;
 };
@@ -188,6 +190,9 @@ held_free(struct held *h)
 	free(h->owner);
 	free(h->label);
 	free(h->line);
+	free(h->key);
+	free(h->after);
+	json_decref(h->spec);
 	free(h);
 }
 
@@ -302,6 +307,8 @@ hold(struct conn *c, struct request *req, struct task *t, const struct task_opti
 	if ((o->owner != NULL && (h->owner = strdup(o->owner)) == NULL) ||
 	    (o->label != NULL && (h->label = strdup(o->label)) == NULL) ||
 	    (o->submit_text != NULL && (h->line = malloc(o->submit_len + 1)) == NULL) ||
+	    (o->key != NULL && (h->key = strdup(o->key)) == NULL) ||
+	    (o->nafter > 0 && (h->after = calloc(o->nafter, sizeof *h->after)) == NULL) ||
 	    (h->timer = evtimer_new(daemon_state->base, held_timeout, h)) == NULL) {
 		held_free(h);
 		if (hp->n == 0)
@@ -315,6 +322,12 @@ hold(struct conn *c, struct request *req, struct task *t, const struct task_opti
 	h->o.owner = h->owner;
 	h->o.label = h->label;
 	h->o.submit_text = h->line;
+	/* the scheduling fields borrow from the request, which goes after this pass */
+	h->o.key = h->key;
+	if (h->after != NULL)
+		memcpy(h->after, o->after, o->nafter * sizeof *h->after);
+	h->o.after = h->after;
+	h->o.spec = h->spec = json_incref(o->spec);
 	h->t = t;
 	h->hp = hp;
 	h->conn_id = conn_id(c);

@@ -67,7 +67,12 @@ op_stats(struct conn *c, struct request *req)
 		pools[i].name = e->name;
 		pools[i].removed = e->removed;
 		pool_snapshot(e->pool, &snaps[i]);
+		snaps[i].cancelled += e->ended_unqueued; /* before they entered the queue */
 		pools[i].s = &snaps[i];
+		pools[i].scheduled = e->scheduled;
+		pools[i].waiting = e->waiting;
+		pools[i].retried = e->retried;
+		pools[i].skipped = e->skipped;
 		pools[i].admission = admission_name(e);
 		pools[i].held = admission_held(e);
 		st.npools++;

@@ -78,6 +78,69 @@ parse_task(struct conn *c, struct request *req, json_t *spec, const struct pools
 	return t;
 }
 
+/*
+ * A submit whose key names a task of the same owner: accepted for that
+ * task, with duplicate, then (unless detach) its events as a wait gets them.
+ */
+static void
+submit_duplicate(struct conn *c, struct request *req, struct task *t,
+    const struct proto_submit *sub)
+{
+	struct proto_task view;
+	struct proto_text pt;
+	struct task_sink *sink;
+
+	tasks_view(t, &view);
+	view.duplicate = true;
+	proto_encode_accepted(&pt, req->id, &view);
+	conn_send_text(c, &pt);
+	if (sub->detach)
+		return;
+	if (t->finished) {
+		conn_send_done(c, req->id, t->done_text);
+		return;
+	}
+	if (conn_waits(c) >= daemon_state->conf.max_subscriptions) {
+		/* its events are a wait's: counted as one */
+		conn_send_error(c, req->id, ERR_BAD_REQUEST, "too many waits pending on this "
+		    "connection: max_subscriptions is %u; the duplicate's task is %llu",
+		    daemon_state->conf.max_subscriptions, (unsigned long long)t->id);
+		return;
+	}
+	if ((sink = conn_sink_new(c, req->id, sub->stream, true)) == NULL) {
+		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
+		return;
+	}
+	tasks_add_sink(t, sink);
+}
+
+/*
+ * The dependencies of a submit: each a task the submitter may wait on.
+ * Returns false after answering no_such_task or forbidden, naming the field.
+ */
+static bool
+submit_after_allowed(struct conn *c, struct request *req, const struct proto_submit *sub)
+{
+	const char *code;
+	char why[256];
+	struct task *d;
+
+	for (size_t i = 0; i < sub->nafter; i++) {
+		if ((d = tasks_find(sub->after[i])) == NULL) {
+			conn_send_error(c, req->id, ERR_NO_SUCH_TASK, "field \"%s\": no task %llu "
+			    "(%s)", FIELD_AFTER, (unsigned long long)sub->after[i],
+			    tasks_was_accepted(sub->after[i]) ? "it finished and was forgotten" :
+			    "never submitted");
+			return false;
+		}
+		if (!auth_task_allowed(c, d, OP_WAIT, &code, why, sizeof why)) {
+			conn_send_error(c, req->id, code, "field \"%s\": %s", FIELD_AFTER, why);
+			return false;
+		}
+	}
+	return true;
+}
+
 void
 op_submit(struct conn *c, struct request *req)
 {
@@ -92,6 +155,11 @@ op_submit(struct conn *c, struct request *req)
 
 	if (proto_read_submit(req, &sub, &msg) == -1) {
 		ops_bad_request(c, req, msg);
+		return;
+	}
+	conn_owner(c, owner, sizeof owner);
+	if (sub.key != NULL && (t = tasks_find_key(owner, sub.key)) != NULL) {
+		submit_duplicate(c, req, t, &sub);
 		return;
 	}
 	durable_make_room();
@@ -124,19 +192,38 @@ op_submit(struct conn *c, struct request *req)
 		    "(run_as = caller): submit on the Unix socket", e->name);
 		return;
 	}
+	if (!submit_after_allowed(c, req, &sub))
+		return;
+	if ((sub.delay_ms > 0 || sub.nafter > 0) &&
+	    tasks_scheduled_count() >= daemon_state->conf.max_scheduled) {
+		send_rejected(c, req, ERR_QUEUE_FULL, "%zu tasks are scheduled or waiting already: "
+		    "max_scheduled is %u", tasks_scheduled_count(), daemon_state->conf.max_scheduled);
+		return;
+	}
 	memset(&o, 0, sizeof o);
 	o.submit_text = req->line;  /* what the journal keeps (tasks.h) */
 	o.submit_len = req->len;
 	if ((t = parse_task(c, req, sub.task, e, &o.timeout_ms)) == NULL)
 		return;
 	o.pool = e;
-	o.owner = conn_owner(c, owner, sizeof owner);
+	o.owner = owner;
 	o.stream = sub.stream;
 	o.label = sub.label;
 	o.queue_timeout_ms = sub.queue_timeout_ms;
 	o.on_lost_rerun = sub.on_lost_rerun;
+	/* attempts are counted with the journal, and for a task that may make several */
+	o.attempt = durable_on() || sub.retries > 0 ? 1 : 0;
+	o.spec = sub.task;
+	o.delay_ms = sub.delay_ms;
+	o.after = sub.after;
+	o.nafter = sub.nafter;
+	o.after_any = sub.after_any;
+	o.retries = sub.retries;
+	o.retry_on = sub.retry_on;
+	o.retry_delay_ms = sub.retry_delay_ms;
+	o.retry_delay_max_ms = sub.retry_delay_max_ms;
+	o.key = sub.key;
 	o.priority = sub.priority;
-	o.attempt = durable_on() ? 1 : 0;
 	if (!sub.detach && (o.sink = conn_sink_new(c, req->id, sub.stream, false)) == NULL) {
 		task_free(t);
 		conn_send_error(c, req->id, ERR_INTERNAL, "out of memory");
@@ -307,7 +394,10 @@ op_status(struct conn *c, struct request *req)
 		pool_job_times(t->pool_entry->pool, &t->job, &view.queued_us, &view.run_us);
 		view.times_so_far = true;
 	}
+	tasks_request_view(t, &view.spec, &view.submit);
 	proto_encode_status(&pt, req->id, &view);
+	json_decref(view.spec);
+	json_decref(view.submit);
 	conn_send_text(c, &pt);
 }
 

@@ -15,11 +15,17 @@
 #include "conf/conf.h"
 #include "pool.h"
 
+struct task;
+
 struct pools_entry {
 	char *name;
 	struct pool *pool;
 	bool removed;       /* closed by a reload; freed once drained */
 	unsigned long outstanding; /* accepted tasks whose done is not yet processed (pools.c's) */
+	/* the task layer's (tasks.c): its tasks without a queue slot yet, and its counters */
+	struct task *due_head, *due_tail; /* due with no room yet, oldest due first */
+	unsigned long scheduled, waiting;
+	uint64_t retried, skipped, ended_unqueued; /* ended_unqueued: cancelled before queued */
 	atomic_bool room_due;   /* the pool told of room; the loop has not run the hooks yet */
 	unsigned held;          /* submits held for room now (admission.c's; stats, metrics) */
 };

@@ -390,6 +390,10 @@ proto_encode_accepted(struct proto_text *pt, json_t *id, const struct proto_task
 	pt_cstring(pt, v->pool);
 	pt_key(pt, FIELD_QUEUED);
 	pt_u64(pt, v->queued_ahead);
+	if (v->duplicate) {
+		pt_key(pt, FIELD_DUPLICATE);
+		pt_bool(pt, true);
+	}
 	pt_end(pt);
 }
 
@@ -435,6 +439,35 @@ proto_encode_status(struct proto_text *pt, json_t *id, const struct proto_task *
 		pt_key(pt, FIELD_RUN_MS);
 		pt_ms(pt, v->run_us);
 	}
+	if (v->attempt > 0) {
+		pt_key(pt, FIELD_ATTEMPT);
+		pt_u64(pt, v->attempt);
+	}
+	if (v->nafter > 0) {
+		pt_key(pt, FIELD_AFTER);
+		pt_open(pt, '[');
+		for (size_t i = 0; i < v->nafter; i++) {
+			pt_next(pt);
+			pt_u64(pt, v->after[i]);
+		}
+		pt_close(pt, ']');
+	}
+	if (v->due) {
+		pt_key(pt, FIELD_DUE_MS);
+		pt_ms(pt, v->due_us);
+	}
+	if (v->command != NULL || (v->kind != NULL && *v->kind != '\0')) {
+		pt_key(pt, FIELD_COMMAND);
+		pt_cstring(pt, v->command != NULL ? v->command : v->kind);
+	}
+	if (v->spec != NULL) {
+		pt_key(pt, FIELD_SPEC);
+		proto_text_json(pt, v->spec);
+	}
+	if (v->submit != NULL) {
+		pt_key(pt, FIELD_SUBMIT);
+		proto_text_json(pt, v->submit);
+	}
 	pt_end(pt);
 }
 
@@ -467,6 +500,12 @@ proto_encode_list(struct proto_text *pt, json_t *id, const struct proto_task *ta
 		pt_ms(pt, v->queued_us);
 		pt_key(pt, FIELD_RUN_MS);
 		pt_ms(pt, v->run_us);
+		pt_key(pt, FIELD_COMMAND);
+		pt_cstring(pt, v->command != NULL ? v->command : v->kind);
+		if (v->attempt > 0) {
+			pt_key(pt, FIELD_ATTEMPT);
+			pt_u64(pt, v->attempt);
+		}
 		pt_close(pt, '}');
 	}
 	pt_close(pt, ']');
@@ -566,6 +605,14 @@ pt_pool_stats(struct proto_text *pt, const struct proto_pool_stats *p)
 	pt_bool(pt, s->closed);
 	pt_key(pt, FIELD_REMOVED);
 	pt_bool(pt, p->removed);
+	pt_key(pt, FIELD_SCHEDULED);
+	pt_u64(pt, p->scheduled);
+	pt_key(pt, FIELD_WAITING);
+	pt_u64(pt, p->waiting);
+	pt_key(pt, FIELD_RETRIED);
+	pt_u64(pt, p->retried);
+	pt_key(pt, FIELD_SKIPPED);
+	pt_u64(pt, p->skipped);
 	pt_close(pt, '}');
 }
 

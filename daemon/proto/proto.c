@@ -334,7 +334,9 @@ static const char *const plain_fields[] = { FIELD_OP, FIELD_ID, NULL };
 /* in the order of submit's bits below */
 static const char *const submit_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, FIELD_POOL,
     FIELD_DETACH, FIELD_STREAM, FIELD_QUEUE_TIMEOUT_MS, FIELD_LABEL, FIELD_ON_LOST,
-    FIELD_PRIORITY, FIELD_ADMISSION, FIELD_ADMISSION_TIMEOUT_MS, NULL };
+    FIELD_PRIORITY, FIELD_ADMISSION, FIELD_ADMISSION_TIMEOUT_MS,
+    FIELD_DELAY_MS, FIELD_AFTER, FIELD_AFTER_MODE, FIELD_RETRIES, FIELD_RETRY_ON,
+    FIELD_RETRY_DELAY_MS, FIELD_RETRY_DELAY_MAX_MS, FIELD_KEY, NULL };
 static const char *const list_fields[] = { FIELD_OP, FIELD_ID, FIELD_STATE, FIELD_POOL,
     FIELD_OWNER, FIELD_LABEL, FIELD_LIMIT, FIELD_BEFORE, NULL };
 static const char *const task_ref_fields[] = { FIELD_OP, FIELD_ID, FIELD_TASK, NULL };
@@ -404,12 +406,115 @@ proto_read_plain(const struct request *req, char **msg)
 	return check_request(req, NULL, msg);
 }
 
+/* submit's "after": 1 to WIRE_MAX_AFTER task ids, each kept once. */
+static int
+read_after(json_t *v, struct proto_submit *out, char **msg)
+{
+	json_t *one, *wrap;
+	size_t i, k;
+	uint64_t id;
+
+	if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > WIRE_MAX_AFTER)
+		return cause_set(msg, "field \"%s\" must be an array of 1 to %d task ids, not %s",
+		    FIELD_AFTER, WIRE_MAX_AFTER, !json_is_array(v) ? type_name(v) :
+		    json_array_size(v) == 0 ? "an empty array" : "a longer array");
+	if ((wrap = json_object()) == NULL)
+		return cause_set(msg, "out of memory");
+	json_array_foreach(v, i, one) {
+		json_object_set(wrap, FIELD_AFTER, one);
+		if (proto_get_task_id(wrap, FIELD_AFTER, &id, msg) == -1) {
+			json_decref(wrap);
+			free(*msg);
+			return cause_set(msg, "field \"%s\": element %zu must be a task id (a "
+			    "positive integer)", FIELD_AFTER, i);
+		}
+		for (k = 0; k < out->nafter && out->after[k] != id; k++)
+			;
+		if (k == out->nafter)
+			out->after[out->nafter++] = id;
+	}
+	json_decref(wrap);
+	return 0;
+}
+
+/* submit's "retry_on": a non-empty array of failed, timed_out, lost. */
+static int
+read_retry_on(json_t *v, unsigned *out, char **msg)
+{
+	static const struct { const char *name; unsigned bit; } states[] = {
+		{ STATE_FAILED, PROTO_RETRY_FAILED }, { STATE_TIMED_OUT, PROTO_RETRY_TIMED_OUT },
+		{ STATE_LOST, PROTO_RETRY_LOST },
+	};
+	char q[UTF8_QUOTE_SIZE];
+	json_t *one;
+	size_t i, k;
+
+	if (!json_is_array(v) || json_array_size(v) == 0)
+		return cause_set(msg, "field \"%s\" must be a non-empty array of states (%s, %s, "
+		    "%s), not %s", FIELD_RETRY_ON, STATE_FAILED, STATE_TIMED_OUT, STATE_LOST,
+		    json_is_array(v) ? "an empty array" : type_name(v));
+	*out = 0;
+	json_array_foreach(v, i, one) {
+		if (!json_is_string(one))
+			return cause_set(msg, "field \"%s\": element %zu must be a state's name, "
+			    "not %s", FIELD_RETRY_ON, i, type_name(one));
+		for (k = 0; k < sizeof states / sizeof states[0]; k++)
+			if (strcmp(states[k].name, json_string_value(one)) == 0)
+				break;
+		if (k == sizeof states / sizeof states[0])
+			return cause_set(msg, "field \"%s\": \"%s\" is not a state a task is retried "
+			    "on (%s, %s, %s)", FIELD_RETRY_ON, utf8_quote(q, json_string_value(one)),
+			    STATE_FAILED, STATE_TIMED_OUT, STATE_LOST);
+		*out |= states[k].bit;
+	}
+	return 0;
+}
+
+/* submit's scheduling fields: delay_ms, after, after_mode, retries, retry_*, key. */
+static int
+read_submit_schedule(json_t *root, struct proto_submit *out, char **msg)
+{
+	uint64_t retries = 0;
+	const char *mode = NULL;
+	json_t *v;
+
+	if (proto_get_uint(root, FIELD_DELAY_MS, false, 0, WIRE_MAX_DELAY_MS, &out->delay_ms,
+	    msg) == -1 ||
+	    ((v = json_object_get(root, FIELD_AFTER)) != NULL && read_after(v, out, msg) == -1) ||
+	    proto_get_string(root, FIELD_AFTER_MODE, false, &mode, msg) == -1 ||
+	    proto_get_uint(root, FIELD_RETRIES, false, 0, WIRE_MAX_RETRIES, &retries, msg) == -1 ||
+	    ((v = json_object_get(root, FIELD_RETRY_ON)) != NULL &&
+	    read_retry_on(v, &out->retry_on, msg) == -1) ||
+	    proto_get_uint(root, FIELD_RETRY_DELAY_MS, false, 0, PROTO_MAX_RETRY_DELAY_MS,
+	    &out->retry_delay_ms, msg) == -1 ||
+	    proto_get_uint(root, FIELD_RETRY_DELAY_MAX_MS, false, 0, PROTO_MAX_RETRY_DELAY_MS,
+	    &out->retry_delay_max_ms, msg) == -1 ||
+	    proto_get_string(root, FIELD_KEY, false, &out->key, msg) == -1)
+		return -1;
+	out->retries = (unsigned)retries;
+	if (mode != NULL) {
+		char q[UTF8_QUOTE_SIZE];
+		if (strcmp(mode, AFTER_MODE_OK) != 0 && strcmp(mode, AFTER_MODE_ANY) != 0)
+			return cause_set(msg, "field \"%s\" must be \"%s\" or \"%s\", not \"%s\"",
+			    FIELD_AFTER_MODE, AFTER_MODE_OK, AFTER_MODE_ANY, utf8_quote(q, mode));
+		if (out->nafter == 0)
+			return cause_set(msg, "field \"%s\" needs \"%s\"", FIELD_AFTER_MODE,
+			    FIELD_AFTER);
+		out->after_any = strcmp(mode, AFTER_MODE_ANY) == 0;
+	}
+	if (out->key != NULL && (*out->key == '\0' || strlen(out->key) > WIRE_MAX_KEY))
+		return cause_set(msg, "field \"%s\" must be 1 to %d bytes long, not %zu",
+		    FIELD_KEY, WIRE_MAX_KEY, strlen(out->key));
+	return 0;
+}
+
 int
 proto_read_submit(const struct request *req, struct proto_submit *out, char **msg)
 {
 	/* Only the fields a request has are looked up: bit F_x of present says x is there. */
 	enum { F_OP, F_ID, F_TASK, F_POOL, F_DETACH, F_STREAM, F_QUEUE_TIMEOUT, F_LABEL,
-	    F_ON_LOST, F_PRIORITY, F_ADMISSION, F_ADMISSION_TIMEOUT };
+	    F_ON_LOST, F_PRIORITY, F_ADMISSION, F_ADMISSION_TIMEOUT, F_DELAY, F_AFTER,
+	    F_AFTER_MODE, F_RETRIES, F_RETRY_ON, F_RETRY_DELAY, F_RETRY_DELAY_MAX, F_KEY };
 	uint32_t present = 0;
 	json_t *root = req->root;
 	const char *on_lost = ON_LOST_LOST;
@@ -458,6 +563,11 @@ proto_read_submit(const struct request *req, struct proto_submit *out, char **ms
 		return cause_set(msg, "field \"%s\" must be \"%s\" or \"%s\"", FIELD_ON_LOST,
 		    ON_LOST_LOST, ON_LOST_RERUN);
 	out->on_lost_rerun = strcmp(on_lost, ON_LOST_RERUN) == 0;
+	out->retry_on = PROTO_RETRY_DEFAULT;
+	out->retry_delay_ms = PROTO_RETRY_DELAY_MS;
+	out->retry_delay_max_ms = PROTO_RETRY_DELAY_MAX_MS;
+	if (present >> F_DELAY != 0 && read_submit_schedule(root, out, msg) == -1)
+		return -1;
 	out->task = (present & 1u << F_TASK) ? json_object_get(root, FIELD_TASK) : NULL;
 	if (out->task == NULL)
 		return cause_set(msg, "missing field \"%s\"", FIELD_TASK);
@@ -470,8 +580,9 @@ proto_read_submit(const struct request *req, struct proto_submit *out, char **ms
 static const char *
 list_state(const char *name)
 {
-	static const char *const states[] = { STATE_QUEUED, STATE_RUNNING, STATE_SUCCEEDED,
-	    STATE_FAILED, STATE_TIMED_OUT, STATE_CANCELLED, STATE_EXPIRED, STATE_LOST };
+	static const char *const states[] = { STATE_SCHEDULED, STATE_WAITING, STATE_QUEUED,
+	    STATE_RUNNING, STATE_SUCCEEDED, STATE_FAILED, STATE_TIMED_OUT, STATE_CANCELLED,
+	    STATE_EXPIRED, STATE_LOST, STATE_SKIPPED };
 
 	for (size_t i = 0; i < sizeof states / sizeof states[0]; i++)
 		if (strcmp(states[i], name) == 0)
@@ -483,9 +594,9 @@ list_state(const char *name)
 static int
 read_list_states(json_t *v, struct proto_list *out, char **msg)
 {
-	static const char names[] = STATE_QUEUED ", " STATE_RUNNING ", " STATE_SUCCEEDED ", "
-	    STATE_FAILED ", " STATE_TIMED_OUT ", " STATE_CANCELLED ", " STATE_EXPIRED ", "
-	    STATE_LOST;
+	static const char names[] = STATE_SCHEDULED ", " STATE_WAITING ", " STATE_QUEUED ", "
+	    STATE_RUNNING ", " STATE_SUCCEEDED ", " STATE_FAILED ", " STATE_TIMED_OUT ", "
+	    STATE_CANCELLED ", " STATE_EXPIRED ", " STATE_LOST ", " STATE_SKIPPED;
 	char q[UTF8_QUOTE_SIZE];
 	json_t *one;
 	size_t i;
@@ -510,7 +621,7 @@ read_list_states(json_t *v, struct proto_list *out, char **msg)
 			return cause_set(msg, "field \"%s\": no state \"%s\" (states: %s)",
 			    FIELD_STATE, utf8_quote(q, json_string_value(one)), names);
 		if (out->nstates < PROTO_LIST_MAX_STATES)
-			out->states[out->nstates++] = s;    /* eight states: a repeat past them */
+			out->states[out->nstates++] = s;    /* every state once: a repeat past them */
 	}
 	return 0;
 }

@@ -26,6 +26,9 @@
 
 #include <jansson.h>
 
+#include "pool/pool.h"
+#include "wire.h"
+
 struct blob;
 
 /* ------------------------------------------------------------ requests (proto.c) */
@@ -78,10 +81,27 @@ struct proto_submit {
 	bool on_lost_rerun;         /* on_lost: "rerun" */
 	const char *label;          /* "" when absent; at most WIRE_MAX_LABEL bytes */
 	json_t *task;               /* the task object (borrowed) */
+	/* scheduling (doc/protocol.md "Delay, dependencies, retries, keys") */
+	uint64_t delay_ms;          /* 0: none */
+	uint64_t after[WIRE_MAX_AFTER]; /* the dependencies, each once, in the order given */
+	size_t nafter;
+	bool after_any;             /* after_mode "any" */
+	unsigned retries;           /* 0..WIRE_MAX_RETRIES */
+	unsigned retry_on;          /* PROTO_RETRY_* bits */
+	uint64_t retry_delay_ms;    /* before attempt 2; doubled for each later one */
+	uint64_t retry_delay_max_ms;
+	const char *key;            /* NULL: none; 1..WIRE_MAX_KEY bytes */
 	int priority;               /* WIRE_PRIORITY_MIN..MAX, 0 when absent */
 	const char *admission;      /* NULL (the pool's), ADMISSION_REJECT or ADMISSION_WAIT */
 	uint64_t admission_timeout_ms; /* 0: the pool's admission_timeout */
 };
+#define PROTO_RETRY_FAILED    0x1u
+#define PROTO_RETRY_TIMED_OUT 0x2u
+#define PROTO_RETRY_LOST      0x4u
+#define PROTO_RETRY_DEFAULT   (PROTO_RETRY_FAILED | PROTO_RETRY_TIMED_OUT | PROTO_RETRY_LOST)
+#define PROTO_RETRY_DELAY_MS  1000
+#define PROTO_RETRY_DELAY_MAX_MS 300000
+#define PROTO_MAX_RETRY_DELAY_MS (24ull * 3600 * 1000)  /* retry_delay(_max)_ms: a day */
 int proto_read_submit(const struct request *, struct proto_submit *, char **msg);
 
 /* The fields of a task object every kind has; the kind's parse reads the rest. */
@@ -116,7 +136,7 @@ int proto_read_input(const struct request *, struct proto_input *, char **msg);
 int proto_read_task_ref(const struct request *, uint64_t *task, char **msg);
 
 /* list: its filters (NULL: any) and its page. */
-#define PROTO_LIST_MAX_STATES 8
+#define PROTO_LIST_MAX_STATES 16
 struct proto_list {
 	const char *states[PROTO_LIST_MAX_STATES]; /* STATE_* names; nstates 0: any */
 	size_t nstates;
@@ -228,6 +248,14 @@ struct proto_task {
 	json_t *result;             /* done: the result, NULL = none */
 	const char *error_code;     /* done: ERR_*, NULL = no error */
 	const char *error_message;
+	bool duplicate;             /* accepted: an existing task, found by its key */
+	const char *command;        /* list: what it runs (tasks.h's tasks_command) */
+	json_t *spec;               /* status: the task object as submitted (borrowed), or NULL */
+	json_t *submit;             /* status: the other submit fields (borrowed), or NULL */
+	const uint64_t *after;      /* status: the dependencies not yet ended */
+	size_t nafter;
+	bool due;                   /* status: a scheduled task, due in due_us */
+	uint64_t due_us;
 };
 
 struct pool_snapshot;
@@ -237,6 +265,8 @@ struct proto_pool_stats {
 	const char *name;
 	const struct pool_snapshot *s;
 	bool removed;
+	/* the task layer's (tasks.h's struct tasks_pool_figures) */
+	uint64_t scheduled, waiting, retried, skipped;
 	const char *admission;      /* ADMISSION_* */
 	unsigned held;              /* submits held now (admission = wait) */
 };

@@ -181,6 +181,7 @@ host_submit(void *ctx, const struct source_task *st, uint64_t *task_id, char **c
 	o.owner = me->owner;
 	o.kept_elsewhere = true;    /* Redis delivers it again: the journal leaves it out */
 	o.label = st->label;
+	o.spec = st->spec;         /* list's command */
 	switch (tasks_submit(t, &o)) {
 	case POOL_ACCEPTED:
 		*task_id = t->id;

@@ -335,6 +335,30 @@ task_done_deliver(struct mail *m)
 	handlers.done(t);
 }
 
+void
+task_rearm(struct task *t)
+{
+	blob_release(t->done_text);
+	t->done_text = NULL;
+	free(t->error_message);
+	t->error_message = NULL;
+	t->error_code = NULL;
+	json_decref(t->result);
+	t->result = NULL;
+	t->final_state = NULL;
+	atomic_store(&t->started, false);
+	pthread_mutex_lock(&recorded.lock);
+	t->start_recorded = false;
+	pthread_mutex_unlock(&recorded.lock);
+}
+
+void
+task_post_done(struct task *t)
+{
+	t->done_mail.deliver = task_done_deliver;
+	mailbox_post(&t->done_mail);
+}
+
 /*
  * Any thread, pool lock not held: the task ended. Its done is written
  * here, on the thread that ended it, which owns the outcome until the mail
@@ -420,6 +444,11 @@ task_free(struct task *t)
 		return;
 	task_lighten(t);
 	blob_release(t->done_text);
+	free(t->after);
+	free(t->dependents);
+	free(t->key);
+	free(t->request);
+	free(t->command);
 	free(t->pool_name);
 	free(t->owner);
 	free(t->label);

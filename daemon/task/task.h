@@ -174,7 +174,30 @@ struct task {
 	bool start_seen;            /* the started hooks ran */
 	bool finished;              /* done processed on the loop thread */
 	uint64_t finished_us;
+	uint64_t finished_wall_us;  /* when it ended, wall clock (a dependent's delay counts from it) */
 	struct task *older, *newer; /* retention list of finished tasks */
+
+	/* the registry's scheduling (tasks.c): delay, dependencies, retries, key */
+	unsigned char sched;        /* TASKS_SCHED_* (tasks.c): where it is without a queue slot */
+	bool cancel_asked;          /* tasks_cancel: no more attempts */
+	bool after_any;             /* after_mode "any" */
+	unsigned char retry_on;     /* PROTO_RETRY_* bits */
+	unsigned short retries;     /* attempts after the first it may make */
+	unsigned short nafter;      /* its dependencies (after), those not yet ended first */
+	unsigned short after_left;  /* how many of them have not ended */
+	uint64_t *after;            /* their ids (malloc'd); NULL: none */
+	uint64_t skip_by;           /* a dependency that ended other than succeeded (after_mode ok) */
+	uint64_t *dependents;       /* ids of the tasks waiting for this one (malloc'd) */
+	uint32_t ndependents, dependents_cap;
+	uint64_t delay_ms;          /* submit's delay_ms */
+	uint64_t retry_delay_ms, retry_delay_max_ms;
+	uint64_t due_wall_us;       /* scheduled: enters its queue then (wall clock) */
+	size_t heap_index;          /* scheduled: its place in the registry's heap of due times */
+	struct task *due_next;      /* due with no room yet: its pool's list of them */
+	char *key;                  /* submit's key, NULL: none */
+	char *request;              /* the submit request as received (status's spec and submit) */
+	size_t request_len;
+	char *command;              /* list's command (tasks_command); NULL: its kind's name */
 
 	/* task.c's: bytes of its stream events not yet taken (under its budget lock) */
 	size_t stream_pending;
@@ -209,6 +232,22 @@ const char *task_kind_names(void);
  */
 struct task *task_parse(const struct task_kind *kind, json_t *spec,
     const struct task_context *ctx, char **msg);
+
+/*
+ * Loop thread: t, in no pool's hands, ended without running: its
+ * done_text and final_state are set; its done reaches the registry's
+ * handler on a later pass, as a run's does (so an answer sent now goes
+ * first).
+ */
+void task_post_done(struct task *t);
+
+/*
+ * Loop thread: t's run ended and another follows (a retry): what the run
+ * left (its done, result, error) goes, and the worker side starts as new
+ * (not started, its start not recorded). Its kind's data is kept: a kind's
+ * run reads it and leaves it as it was.
+ */
+void task_rearm(struct task *t);
 
 /* Loop thread: frees a task the registry no longer has (or never had). */
 void task_free(struct task *t);

@@ -87,6 +87,18 @@ struct task_options {
 	uint64_t accepted_wall_us;  /* when it was first accepted, wall clock */
 	/* what comes next goes here (label), onto the task */
 	const char *label;          /* the client's name for it, NULL or "": none (copied) */
+	/* scheduling (all zero: none): the submit's fields, proto.h's struct proto_submit */
+	json_t *spec;               /* the task object (borrowed): list's command */
+	uint64_t delay_ms;
+	const uint64_t *after;      /* dependencies: ids of registered tasks (or forgotten ones) */
+	size_t nafter;
+	bool after_any;
+	unsigned retries;
+	unsigned retry_on;          /* PROTO_RETRY_* */
+	uint64_t retry_delay_ms, retry_delay_max_ms;
+	const char *key;            /* NULL: none (copied) */
+	uint64_t due_wall_us;       /* the journal's replay: due then (wall clock), 0: by delay_ms */
+	/* what comes next goes here, onto the task */
 	int priority;               /* -1000..1000: higher starts first (pool.h) */
 	bool may_wait;              /* refused for room, it is held: not counted rejected */
 	/* what comes next goes here (attempt, on_lost), onto the task */
@@ -196,8 +208,62 @@ size_t tasks_list(const struct proto_list *l, bool (*visible)(const struct task 
     void *arg, struct proto_task *out, size_t max, size_t max_visit, bool *more,
     uint64_t *resume);
 
-/* Asks t to stop (queued: cancelled at once; running: cancel flag). */
+/*
+ * Asks t to stop (scheduled, waiting, queued: cancelled at once; running:
+ * cancel flag). No attempt of it follows.
+ */
 void tasks_cancel(struct task *t);
+
+/*
+ * The door of every pool's queue: t (registered, not in a queue) enters
+ * its pool's queue through pool_submit, here and nowhere else; its
+ * queue_timeout counts from now. Returns the pool's verdict; on a refusal
+ * t is where it was.
+ */
+enum pool_verdict tasks_enqueue(struct task *t);
+
+/*
+ * Room may have freed in e's queue: its due tasks enter, oldest due first,
+ * until the pool refuses one (a room hook, pools.h).
+ */
+void tasks_pool_room(struct pools_entry *e);
+
+/*
+ * The task of owner with key, running or retained, or NULL (keys of
+ * different owners never meet).
+ */
+struct task *tasks_find_key(const char *owner, const char *key);
+
+/* Tasks scheduled or waiting now (max_scheduled bounds them). */
+size_t tasks_scheduled_count(void);
+
+/*
+ * Shutdown: scheduled and waiting tasks hold no one. With keep (a drain
+ * with the journal on) they stay as they are for the next start, no longer
+ * outstanding, and get no done; otherwise they end cancelled now.
+ */
+void tasks_shutdown(bool keep);
+
+/*
+ * The hook the journal adds for retries: t's attempt ended and the next
+ * is scheduled at t->due_wall_us (t->attempt is the next's number).
+ */
+void tasks_set_retry_hook(void (*fn)(struct task *t));
+
+/*
+ * What list shows as a task's command, from its task object: an exec
+ * task's argv, each argument quoted as a POSIX shell needs it, cut at
+ * WIRE_COMMAND_MAX bytes on a character boundary; NULL for a built-in
+ * kind (its name says it) or when memory ran out.
+ */
+char *tasks_command(json_t *spec);
+
+/*
+ * status's spec and submit of t, from the request it was accepted with:
+ * new references, or NULL when it is not known (a task the journal kept
+ * from an older build).
+ */
+void tasks_request_view(const struct task *t, json_t **spec, json_t **submit);
 
 /* Accepted tasks whose done is not yet processed. */
 uint64_t tasks_outstanding(void);

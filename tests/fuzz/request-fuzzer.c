@@ -198,6 +198,39 @@ check_task(json_t *spec)
 		kind->free(&t);
 }
 
+/* The scheduling fields a submit was accepted with are within their bounds (proto.c). */
+static void
+check_submit_schedule(json_t *root, const struct proto_submit *sub)
+{
+	json_t *after = json_object_get(root, FIELD_AFTER);
+
+	if (sub->delay_ms > WIRE_MAX_DELAY_MS)
+		broken("delay_ms %llu passed", (unsigned long long)sub->delay_ms);
+	if (sub->nafter > WIRE_MAX_AFTER || (after != NULL && sub->nafter == 0) ||
+	    (after == NULL && sub->nafter != 0))
+		broken("after read as %zu ids", sub->nafter);
+	for (size_t i = 0; i < sub->nafter; i++) {
+		if (sub->after[i] == 0)
+			broken("after read the id 0");
+		for (size_t k = 0; k < i; k++)
+			if (sub->after[k] == sub->after[i])
+				broken("after kept the id %llu twice",
+				    (unsigned long long)sub->after[i]);
+	}
+	if (sub->after_any && sub->nafter == 0)
+		broken("after_mode read without after");
+	if (sub->retries > WIRE_MAX_RETRIES)
+		broken("retries %u passed", sub->retries);
+	if (sub->retry_on == 0 || (sub->retry_on & ~PROTO_RETRY_DEFAULT) != 0)
+		broken("retry_on read as %#x", sub->retry_on);
+	if (sub->retry_delay_ms > PROTO_MAX_RETRY_DELAY_MS ||
+	    sub->retry_delay_max_ms > PROTO_MAX_RETRY_DELAY_MS)
+		broken("a retry delay out of range passed");
+	if (sub->key != NULL && (*sub->key == '\0' || strlen(sub->key) > WIRE_MAX_KEY))
+		broken("a key of %zu bytes passed", strlen(sub->key));
+	check_read_string(root, FIELD_KEY, sub->key, NULL);
+}
+
 /* op_submit's reading, in its order, and the field bits it relies on. */
 static void
 check_submit(const struct request *req)
@@ -222,6 +255,7 @@ check_submit(const struct request *req)
 		broken("queue_timeout_ms %llu passed", (unsigned long long)sub.queue_timeout_ms);
 	if (sub.task == NULL || !json_is_object(sub.task))
 		broken("submit read without a task object");
+	check_submit_schedule(req->root, &sub);
 	check_task(sub.task);
 }
 
@@ -230,8 +264,9 @@ static void
 check_list(const struct request *req)
 {
 	static const char *const states[] = {
-		STATE_QUEUED, STATE_RUNNING, STATE_SUCCEEDED, STATE_FAILED, STATE_TIMED_OUT,
-		STATE_CANCELLED, STATE_EXPIRED, STATE_LOST, NULL
+		STATE_SCHEDULED, STATE_WAITING, STATE_QUEUED, STATE_RUNNING, STATE_SUCCEEDED,
+		STATE_FAILED, STATE_TIMED_OUT, STATE_CANCELLED, STATE_EXPIRED, STATE_LOST,
+		STATE_SKIPPED, NULL
 	};
 	json_t *root = req->root;
 	struct proto_list l;

@@ -1,0 +1,34 @@
+#!/bin/bash
+# instr-per-task.sh: instructions the daemon spends per echo task, under
+# callgrind, for one or more build directories: (Ir(16000 tasks) - Ir(4000
+# tasks)) / 12000. Unlike tasks/s it does not depend on what else the machine
+# runs, so it tells whether a change costs the hot path anything (compare the
+# build before a change with the one after).
+#
+# usage: bench/instr-per-task.sh BUILD_DIR...   (each with tpd and bench/tpbench)
+# Needs valgrind. Every tpd it starts is stopped by its own shutdown request.
+set -eu
+[ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR..." >&2; exit 64; }
+command -v valgrind >/dev/null || { echo "$0: valgrind is needed" >&2; exit 69; }
+
+# Ir of one tpd that ran n echo tasks (1 connection, 64 in flight), journal off
+ir() {
+	local build=$1 n=$2 d pid
+	d=$(mktemp -d)
+	valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" "$build/tpd" -f -s "$d/s" \
+	    -w 2 -q 4096 --log-level warning --journal off >"$d/log" 2>&1 &
+	pid=$!
+	for _ in $(seq 600); do [ -S "$d/s" ] && break; sleep 0.1; done
+	"$build/bench/tpbench" -s "$d/s" --op ping -n 1 --connect-timeout 60000 >/dev/null
+	"$build/bench/tpbench" -s "$d/s" -c 1 -w 64 -n "$n" --echo 64 >/dev/null
+	"$build/bench/tpbench" -s "$d/s" --raw '{"op":"shutdown","mode":"now"}' -n 1 >/dev/null
+	wait "$pid"
+	awk '/^(summary|totals):/ { print $2; exit }' "$d/cg.out"
+	rm -rf "$d"
+}
+
+for build in "$@"; do
+	a=$(ir "$build" 4000)
+	b=$(ir "$build" 16000)
+	echo "$build: $(( (b - a) / 12000 )) instructions per echo task"
+done
