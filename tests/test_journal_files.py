@@ -200,6 +200,37 @@ def test_segment_shorter_than_made_is_damage():
         check(rc != 0 and seg in err and "shorter than" in err, "exit %d: %s", rc, err)
 
 
+def tear_last_record(seg):
+    """Zeroes the last record of seg from inside its header on: a write the crash cut."""
+    data = open(seg, "rb").read()
+    off, _, _, length = records(data)[-1]
+    with open(seg, "r+b") as f:
+        f.seek(off + 10)
+        f.write(bytes(20 + length - 10))
+
+
+def test_torn_segment_before_one_with_records_is_damage():
+    # a torn tail is only the crash's last write: a later segment with records, whether
+    # it ends clean or torn itself, makes the earlier tear damage
+    for tear_last_too in (False, True):
+        with State() as st:
+            with st.daemon("--journal-max-bytes", "256k") as d:
+                c = d.client()
+                for i in range(40):
+                    rid, _ = c.submit({"kind": "echo", "value": "x" * 2000})
+                    c.done(rid)
+                d.proc.kill()
+                d.proc.wait()
+            segs = st.segments()
+            check(len(segs) >= 2, "one segment: %r", segs)
+            tear_last_record(segs[-2])
+            if tear_last_too:
+                tear_last_record(segs[-1])
+            rc, err = st.start_fails()
+            check(rc != 0 and segs[-2] in err and "a later segment holds records" in err,
+                  "last torn too: %s: exit %d: %s", tear_last_too, rc, err)
+
+
 # ---------------------------------------------------------------- what records give back
 
 

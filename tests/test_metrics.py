@@ -124,6 +124,12 @@ def test_metrics_count_a_known_load():
         check(value(s, "tpd_queue_capacity", pool="default") == 2, "capacity")
         check(value(s, "tpd_workers", pool="default") == 2, "workers")
         check(value(s, "tpd_workers_busy", pool="default") == 2, "busy")
+        st = c.stats()
+        for gauge, field in (("tpd_workers_target", "target"),
+                             ("tpd_workers_min", "min_workers"),
+                             ("tpd_workers_max", "max_workers")):
+            check(value(s, gauge, pool="default") == st[field], "%s: %r, stats %r",
+                  gauge, value(s, gauge, pool="default"), st)
         check(value(s, "tpd_connections") == 1, "connections")
         check(value(s, "tpd_tasks_submitted_total", pool="default") == 11, "submitted")
         check(value(s, "tpd_tasks_rejected_total", pool="default", reason="queue_full") == 1,

@@ -22,11 +22,9 @@
 #include "config.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "exec.h"
@@ -196,15 +194,7 @@ exec_input_write(struct exec_input *in, int *fd, uint64_t task)
 			if (errno == EAGAIN)
 				break;
 			if (errno == EPIPE) {
-				sigset_t pipe_set;
-				struct timespec zero = { 0, 0 };
-
-				/* SIGPIPE is blocked on this thread (exec_run): take it back */
-				sigemptyset(&pipe_set);
-				sigaddset(&pipe_set, SIGPIPE);
-				while (sigtimedwait(&pipe_set, NULL, &zero) == -1 &&
-				    errno == EINTR)
-					;
+				spawn_sigpipe_take();
 				log_debug("exec: task %llu closed its stdin; later input "
 				    "is dropped", (unsigned long long)task);
 			} else

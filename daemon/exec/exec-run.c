@@ -307,16 +307,9 @@ exec_stdin_write(struct exec_run *r)
 				continue;
 			if (errno == EAGAIN)
 				return;
-			if (errno == EPIPE) {
-				sigset_t pipe_set;
-				struct timespec zero = { 0, 0 };
-
-				sigemptyset(&pipe_set);
-				sigaddset(&pipe_set, SIGPIPE);
-				while (sigtimedwait(&pipe_set, NULL, &zero) == -1 &&
-				    errno == EINTR)
-					;
-			} else
+			if (errno == EPIPE)
+				spawn_sigpipe_take();
+			else
 				log_warn("exec: task %llu: writing stdin",
 				    (unsigned long long)r->t->id);
 			break;  /* the child does not want the rest */

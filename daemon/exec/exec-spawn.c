@@ -39,6 +39,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "exec-spawn.h"
@@ -313,6 +314,18 @@ spawn_close_fd(int *fd)
 		close(*fd);
 		*fd = -1;
 	}
+}
+
+void
+spawn_sigpipe_take(void)
+{
+	sigset_t pipe_set;
+	struct timespec zero = { 0, 0 };
+
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	while (sigtimedwait(&pipe_set, NULL, &zero) == -1 && errno == EINTR)
+		;
 }
 
 void

@@ -108,4 +108,11 @@ void spawn_close(struct spawn_child *child);
 /* Closes *fd if open and sets it to -1. */
 void spawn_close_fd(int *fd);
 
+/*
+ * Takes back a SIGPIPE left pending on the calling thread by a write to a pipe whose
+ * reader is gone (EPIPE). The thread must have SIGPIPE blocked (exec_run does), else
+ * the signal would already have been delivered.
+ */
+void spawn_sigpipe_take(void);
+
 #endif

@@ -191,6 +191,24 @@ map_segment(int dirfd, const char *dir, uint64_t seq, struct jread_seg *s, char 
 	return 0;
 }
 
+/*
+ * -1 with *cause when an earlier segment of r ended torn: a torn tail is only ever the
+ * crash's last write, so a segment with records after it means the tear is damage.
+ */
+static int
+torn_before(const struct jread *r, const char *dir, char **cause)
+{
+	const struct jread_seg *t;
+	char name[32];
+
+	if (r->torn == SIZE_MAX)
+		return 0;
+	t = &r->segs[r->torn];
+	jseg_name(name, sizeof name, t->seq);
+	return cause_set(cause, "journal %s/%s: damaged at offset %" PRIu64 ": %s, and a later "
+	    "segment holds records", dir, name, t->scan.bad_offset, t->scan.why);
+}
+
 int
 jread_load(int dirfd, const char *dir, uint64_t max_seq, struct jread **out, char **cause)
 {
@@ -284,25 +302,15 @@ jread_load(int dirfd, const char *dir, uint64_t max_seq, struct jread **out, cha
 			    s->scan.bad_offset, s->scan.why);
 			goto fail;
 		case JSCAN_TORN:
-			if (r->torn != SIZE_MAX) {
-				jseg_name(name, sizeof name, r->segs[r->torn].seq);
-				cause_set(cause, "journal %s/%s: damaged at offset %" PRIu64 ": %s, and "
-				    "a later segment holds records", dir, name,
-				    r->segs[r->torn].scan.bad_offset, r->segs[r->torn].scan.why);
+			if (torn_before(r, dir, cause) == -1)
 				goto fail;
-			}
 			r->torn = i;
 			break;
 		case JSCAN_CLEAN:
 			if (s->scan.records == 0)
 				break;
-			if (r->torn != SIZE_MAX) {
-				jseg_name(name, sizeof name, r->segs[r->torn].seq);
-				cause_set(cause, "journal %s/%s: damaged at offset %" PRIu64 ": %s, and "
-				    "a later segment holds records", dir, name,
-				    r->segs[r->torn].scan.bad_offset, r->segs[r->torn].scan.why);
+			if (torn_before(r, dir, cause) == -1)
 				goto fail;
-			}
 			break;
 		}
 	}

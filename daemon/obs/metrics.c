@@ -191,6 +191,20 @@ sample(struct evbuffer *out, const char *name, const char *pool, const char *ext
 	    extra != NULL ? "," : "", extra != NULL ? extra : "", v);
 }
 
+/*
+ * One gauge family: its HELP and TYPE, then one sample per pool of the unsigned field at
+ * off in the pool's snapshot.
+ */
+static void
+pool_gauge(struct evbuffer *out, const char *name, const char *help,
+    const struct metrics_pool *mp, size_t n, size_t off)
+{
+	family(out, name, "gauge", help);
+	for (size_t i = 0; i < n; i++)
+		sample(out, name, mp[i].name, NULL,
+		    *(const unsigned *)(const void *)((const char *)&mp[i].s + off));
+}
+
 static void
 histogram(struct evbuffer *out, const char *name, const struct metrics_pool *mp, size_t n,
     bool queued)
@@ -416,36 +430,25 @@ metrics_format(struct evbuffer *out)
 	for (i = 0; i < n; i++)
 		sample(out, "tpd_task_retries_total", mp[i].name, NULL, mp[i].retried);
 
-	family(out, "tpd_queue_length", "gauge", "Tasks waiting in the queue.");
-	for (i = 0; i < n; i++)
-		sample(out, "tpd_queue_length", mp[i].name, NULL, mp[i].s.queued);
-	family(out, "tpd_queue_capacity", "gauge", "Queue slots (idle workers take tasks "
-	    "beyond them).");
-	for (i = 0; i < n; i++)
-		sample(out, "tpd_queue_capacity", mp[i].name, NULL, mp[i].s.capacity);
+	pool_gauge(out, "tpd_queue_length", "Tasks waiting in the queue.",
+	    mp, n, offsetof(struct pool_snapshot, queued));
+	pool_gauge(out, "tpd_queue_capacity", "Queue slots (idle workers take tasks "
+	    "beyond them).", mp, n, offsetof(struct pool_snapshot, capacity));
 	family(out, "tpd_queue_oldest_seconds", "gauge", "How long the oldest queued task "
 	    "has waited (0 when none waits).");
 	for (i = 0; i < n; i++)
 		evbuffer_add_printf(out, "tpd_queue_oldest_seconds{pool=\"%s\"} %.6f\n",
 		    mp[i].name, (double)mp[i].s.oldest_queued_us / 1e6);
-	family(out, "tpd_workers", "gauge", "Worker threads of the pool now.");
-	for (i = 0; i < n; i++)
-		sample(out, "tpd_workers", mp[i].name, NULL, mp[i].s.workers);
-	family(out, "tpd_workers_busy", "gauge", "Workers running a task.");
-	for (i = 0; i < n; i++)
-		sample(out, "tpd_workers_busy", mp[i].name, NULL, mp[i].s.busy);
-	family(out, "tpd_workers_target", "gauge", "The size the pool is set to (resize, "
-	    "size).");
-	for (i = 0; i < n; i++)
-		sample(out, "tpd_workers_target", mp[i].name, NULL, mp[i].s.target);
-	family(out, "tpd_workers_min", "gauge", "The fewest workers the pool keeps "
-	    "(min_workers).");
-	for (i = 0; i < n; i++)
-		sample(out, "tpd_workers_min", mp[i].name, NULL, mp[i].s.min_workers);
-	family(out, "tpd_workers_max", "gauge", "The most workers the pool starts as tasks "
-	    "come (max_workers).");
-	for (i = 0; i < n; i++)
-		sample(out, "tpd_workers_max", mp[i].name, NULL, mp[i].s.max_workers);
+	pool_gauge(out, "tpd_workers", "Worker threads of the pool now.",
+	    mp, n, offsetof(struct pool_snapshot, workers));
+	pool_gauge(out, "tpd_workers_busy", "Workers running a task.",
+	    mp, n, offsetof(struct pool_snapshot, busy));
+	pool_gauge(out, "tpd_workers_target", "The size the pool is set to (resize, "
+	    "size).", mp, n, offsetof(struct pool_snapshot, target));
+	pool_gauge(out, "tpd_workers_min", "The fewest workers the pool keeps "
+	    "(min_workers).", mp, n, offsetof(struct pool_snapshot, min_workers));
+	pool_gauge(out, "tpd_workers_max", "The most workers the pool starts as tasks "
+	    "come (max_workers).", mp, n, offsetof(struct pool_snapshot, max_workers));
 
 	family(out, "tpd_task_queued_seconds", "histogram", "How long tasks waited in the "
 	    "queue, observed when they started or expired.");
