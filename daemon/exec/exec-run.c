@@ -205,6 +205,9 @@ uint64_t
 exec_run_spooled(struct exec_run *r, struct task_spool_gap *gap)
 {
 	memset(gap, 0, sizeof *gap);
+	/* read while streaming, and not yet arrived as events (t->streamed: the loop's, as this) */
+	gap->in_flight = (r->out.streaming && r->out.cap.seen > r->out.from + r->t->streamed[0]) ||
+	    (r->err.streaming && r->err.cap.seen > r->err.from + r->t->streamed[1]);
 	if (r->spool.cut != 0) {
 		gap->cut = true;
 		gap->kept[0] = r->spool.kept[0];

@@ -557,6 +557,8 @@ exec_spool_catch_up(struct task *t, uint64_t at, struct task_spool_gap *gap)
 			atomic_store(&t->stream, true);
 	} else if (exec_run_spooled(x->run, gap) > at)
 		r = 0;
+	else if (gap->in_flight)
+		r = 3;
 	else {
 		atomic_store(&t->stream, true);
 		r = 1;

@@ -36,6 +36,7 @@
 #include "wire.h"
 
 #define REPLAY_BURST 16
+#define REPLAY_IN_FLIGHT_US 1000  /* how soon to look again while events are on their way */
 
 struct replay {
 	uint64_t key;
@@ -51,6 +52,7 @@ struct replay {
 	int cut;                    /* SPOOL_WHY_* from a cut record */
 	bool ended;                 /* the end record was read */
 	uint64_t kept[2], seen[2];
+	struct event *retry_ev;     /* the file is read, events of it still on their way */
 	struct replay *next, *next_ready;
 };
 
@@ -85,6 +87,8 @@ replay_free(struct replay *r)
 			*p = r->next_ready;
 			break;
 		}
+	if (r->retry_ev != NULL)
+		event_free(r->retry_ev);
 	if (r->sink != NULL)
 		r->sink->ops->release(r->sink);
 	json_decref(r->request_id);
@@ -173,6 +177,35 @@ replay_finish(struct replay *r, struct conn *c)
 	replay_free(r);
 }
 
+static void
+replay_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct replay *r = replay_find((uint64_t)(uintptr_t)arg);
+
+	if (r != NULL && !r->waiting)
+		replay_step(r);
+}
+
+/*
+ * The run streams to another receiver and events of bytes the file holds
+ * are on their way to the loop: the sink goes on the task's list only once
+ * they arrived (they go to the others; this one has them from the file),
+ * so it gets each byte once. A timer, not an active event: the loop must
+ * poll its mailbox in between. The wait is one hand-off from a worker.
+ */
+static void
+replay_wait_in_flight(struct replay *r)
+{
+	struct timeval tv = { 0, REPLAY_IN_FLIGHT_US };
+
+	if (r->retry_ev == NULL && (r->retry_ev = evtimer_new(daemon_state->base,
+	    replay_retry_cb, (void *)(uintptr_t)r->key)) == NULL) {
+		log_warnx("replay: out of memory");
+		return;
+	}
+	evtimer_add(r->retry_ev, &tv);
+}
+
 /* Nothing more in the file for now: follow the task live, read on, or finish. */
 static bool
 replay_at_end(struct replay *r, struct conn *c)
@@ -188,6 +221,10 @@ replay_at_end(struct replay *r, struct conn *c)
 	k = t->kind->spool_catch_up(t, r->off, &gap);
 	if (k == 0)
 		return true;
+	if (k == 3) {
+		replay_wait_in_flight(r);
+		return false;
+	}
 	if (k == -1) {
 		/* the run is over: its file is whole; a second look finds nothing more */
 		if (r->over_seen) {

@@ -35,6 +35,11 @@ struct conf_pool;
 struct task_spool_gap {
 	bool cut;
 	uint64_t kept[2], seen[2];
+	/*
+	 * the run sends its output as events (another receiver streams it), and
+	 * some of what the file holds is still on its way to the loop as events
+	 */
+	bool in_flight;
 };
 
 struct task_kind {
@@ -73,9 +78,12 @@ struct task_kind {
 	 * more, and then t's stream is on (as with follow: each byte is in
 	 * the file before at, or in an event sent later), with *gap saying
 	 * what of the output the file lacks (a cut spool); 0 when the file
-	 * has grown (replay on); 2 when the run has not begun (the stream is
-	 * on: everything comes live); -1 when the run is over (the file is
-	 * whole: replay it to its end). NULL: the kind keeps no spool.
+	 * has grown (replay on); 3 when the file is read but the run streams
+	 * and events of bytes in it have not reached the loop yet (ask again
+	 * a moment later: a sink added now would get those bytes twice); 2
+	 * when the run has not begun (the stream is on: everything comes
+	 * live); -1 when the run is over (the file is whole: replay it to its
+	 * end). NULL: the kind keeps no spool.
 	 */
 	int (*spool_catch_up)(struct task *t, uint64_t at, struct task_spool_gap *gap);
 	/*
