@@ -531,16 +531,21 @@ exec_cancel(struct task *t)
 }
 
 /* A follower from the start: the stream on, and what the run kept so far. */
-static void
+static bool
 exec_follow(struct task *t, json_t *events)
 {
 	struct exec_task *x = t->kind_data;
+	bool over;
 
 	pthread_mutex_lock(&x->wake_lock);
-	atomic_store(&t->stream, true);
-	if (x->run != NULL)
-		exec_run_kept(x->run, events);
+	over = x->run == NULL && x->run_over;
+	if (!over) {
+		atomic_store(&t->stream, true);
+		if (x->run != NULL)
+			exec_run_kept(x->run, events);
+	}
 	pthread_mutex_unlock(&x->wake_lock);
+	return !over;
 }
 
 static int

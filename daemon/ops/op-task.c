@@ -367,8 +367,9 @@ op_wait(struct conn *c, struct request *req)
 		/* what it kept so far, before anything its run sends from now on */
 		json_t *kept = json_array(), *ev;
 		size_t i;
-		if (kept != NULL)
-			t->kind->follow(t, kept);
+		/* a run already over: its done (with the output) alone, not the tail of its events */
+		if (kept != NULL && !t->kind->follow(t, kept))
+			sink->stream = false;
 		json_array_foreach(kept, i, ev) {
 			struct proto_text pt;
 			proto_encode_stream(&pt, ev, req->id, t->id);

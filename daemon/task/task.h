@@ -68,10 +68,14 @@ struct task_kind {
 	 * Loop thread, for a wait that follows t from the start: turns t's
 	 * stream on and, in the same step, appends to events (an array) the
 	 * output its run has kept so far as output events, so that each byte
-	 * is either in them or in an event sent later. May be NULL (nothing
-	 * kept: the stream is turned on without it).
+	 * is either in them or in an event sent later. Returns false when the
+	 * run is already over (its done is on its way): then nothing is
+	 * appended, and the follower should take no stream events (some of
+	 * the run's are still on their way, the rest not) but the done, whose
+	 * result holds the output. May be NULL (nothing kept: the stream is
+	 * turned on without it).
 	 */
-	void (*follow)(struct task *t, json_t *events);
+	bool (*follow)(struct task *t, json_t *events);
 	/*
 	 * Loop thread, for a follower from the start that has replayed t's
 	 * spool (exec/spool.h) up to byte at: 1 when the run has written no
