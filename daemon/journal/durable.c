@@ -892,15 +892,13 @@ replay_unfinished(struct journal *j, struct jread *rd, const struct jtask *jt)
 		o.submit_text = a.spec.p;
 		o.submit_len = a.spec.len;
 		o.spec = spec;
-		o.delay_ms = retry ? 0 : sub.delay_ms;
-		o.after = retry ? NULL : sub.after;
-		o.nafter = retry ? 0 : sub.nafter;
-		o.after_any = sub.after_any;
-		o.retries = sub.retries;
-		o.retry_on = sub.retry_on;
-		o.retry_delay_ms = sub.retry_delay_ms;
-		o.retry_delay_max_ms = sub.retry_delay_max_ms;
-		o.key = sub.key;
+		tasks_options_schedule(&o, &sub);
+		if (retry) {
+			/* its next attempt is due at its own time, its dependencies long met */
+			o.delay_ms = 0;
+			o.after = NULL;
+			o.nafter = 0;
+		}
 		o.due_wall_us = due != 0 && due <= now ? now : due;
 		if (held) {
 			/* its queue time counts from when it enters the queue */

@@ -1079,6 +1079,20 @@ conn_send_error(struct conn *c, json_t *id, const char *code, const char *fmt, .
 	conn_send_text(c, &pt);
 }
 
+void
+conn_send_rejected(struct conn *c, json_t *id, const char *code, const char *fmt, ...)
+{
+	char msg[CONN_ERROR_MAX];
+	struct proto_text pt;
+	va_list ap;
+
+	va_start(ap, fmt);
+	utf8_vformat(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	proto_encode_rejected(&pt, id, code, msg);
+	conn_send_text(c, &pt);
+}
+
 /* Stops dispatching c's requests and reading its socket (its output is full). */
 static void
 conn_pause_input(struct conn *c)

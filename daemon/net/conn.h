@@ -135,6 +135,10 @@ void conn_send_stream(struct conn *, struct proto_text *, conn_sent_fn sent, uin
 void conn_send_error(struct conn *, json_t *id, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* The same for a submit's rejected event (proto_encode_rejected). */
+void conn_send_rejected(struct conn *, json_t *id, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /*
  * Input flow control (a task's stdin buffer is full, exec-input.c): c's
  * requests are not read from the end of the current one until

@@ -97,22 +97,6 @@ conn_count_add(uint64_t id, int delta)
 		    (unsigned long long)id);
 }
 
-static void send_rejected(struct conn *, json_t *, const char *, const char *, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void
-send_rejected(struct conn *c, json_t *id, const char *code, const char *fmt, ...)
-{
-	char msg[256];
-	struct proto_text pt;
-	va_list ap;
-
-	va_start(ap, fmt);
-	utf8_vformat(msg, sizeof msg, fmt, ap); /* never cut inside a character */
-	va_end(ap);
-	proto_encode_rejected(&pt, id, code, msg);
-	conn_send_text(c, &pt);
-}
 
 /*
  * Answers the verdict v of t's submit on c (NULL: gone): the accepted
@@ -139,17 +123,17 @@ answer(struct conn *c, json_t *id, struct task *t, const struct task_options *o,
 	if (c != NULL) {
 		switch (v) {
 		case POOL_REJECTED_CLOSED:
-			send_rejected(c, id, ERR_CLOSED, "pool %s is closed: tpd is shutting down",
+			conn_send_rejected(c, id, ERR_CLOSED, "pool %s is closed: tpd is shutting down",
 			    o->pool->name);
 			break;
 		case POOL_REJECTED_QUOTA:
-			send_rejected(c, id, ERR_QUOTA, "pool %s: its owner %s already has %u "
+			conn_send_rejected(c, id, ERR_QUOTA, "pool %s: its owner %s already has %u "
 			    "tasks queued, its max_queued_per_owner", o->pool->name,
 			    o->owner != NULL ? o->owner : "(none)",
 			    cp != NULL ? cp->max_queued_per_owner : 0);
 			break;
 		default:
-			send_rejected(c, id, ERR_QUEUE_FULL, "pool %s is full: every worker is busy "
+			conn_send_rejected(c, id, ERR_QUEUE_FULL, "pool %s is full: every worker is busy "
 			    "and its queue is at capacity", o->pool->name);
 			break;
 		}
@@ -220,7 +204,7 @@ held_timeout(evutil_socket_t fd, short what, void *arg)
 	task_free(h->t);
 	pool_count_rejected(h->o.pool->pool, POOL_REJECTED_FULL);
 	if (c != NULL)
-		send_rejected(c, h->req_id, ERR_QUEUE_FULL, "pool %s is full: held %llu ms "
+		conn_send_rejected(c, h->req_id, ERR_QUEUE_FULL, "pool %s is full: held %llu ms "
 		    "(admission_timeout) and no room came in its queue", pool,
 		    (unsigned long long)h->timeout_ms);
 	if (h->o.sink != NULL)
@@ -376,7 +360,7 @@ admission_submit(struct conn *c, struct request *req, struct task *t,
 		pool_count_rejected(o->pool->pool, POOL_REJECTED_FULL);
 		if (strcmp(why, "max_held") == 0) {
 			task_free(t);
-			send_rejected(c, req->id, ERR_QUEUE_FULL, "pool %s is full and already "
+			conn_send_rejected(c, req->id, ERR_QUEUE_FULL, "pool %s is full and already "
 			    "holds %u submits waiting for room, its max_held", o->pool->name,
 			    cp != NULL ? cp->max_held : 0);
 			if (o->sink != NULL)

@@ -24,22 +24,6 @@
 #include "units.h"
 #include "wire.h"
 
-static void send_rejected(struct conn *, struct request *, const char *, const char *, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void
-send_rejected(struct conn *c, struct request *req, const char *code, const char *fmt, ...)
-{
-	char msg[256];
-	struct proto_text pt;
-	va_list ap;
-
-	va_start(ap, fmt);
-	utf8_vformat(msg, sizeof msg, fmt, ap); /* never cut inside a character */
-	va_end(ap);
-	proto_encode_rejected(&pt, req->id, code, msg);
-	conn_send_text(c, &pt);
-}
 
 /* Reads the request's "task" object into a new task; NULL after answering the error. */
 static struct task *
@@ -168,7 +152,7 @@ op_submit(struct conn *c, struct request *req)
 		if ((e = pools_find(sub.pool)) != NULL)
 			pool_count_rejected_storage(e->pool);
 		durable_refused(why);
-		send_rejected(c, req, ERR_STORAGE, "%s", why);
+		conn_send_rejected(c, req->id, ERR_STORAGE, "%s", why);
 		return;
 	}
 	if ((e = pools_find(sub.pool)) == NULL) {
@@ -180,7 +164,7 @@ op_submit(struct conn *c, struct request *req)
 			if (!pools_at(i)->removed)
 				off += (size_t)snprintf(names + off, sizeof names - off, "%s%s",
 				    off > 0 ? ", " : "", pools_at(i)->name);
-		send_rejected(c, req, ERR_NO_SUCH_POOL, "no pool named \"%s\" (pools: %s)",
+		conn_send_rejected(c, req->id, ERR_NO_SUCH_POOL, "no pool named \"%s\" (pools: %s)",
 		    utf8_quote(q, sub.pool), names);
 		return;
 	}
@@ -196,7 +180,7 @@ op_submit(struct conn *c, struct request *req)
 		return;
 	if ((sub.delay_ms > 0 || sub.nafter > 0) &&
 	    tasks_scheduled_count() >= daemon_state->conf.max_scheduled) {
-		send_rejected(c, req, ERR_QUEUE_FULL, "%zu tasks are scheduled or waiting already: "
+		conn_send_rejected(c, req->id, ERR_QUEUE_FULL, "%zu tasks are scheduled or waiting already: "
 		    "max_scheduled is %u", tasks_scheduled_count(), daemon_state->conf.max_scheduled);
 		return;
 	}
@@ -214,15 +198,7 @@ op_submit(struct conn *c, struct request *req)
 	/* attempts are counted with the journal, and for a task that may make several */
 	o.attempt = durable_on() || sub.retries > 0 ? 1 : 0;
 	o.spec = sub.task;
-	o.delay_ms = sub.delay_ms;
-	o.after = sub.after;
-	o.nafter = sub.nafter;
-	o.after_any = sub.after_any;
-	o.retries = sub.retries;
-	o.retry_on = sub.retry_on;
-	o.retry_delay_ms = sub.retry_delay_ms;
-	o.retry_delay_max_ms = sub.retry_delay_max_ms;
-	o.key = sub.key;
+	tasks_options_schedule(&o, &sub);
 	o.priority = sub.priority;
 	if (!sub.detach && (o.sink = conn_sink_new(c, req->id, sub.stream, false)) == NULL) {
 		task_free(t);

@@ -998,6 +998,20 @@ fill(struct task *t, const struct task_options *o)
 	return 0;
 }
 
+void
+tasks_options_schedule(struct task_options *o, const struct proto_submit *sub)
+{
+	o->delay_ms = sub->delay_ms;
+	o->after = sub->after;
+	o->nafter = sub->nafter;
+	o->after_any = sub->after_any;
+	o->retries = sub->retries;
+	o->retry_on = sub->retry_on;
+	o->retry_delay_ms = sub->retry_delay_ms;
+	o->retry_delay_max_ms = sub->retry_delay_max_ms;
+	o->key = sub->key;
+}
+
 enum pool_verdict
 tasks_submit(struct task *t, const struct task_options *o)
 {

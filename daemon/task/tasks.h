@@ -145,6 +145,14 @@ int tasks_add_hooks(const struct tasks_hooks *hooks, char **cause);
 enum pool_verdict tasks_submit(struct task *t, const struct task_options *o);
 
 /*
+ * Copies a submit's scheduling fields (delay, after, retries, key) onto o,
+ * borrowed from sub as o's other pointers are: the one place a submit and
+ * the journal's replay of one read them from.
+ */
+struct proto_submit;
+void tasks_options_schedule(struct task_options *o, const struct proto_submit *sub);
+
+/*
  * Start, the journal's replay (durable.c): a task that ended before the
  * restart, retained again as it was (done_text is its done's body, state
  * its terminal state, finished_wall_us when it ended, wall clock), or one
