@@ -179,6 +179,13 @@ status_print(struct status_rows *rows)
 			cells[i] = v != NULL && !(json_is_string(v) && *json_string_value(v) ==
 			    '\0') ? format_cell(keys[i], v) : strdup("-");
 		}
+		/* a later attempt (a retry, a rerun after a restart): running#2, as list shows it */
+		if (event_int(ev, FIELD_ATTEMPT, 0) > 1) {
+			free(cells[3]);
+			if (asprintf(&cells[3], "%s#%lld", state,
+			    (long long)event_int(ev, FIELD_ATTEMPT, 0)) == -1)
+				cells[3] = NULL;
+		}
 		if (asprintf(&cells[7], "%lld", (long long)event_int(ev, FIELD_PRIORITY, 0)) == -1)
 			cells[7] = NULL;
 		cells[8] = format_command(event_str(ev, FIELD_COMMAND, event_str(ev, FIELD_KIND,

@@ -635,6 +635,8 @@ def test_tpctl_flags_and_tables():
         r = tpctl(d, "list", check_rc=0)
         check(any(l.split()[0] == str(tid3) and "scheduled#2" in l.split()
                   for l in r.stdout.splitlines()[1:]), "list: %s", r.stdout)
+        r = tpctl(d, "status", str(tid3), check_rc=0)
+        check("scheduled#2" in r.stdout.splitlines()[1].split(), "status: %s", r.stdout)
         c.request({"op": "cancel", "task": tid3}, "ok")
         # a skipped task: exit 1
         r = tpctl(d, "submit", "--detach", "--", "false", check_rc=0)
