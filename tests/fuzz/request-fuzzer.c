@@ -327,11 +327,35 @@ check_op(const struct request *req)
 	} else if (strcmp(op, OP_RESIZE) == 0) {
 		struct proto_resize rs;
 		if (read_outcome(req, op, proto_read_resize(req, &rs, &msg), msg) == 0) {
-			/* the range is the pool's (op_resize): the reader passes the integer on */
+			/* the range is the pool's (op_resize): the reader passes the integers on */
 			json_t *size = json_object_get(root, FIELD_SIZE);
-			if (!json_is_integer(size) || json_integer_value(size) != rs.size)
+			json_t *min = json_object_get(root, FIELD_MIN), *max = json_object_get(root,
+			    FIELD_MAX);
+			if (rs.has_size == (rs.has_min || rs.has_max))
+				broken("resize read size %d, min %d, max %d: one kind of bound, not "
+				    "both or none", rs.has_size, rs.has_min, rs.has_max);
+			if (rs.has_size && (!json_is_integer(size) || json_integer_value(size) != rs.size))
 				broken("resize size %lld read", (long long)rs.size);
+			if (rs.has_min && (!json_is_integer(min) || json_integer_value(min) != rs.min))
+				broken("resize min %lld read", (long long)rs.min);
+			if (rs.has_max && (!json_is_integer(max) || json_integer_value(max) != rs.max))
+				broken("resize max %lld read", (long long)rs.max);
 			check_read_string(root, FIELD_POOL, rs.pool, WIRE_DEFAULT_POOL);
+		}
+	} else if (strcmp(op, OP_PAUSE) == 0 || strcmp(op, OP_RESUME) == 0) {
+		const char *pool = NULL;
+		if (read_outcome(req, op, proto_read_pool_ref(req, &pool, &msg), msg) == 0)
+			check_read_string(root, FIELD_POOL, pool, NULL);
+	} else if (strcmp(op, OP_INPUT) == 0) {
+		struct proto_input in;
+		if (read_outcome(req, op, proto_read_input(req, &in, &msg), msg) == 0) {
+			if (in.task == 0)
+				broken("input read task 0");
+			if (in.data == NULL && in.len != 0)
+				broken("input read %zu bytes of no data", in.len);
+			if (in.data == NULL && !in.eof)
+				broken("input read neither data nor eof");
+			free(in.decoded);
 		}
 	} else if (strcmp(op, OP_SHUTDOWN) == 0) {
 		struct proto_shutdown sd;
