@@ -309,7 +309,7 @@ def test_follow_from_start_while_writing_gets_each_byte_once():
         c = d.client()
         rid = c.send({"op": "submit", "stream": True, "task": {"kind": "exec", "argv": [
             "sh", "-c", "i=0; while [ $i -lt %d ]; do echo line$i; i=$((i+1)); "
-            "[ $((i %% 1000)) = 0 ] && sleep 0.03; done" % n]}})
+            "[ $((i %% 1000)) = 0 ] && sleep 0.1; done" % n]}})
         acc = c.recv_id(rid, "accepted")
         want = "".join("line%d\n" % i for i in range(n))
         socks = []
