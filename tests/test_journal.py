@@ -353,6 +353,8 @@ def test_torn_last_record_is_dropped_and_logged():
         seg = st.segments()[-1]
         data, last, end = last_record_offset(seg)
         for cut in range(last + 1, end):
+            if not data[cut:end].strip(b"\0"):
+                continue  # the cut took only zeros the record ends with: it is whole
             # torn: what a write cut short leaves (the preallocated zeros after it)
             with open(seg, "wb") as f:
                 f.write(data[:cut] + bytes(len(data) - cut))
