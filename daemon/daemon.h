@@ -14,6 +14,7 @@
 
 #include <event2/event.h>
 
+#include "base/pauses.h"
 #include "conf/conf.h"
 
 struct daemon {
@@ -21,6 +22,7 @@ struct daemon {
 	struct conf conf;
 	struct conf_flags *flags;  /* the command line's settings, applied over the file (start, SIGHUP) */
 	uint64_t started_us;
+	struct pauses loop_pauses;  /* the loop's pauses (obs/loop-watch.c measures them) */
 };
 
 extern struct daemon *daemon_state;

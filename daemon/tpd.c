@@ -32,6 +32,7 @@
 #include "base/log.h"
 #include "task/mailbox.h"
 #include "obs/metrics.h"
+#include "obs/loop-watch.h"
 #include "exec/pgroup.h"
 #include "ops/ops.h"
 #include "exec/spool.h"
@@ -460,6 +461,23 @@ stop_loop(struct daemon *d)
 	d->base = NULL;
 }
 
+/* The loop's pauses (stats' "loop", tpd_loop_pause_seconds): loop-watch.c. */
+static void
+start_loop_watch(struct daemon *d)
+{
+	char *cause = NULL;
+
+	if (loop_watch_start(d, &cause) == -1)
+		fatalx("%s", cause != NULL ? cause : "loop watch: out of memory");
+}
+
+static void
+stop_loop_watch(struct daemon *d)
+{
+	(void)d;
+	loop_watch_stop();
+}
+
 /*
  * Signals are caught before the socket exists: a SIGTERM sent as soon as
  * the socket appears is handled (a clean shutdown once the loop runs), not
@@ -846,6 +864,7 @@ static const struct step {
 	{ log_configuration, NULL },            /* which file was read */
 	{ start_containment, NULL },            /* before any thread */
 	{ start_loop, stop_loop },
+	{ start_loop_watch, stop_loop_watch },
 	{ start_signals, stop_signals },
 	{ start_mailbox, stop_mailbox },        /* worker -> loop */
 	{ start_tasks, stop_tasks },            /* the registry */
@@ -889,10 +908,12 @@ main(int argc, char **argv)
 	for (i = 0; i < sizeof steps / sizeof steps[0]; i++)
 		if (steps[i].start != NULL)
 			steps[i].start(d);
-	/* One pass of the loop at a time; after each, the one exit decision. */
-	while (!shutdown_may_leave())
+	/* One pass of the loop at a time; after each, its end noted and the one exit decision. */
+	while (!shutdown_may_leave()) {
 		if (event_base_loop(d->base, EVLOOP_ONCE) == -1)
 			fatalx("the event loop failed");
+		loop_watch_pass_end(d);
+	}
 	while (i-- > 0)
 		if (steps[i].stop != NULL)
 			steps[i].stop(d);

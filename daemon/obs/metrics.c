@@ -226,6 +226,23 @@ histogram(struct evbuffer *out, const char *name, const struct metrics_pool *mp,
 	}
 }
 
+/* The loop's pauses (obs/loop-watch.c): a histogram of those of 1 ms or more. */
+static void
+metrics_loop(struct evbuffer *out, const struct pauses *p)
+{
+	family(out, "tpd_loop_pause_seconds", "histogram", "How long the event loop went "
+	    "without polling (its pauses of 1 ms or more, sampled every millisecond).");
+	for (size_t b = 0; b < PAUSES_NBOUNDS; b++)
+		evbuffer_add_printf(out, "tpd_loop_pause_seconds_bucket{le=\"%s\"} %llu\n",
+		    pauses_bound_s[b], (unsigned long long)p->le[b]);
+	evbuffer_add_printf(out, "tpd_loop_pause_seconds_bucket{le=\"+Inf\"} %llu\n",
+	    (unsigned long long)p->count);
+	evbuffer_add_printf(out, "tpd_loop_pause_seconds_sum %llu.%06llu\n",
+	    (unsigned long long)(p->sum_us / 1000000), (unsigned long long)(p->sum_us % 1000000));
+	evbuffer_add_printf(out, "tpd_loop_pause_seconds_count %llu\n",
+	    (unsigned long long)p->count);
+}
+
 /* A label value in the text format: backslash, double quote and newline escaped. */
 static void
 label_value(struct evbuffer *out, const char *s)
@@ -388,6 +405,7 @@ metrics_format(struct evbuffer *out)
 	evbuffer_add_printf(out, "tpd_tasks_outstanding %llu\n",
 	    (unsigned long long)tasks_outstanding());
 	metrics_journal(out);
+	metrics_loop(out, &d->loop_pauses);
 
 	family(out, "tpd_tasks_submitted_total", "counter", "Submissions the pool accepted.");
 	for (i = 0; i < n; i++)

@@ -1,6 +1,7 @@
 /* op-admin.c: stats, and the admin ops resize, pause, resume and shutdown. */
 #include "config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,30 @@ phase_name(enum daemon_phase phase)
 	default:
 		return PHASE_STOPPING;
 	}
+}
+
+/* Stats' "loop" object: the loop's pauses of 1 ms or more (obs/loop-watch.c measures them). */
+static json_t *
+stats_loop(const struct pauses *p)
+{
+	json_t *o = json_object(), *le = json_object();
+
+	if (o == NULL || le == NULL) {
+		json_decref(o);
+		json_decref(le);
+		return NULL;
+	}
+	for (size_t i = 0; i < PAUSES_NBOUNDS; i++) {
+		char ms[16];
+
+		snprintf(ms, sizeof ms, "%g", (double)pauses_bound_us[i] / 1000.0);
+		json_object_set_new(le, ms, json_integer((json_int_t)p->le[i]));
+	}
+	json_object_set_new(o, "longest_pause_ms", json_real((double)p->max_us / 1000.0));
+	json_object_set_new(o, "pauses", json_integer((json_int_t)p->count));
+	json_object_set_new(o, "pause_sum_ms", json_real((double)p->sum_us / 1000.0));
+	json_object_set_new(o, "pauses_le_ms", le);
+	return o;
 }
 
 void
@@ -100,8 +125,10 @@ op_stats(struct conn *c, struct request *req)
 	st.tcp_auth = auth_tcp_mode();
 	st.nwarnings = auth_warnings(&st.warnings);
 	st.sources = sources_stats();
+	st.loop = stats_loop(&d->loop_pauses);
 	proto_encode_stats(&pt, req->id, &st);
 	json_decref(st.journal);
+	json_decref(st.loop);
 	json_decref(st.sources);
 	conn_send_text(c, &pt);
 }
