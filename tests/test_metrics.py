@@ -159,6 +159,75 @@ def test_metrics_count_a_known_load():
         print("tpd_task_run_seconds: %d observed, sum %.3f s" % (rcount, rsum))
 
 
+def loop_of(c):
+    return c.request({"op": "stats"}, "stats")["loop"]
+
+
+def main_thread_switches(pid):
+    """The loop thread's voluntary context switches (it is the process's first thread)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches for %d" % pid)
+
+
+def test_metrics_loop_pause_of_a_long_parse():
+    """A request line that takes long to parse pauses the loop: stats' loop object and
+    tpd_loop_pause_seconds record it (no shorter than a tenth of the parse's round trip,
+    no longer than it), agree with each other and pass promtool; an idle daemon records
+    no pause and is not woken by the watch (its ticks stop)."""
+    with metrics_daemon("--max-request-bytes", "16000000") as d:
+        c = d.client()
+        before = loop_of(c)
+        check(before["longest_pause_ms"] < 1000 and
+              set(before["pauses_le_ms"]) == {"1", "2.5", "5", "10", "25", "50", "100",
+                                              "250", "500", "1000"}, "%r", before)
+        # a line of 1.5 million array items: jansson parses it in one callback
+        line = b'{"op":"ping","id":1,"items":[' + b",".join([b"1"] * 1500000) + b"]}\n"
+        t0 = time.monotonic()
+        c.send_raw(line)
+        answer = c.recv()
+        rtt_ms = (time.monotonic() - t0) * 1000
+        check(answer.get("id") == 1, "the big line is answered: %r", answer)
+        after = loop_of(c)
+        print("a %d-byte line: answered in %.0f ms, longest pause %.1f ms (%d pauses)"
+              % (len(line), rtt_ms, after["longest_pause_ms"], after["pauses"]))
+        check(after["pauses"] > before["pauses"], "a pause recorded: %r", after)
+        check(rtt_ms / 10 <= after["longest_pause_ms"] <= rtt_ms + 1,
+              "the longest pause %.1f ms against a round trip of %.1f ms",
+              after["longest_pause_ms"], rtt_ms)
+        le = after["pauses_le_ms"]
+        check(le["1000"] <= after["pauses"] and
+              [le[k] for k in sorted(le, key=float)] == sorted(le.values()),
+              "cumulative buckets: %r", after)
+
+        # idle: no pause recorded, and the loop sleeps (a ticking watch would wake it 1000/s)
+        time.sleep(0.2)
+        idle = loop_of(c)
+        n0 = main_thread_switches(d.proc.pid)
+        time.sleep(1)
+        woken = main_thread_switches(d.proc.pid) - n0
+        check(loop_of(c)["pauses"] == idle["pauses"], "an idle second recorded a pause")
+        check(woken < 100, "the idle loop woke %d times in a second", woken)
+
+        status, _, text = scrape(d)
+        check(status == 200, "status %d", status)
+        promtool(text)
+        s, types = parse(text)
+        check(types.get("tpd_loop_pause_seconds") == "histogram", "types: %r", types)
+        stats = loop_of(c)
+        buckets = sorted((float(dict(k[1])["le"]), v) for k, v in s.items()
+                         if k[0] == "tpd_loop_pause_seconds_bucket")
+        check([b for b, _ in buckets] == [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                           0.25, 0.5, 1.0, float("inf")], "%r", buckets)
+        count = value(s, "tpd_loop_pause_seconds_count")
+        check(buckets[-1][1] == count and count >= stats["pauses"] - 1 and
+              count <= stats["pauses"], "count %r, stats %r", count, stats)
+        check(value(s, "tpd_loop_pause_seconds_sum") * 1000 >= after["longest_pause_ms"],
+              "the sum holds the longest")
+
+
 def test_metrics_count_rejections_while_draining():
     with metrics_daemon(workers=1, queue=1) as d:
         c = d.client()
