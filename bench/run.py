@@ -6,10 +6,34 @@ it is compared with alternate: A B A B), takes the median of each over the
 rounds, and prints one table: workload, tpd's figure, the floor's or peer's,
 the ratio, the target and whether it is met.
 
+The journal's rows (part "journal", one tpd -w 2 per journal_sync mode, and
+--journal off), echo 64 B:
+  1 conn x 64 in flight: commit (the defaults) vs the durable floor
+  (bench/floor -D: one write + one fdatasync per loop pass, to a preallocated
+  file in this run's temp dir, before that pass's answers), >= 0.9x;
+  interval vs off, >= 0.85x (at most 15% below); none vs off and commit vs
+  off, reported. 50 conns x 1: none, interval and commit vs off.
+  --journal off, 50 x 1 and 1 x 64, vs the jansson floor (bench/floor -j: one
+  thread parsing each line with jansson), >= 0.9x each; the rows "vs floor"
+  of part throughput hold tpd to the textual floor (bench/floor, no JSON
+  parse), a lower bar of its own.
+Exec `true`, 2 workers (part "exec"): the defaults (journal on, commit) vs
+  --journal off, >= 0.9x; --journal off vs bench/spawn-loop -P 2, >= 0.9x.
+The loop's pause under compaction (part "compaction"): a fresh tpd per round
+  with a small journal (journal_max_bytes 2M, result_retain 100), so that
+  compaction runs many times, under echo 1 conn x 64 (commit); the row gives
+  the longest pause its loop recorded (stats' loop.longest_pause_ms, measured
+  on the loop: tpd(8), tpd_loop_pause_seconds) over the load, <= 10 ms, with
+  the compactions that ran and, as the peer, the same figure of a
+  --journal off tpd under the same load (what the machine itself costs: on a
+  loaded 2-CPU machine the loop thread waiting for a CPU is a pause too).
+
 Machines here are shared and noisy: quote ratios, not absolute figures.
 
 usage: run.py --build DIR [--rounds N] [--duration S] [--warmup S]
               [--idle N] [--only NAME,...] [--json FILE] [--keep]
+Parts (--only): throughput, journal, exec, compaction, idle, resize, validate,
+sched, redis. `make bench BENCH_ARGS="--rounds 1 --duration 1"`: a quick look.
 Needs: DIR/tpd, DIR/bench/{tpbench,floor,spawn-loop,beanstalk-cycle,redis-floor};
 beanstalkd (Debian package beanstalkd) for the beanstalkd row; redis-server
 (Debian package redis-server) for the Redis source's rows; xargs.
@@ -136,9 +160,10 @@ class Bench:
                 except OSError as e:
                     log("run.py: cannot remove %s/%s: %s" % (root, sub, e))
 
-    def floor(self, name):
+    def floor(self, name, mode=()):
+        """bench/floor: textual; mode ["-j"]: jansson; ["-D", FILE]: durable."""
         sock = os.path.join(self.tmp, name + ".sock")
-        p = self.start(name, [self.prog("bench/floor"), "-s", sock], sock)
+        p = self.start(name, [self.prog("bench/floor")] + list(mode) + ["-s", sock], sock)
         self.tpbench(sock, ["--op", "ping", "-n", "1", "--connect-timeout", "10000"])
         return p, sock
 
@@ -221,7 +246,7 @@ class Bench:
         return best
 
     @staticmethod
-    def journal_stats(sock):
+    def stats(sock):
         s = socket.socket(socket.AF_UNIX)
         s.connect(sock)
         s.sendall(b'{"op":"stats"}\n')
@@ -232,10 +257,14 @@ class Bench:
                 break
             buf += chunk
         s.close()
-        return json.loads(buf)["journal"]
+        return json.loads(buf)
+
+    def journal_stats(self, sock):
+        return self.stats(sock)["journal"]
 
     def round_journal(self):
-        """Echo through tpd -w 2 with journal off, none, interval and commit, side by side."""
+        """Echo through tpd -w 2 with journal off, none, interval and commit, side by side;
+        after off, the jansson floor, and after commit, the durable floor (A B A B)."""
         for mode, (p, sock) in self.jtpds.items():
             for conns, window in ((1, 64), (50, 1)):
                 before = self.journal_stats(sock)
@@ -249,10 +278,46 @@ class Bench:
                     fig["records_per_sync"] = recs / syncs if syncs else None
                     fig["syncs_per_s"] = syncs / el
                 self.record("journal %s echo %dx%d" % (mode, conns, window), fig)
+                if mode == "off":
+                    self.record("jansson floor echo %dx%d" % (conns, window),
+                                self.load(self.jfloors, ["--echo", "64"], conns, window,
+                                          self.jfloorp))
+                if mode == "commit" and (conns, window) == (1, 64):
+                    self.record("durable floor echo 1x64",
+                                self.load(self.dfloors, ["--echo", "64"], 1, 64,
+                                          self.dfloorp))
+
+    def round_compaction(self):
+        """The loop's longest pause under echo 1x64 (commit) while compaction runs: a fresh
+        tpd with a small journal; then a fresh --journal off tpd under the same load."""
+        for name, extra in (("compaction", ["--journal-max-bytes", "2M",
+                                            "--result-retain", "100"]),
+                            ("compaction-off", ["--journal", "off"])):
+            p, sock = self.tpd("tpd-" + name, 2, extra)
+            try:
+                before = self.stats(sock)
+                fig = self.load(sock, ["--echo", "64"], 1, 64, p)
+                after = self.stats(sock)
+            finally:
+                self.stop(p)
+                shutil.rmtree(os.path.join(self.tmp, "tpd-" + name + ".state"),
+                              ignore_errors=True)
+            loop = after["loop"]
+            fig["longest_pause_ms"] = loop["longest_pause_ms"]
+            fig["max_latency_ms"] = fig["latency_us"]["max"] / 1000.0
+            fig["pauses"] = loop["pauses"] - before["loop"]["pauses"]
+            fig["pauses_over_10ms"] = (loop["pauses"] - loop["pauses_le_ms"]["10"]) - \
+                (before["loop"]["pauses"] - before["loop"]["pauses_le_ms"]["10"])
+            if after["journal"].get("state") != "off":
+                fig["compactions"] = after["journal"]["compactions"] - \
+                    before["journal"]["compactions"]
+            self.record("loop pause, " + name, fig)
 
     def round_exec(self):
         self.record("tpd exec true -w 2", self.load(self.tpd2s, ["--exec", "true"], 1, 8,
                                                     self.tpd2))
+        self.record("tpd exec true -w 2 journal off", self.load(
+            self.tpd2offs, ["--exec", "true"], 1, 8, self.tpd2off))
         if self.tpdcg is not None:
             self.record("tpd exec true -w 2 cgroup", self.load(self.tpdcgs, ["--exec", "true"],
                                                                1, 8, self.tpdcg))
@@ -540,6 +605,8 @@ class Bench:
         # exec rows: containment process here, and cgroup in a subtree made for it
         self.tpd2, self.tpd2s = self.tpd("tpd", 2, ["-c", self.conf(
             "process", "[daemon]\ncontainment = process\n")])
+        self.tpd2off, self.tpd2offs = self.tpd("tpd-off", 2, ["-c", self.conf(
+            "process", "[daemon]\ncontainment = process\n"), "--journal", "off"])
         root = self.cgroup_root()
         self.tpdcg = None
         if root is not None:
@@ -547,6 +614,10 @@ class Bench:
                 "cgroup", "[daemon]\ncontainment = cgroup\ncgroup_root = %s\n" % root)])
         self.tpd64, self.tpd64s = self.tpd("tpd-w64", 64)
         self.floorp, self.floors = self.floor("floor")
+        self.jfloorp, self.jfloors = self.floor("floor-jansson", ["-j"])
+        # the durable floor's file: in the temp dir, on the file system of tpd's state_dirs
+        self.dfloorp, self.dfloors = self.floor("floor-durable", [
+            "-D", os.path.join(self.tmp, "floor-durable.log")])
         self.bs = shutil.which("beanstalkd")
         if self.bs:
             self.bss = os.path.join(self.tmp, "beanstalkd.sock")
@@ -565,7 +636,7 @@ class Bench:
             extra = ["--journal", "off"] if mode == "off" else ["--journal-sync", mode]
             self.jtpds[mode] = self.tpd("tpd-journal-" + mode, 2, extra)
         parts = [("throughput", self.round_throughput), ("journal", self.round_journal),
-                 ("exec", self.round_exec),
+                 ("exec", self.round_exec), ("compaction", self.round_compaction),
                  ("idle", self.round_idle), ("resize", self.round_resize),
                  ("validate", self.round_validate), ("sched", self.round_sched),
                  ("redis", self.round_redis)]
@@ -595,10 +666,14 @@ class Bench:
             rows.append((name, tpd, peer, r, target, met, unit))
 
         def more(name, tkey, pkey, target, unit="/s", key="rate"):
+            """tpd's figure against a floor's or peer's: at least target x (None: report)."""
             t, p = m(tkey, key), m(pkey, key)
             r = ratio(t, p)
-            add(name, t, p, r, ">= %.2fx" % target, None if r is None else r >= target,
-                unit)
+            if target is None:
+                add(name, t, p, r, "report", None, unit)
+            else:
+                add(name, t, p, r, ">= %.2fx" % target, None if r is None else r >= target,
+                    unit)
 
         def less(name, tkey, pkey, target, key, unit="us"):
             t, p = m(tkey, key), m(pkey, key)
@@ -609,13 +684,19 @@ class Bench:
         for fig in self.results.get("tpd ping 1x1", []) + self.results.get("floor ping 1x1", []) \
                 + self.results.get("tpd echo 1x1", []):
             fig["p50"] = fig["latency_us"]["p50"]
-        more("echo 64B, 1 conn x 64 in flight, vs floor", "tpd echo 1x64", "floor echo 1x64", 0.30)
+        more("echo 64B, 1 conn x 64 in flight, vs floor (textual)", "tpd echo 1x64",
+             "floor echo 1x64", 0.30)
         more("echo 64B, 1 conn x 64 in flight, vs beanstalkd", "tpd echo 1x64",
              "beanstalkd cycle", 3.0)
-        more("echo 64B, 50 conns x 1 in flight, vs floor", "tpd echo 50x1", "floor echo 50x1", 0.5)
+        more("echo 64B, 50 conns x 1 in flight, vs floor (textual)", "tpd echo 50x1",
+             "floor echo 50x1", 0.5)
         less("ping p50, 1 in flight, vs floor ping", "tpd ping 1x1", "floor ping 1x1", 1.2, "p50")
         less("echo p50, 1 in flight, vs floor ping", "tpd echo 1x1", "floor ping 1x1", 2.0, "p50")
         more("exec true, 2 workers, vs spawn-loop -P2", "tpd exec true -w 2", "spawn-loop -P2", 0.9)
+        more("exec true, 2 workers: journal on (commit, the defaults) vs journal off",
+             "tpd exec true -w 2", "tpd exec true -w 2 journal off", 0.9)
+        more("exec true, 2 workers, journal off, vs spawn-loop -P2",
+             "tpd exec true -w 2 journal off", "spawn-loop -P2", 0.9)
         more("exec true, 2 workers, vs xargs -P2", "tpd exec true -w 2", "xargs -P2", 1.4)
         more("exec true, 2 workers: containment cgroup vs process",
              "tpd exec true -w 2 cgroup", "tpd exec true -w 2", 0.9)
@@ -659,14 +740,26 @@ class Bench:
              "redis exec true, 1 tpd", "local exec true 1x8, tpd-r1", 0.8)
         more("redis stream, exec true, 3 tpds vs 1", "redis exec true, 3 tpds",
              "redis exec true, 1 tpd", 1.0)
+        more("echo 1x64: journal_sync commit (defaults) vs the durable floor",
+             "journal commit echo 1x64", "durable floor echo 1x64", 0.9)
         for shape in ("1x64", "50x1"):
-            more("echo %s: journal_sync none vs journal off" % shape,
-                 "journal none echo " + shape, "journal off echo " + shape, 0.85)
             more("echo %s: journal_sync interval vs journal off" % shape,
                  "journal interval echo " + shape, "journal off echo " + shape, 0.85)
+            more("echo %s: journal_sync none vs journal off" % shape,
+                 "journal none echo " + shape, "journal off echo " + shape,
+                 None if shape == "1x64" else 0.85)
             more("echo %s: journal_sync commit vs journal off" % shape,
                  "journal commit echo " + shape, "journal off echo " + shape,
-                 0.5 if shape == "1x64" else 0.0)
+                 None if shape == "1x64" else 0.0)
+        for shape in ("1x64", "50x1"):
+            more("echo %s: journal off vs the jansson floor" % shape,
+                 "journal off echo " + shape, "jansson floor echo " + shape, 0.9)
+        t, p = m("loop pause, compaction", "longest_pause_ms"), \
+            m("loop pause, compaction-off", "longest_pause_ms")
+        n = m("loop pause, compaction", "compactions")
+        add("echo 1x64 (commit), compaction running (%s compactions/run): the loop's "
+            "longest pause; peer: journal off" % ("-" if n is None else "%.0f" % n),
+            t, p, ratio(t, p), "<= 10 ms", None if t is None else t <= 10, "ms")
         return rows
 
     @staticmethod
@@ -715,7 +808,9 @@ class Bench:
             print("load generator check: floor echo, 2 conns x 64 in flight, from one "
                   "tpbench %s, from two at once %s (sum)" %
                   (self.fmt(one, "/s"), self.fmt(two, "/s")))
-        for key in ("tpd echo 1x64", "floor echo 1x64", "tpd echo 50x1", "floor echo 50x1"):
+        for key in ("tpd echo 1x64", "floor echo 1x64", "tpd echo 50x1", "floor echo 50x1",
+                    "journal off echo 1x64", "jansson floor echo 1x64",
+                    "journal commit echo 1x64", "durable floor echo 1x64"):
             figs = self.results.get(key, [])
             if figs and figs[0].get("server_cpu_s") is not None:
                 per = statistics.median(
@@ -731,6 +826,16 @@ class Bench:
                 print("%s: %s fdatasyncs/s, %s records per fdatasync" % (
                     key, "%.0f" % statistics.median([f["syncs_per_s"] for f in figs]),
                     "%.1f" % statistics.median(rps) if rps else "-"))
+        for key in ("loop pause, compaction", "loop pause, compaction-off"):
+            figs = self.results.get(key, [])
+            if figs:
+                print("%s: longest pause per run %s ms (slowest answer %s ms); pauses of "
+                      "1 ms or more per run %s, over 10 ms %s; compactions per run %s" % (
+                          key, " ".join("%.1f" % f["longest_pause_ms"] for f in figs),
+                          " ".join("%.1f" % f["max_latency_ms"] for f in figs),
+                          " ".join(str(f["pauses"]) for f in figs),
+                          " ".join(str(f["pauses_over_10ms"]) for f in figs),
+                          " ".join(str(f.get("compactions", "-")) for f in figs)))
         rs = self.results.get("tpd resize", [])
         if rs:
             every = sorted(t for r in rs for t in r["all_ms"])
@@ -770,8 +875,8 @@ def main():
     ap.add_argument("--duration", type=float, default=2.0, help="seconds measured per run")
     ap.add_argument("--warmup", type=float, default=0.5, help="seconds before measuring")
     ap.add_argument("--idle", type=int, default=10000, help="idle connections to hold")
-    ap.add_argument("--only", help="comma-separated parts: throughput,journal,exec,idle,"
-                    "resize,validate,redis")
+    ap.add_argument("--only", help="comma-separated parts: throughput,journal,exec,"
+                    "compaction,idle,resize,validate,sched,redis")
     ap.add_argument("--json", help="also write every figure to this file")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     args = ap.parse_args()
