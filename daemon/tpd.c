@@ -461,7 +461,7 @@ stop_loop(struct daemon *d)
 	d->base = NULL;
 }
 
-/* The loop's pauses (stats' "loop", tpd_loop_pause_seconds): loop-watch.c. */
+/* The loop's pauses (stats' "loop", tpd_loop_pause_seconds): loop-watch.c. First on the base. */
 static void
 start_loop_watch(struct daemon *d)
 {

@@ -176,7 +176,10 @@ def test_metrics_loop_pause_of_a_long_parse():
     """A request line that takes long to parse pauses the loop: stats' loop object and
     tpd_loop_pause_seconds record it (no shorter than a tenth of the parse's round trip,
     no longer than it), agree with each other and pass promtool; an idle daemon records
-    no pause and is not woken by the watch (its ticks stop)."""
+    no pause and is not woken by the watch (its ticks stop). Three more such lines, each
+    after an idle spell, each add at least half their round trip to the pauses' sum: a
+    long callback woken with the watch's tick in one epoll_wait is seen too (the tick runs
+    first: it ran after it once, and saw nothing of it)."""
     with metrics_daemon("--max-request-bytes", "16000000") as d:
         c = d.client()
         before = loop_of(c)
@@ -226,6 +229,17 @@ def test_metrics_loop_pause_of_a_long_parse():
               count <= stats["pauses"], "count %r, stats %r", count, stats)
         check(value(s, "tpd_loop_pause_seconds_sum") * 1000 >= after["longest_pause_ms"],
               "the sum holds the longest")
+
+        for i in range(3):
+            time.sleep(0.3)
+            before = loop_of(c)
+            t0 = time.monotonic()
+            c.send_raw(line)
+            check(c.recv().get("id") == 1, "the big line is answered")
+            rtt_ms = (time.monotonic() - t0) * 1000
+            added = loop_of(c)["pause_sum_ms"] - before["pause_sum_ms"]
+            check(rtt_ms / 2 <= added <= rtt_ms + 5, "line %d: %.1f ms of pauses added in a "
+                  "round trip of %.1f ms", i + 2, added, rtt_ms)
 
 
 def test_metrics_count_rejections_while_draining():

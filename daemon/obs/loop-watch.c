@@ -11,10 +11,15 @@
  * Busy: a timer fd (CLOCK_MONOTONIC, an hrtimer, not libevent's coarse
  * cached time) on the loop expires every LOOP_WATCH_TICK_US. Its readiness
  * is raised by the kernel at the due time whatever the loop does; the loop
- * sees it at its next epoll_wait. So when the tick runs, the pass that
- * ended last (last_end) was still running at the due time if last_end is
- * after it, and the loop went last_end - due past the due time without
- * polling: that is recorded as the pause. Every pause of a tick or more
+ * sees it at its next epoll_wait, and runs its tick before any other
+ * callback that epoll_wait woke: the base has two priorities, the tick
+ * alone has the higher one (0), every other event the default (1). So when
+ * the tick runs, nothing has run since the last pass ended (last_end): if
+ * that pass was still running at the due time, the loop went
+ * last_end - due past the due time without polling, recorded as the pause.
+ * (Were the tick run after the pass's other callbacks, a long one among
+ * them would go unseen: it ran after last_end.) The higher priority costs
+ * one more epoll_wait (without waiting) in the tick's passes only. Every pause of a tick or more
  * holds a due time, so each is recorded once (the earliest due it held:
  * the expirations it missed are read as one count), short by less than a
  * tick. Shorter ones are recorded only when a due time falls in them, and
@@ -48,6 +53,7 @@
 #include "loop-watch.h"
 
 #define LOOP_WATCH_TICK_US 1000
+#define LOOP_WATCH_PRIORITIES 2 /* the tick 0, every other event 1 (libevent's default: n / 2) */
 
 static struct {
 	int fd;                     /* the timer fd, -1 when not watching */
@@ -129,8 +135,16 @@ loop_watch_start(struct daemon *d, char **cause)
 			*cause = NULL;
 		return -1;
 	}
+	/* before any event is made: every event made later gets the default priority, 1 */
+	if (event_base_priority_init(d->base, LOOP_WATCH_PRIORITIES) == -1) {
+		if (asprintf(cause, "loop watch: cannot give the loop %d priorities",
+		    LOOP_WATCH_PRIORITIES) == -1)
+			*cause = NULL;
+		return -1;
+	}
 	lw.ev = event_new(d->base, lw.fd, EV_READ | EV_PERSIST, lw_tick_cb, d);
-	if (lw.ev == NULL || event_add(lw.ev, NULL) == -1) {
+	if (lw.ev == NULL || event_priority_set(lw.ev, 0) == -1 ||
+	    event_add(lw.ev, NULL) == -1) {
 		if (asprintf(cause, "loop watch: cannot add its event") == -1)
 			*cause = NULL;
 		loop_watch_stop();

@@ -9,7 +9,12 @@
 
 #include "daemon.h"
 
-/* Starts watching d's loop (a timer fd on d->base). Returns 0, or -1 with *cause set. */
+/*
+ * Starts watching d's loop (a timer fd on d->base). To be called before any
+ * event of d->base is made: it gives the base two priorities (the watch's
+ * tick 0, every event made after it the default, 1). Returns 0, or -1 with
+ * *cause set.
+ */
 int loop_watch_start(struct daemon *d, char **cause);
 
 /* Stops watching (at exit). */
