@@ -4,7 +4,8 @@
 HTTP server keeps its limits: only GET /metrics, bounded headers, no body, idle
 connections closed, and at most metrics_max_connections open at once. A [source NAME]
 has its tpd_source_* series (against a private redis-server: skipped without one), its
-state also in tpctl stats and top."""
+state also in tpctl stats and top. The loop's pauses (tpd_loop_pause_seconds, stats' loop)
+show a long parse and nothing while idle."""
 import http.client
 import os
 import re

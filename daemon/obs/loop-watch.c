@@ -19,22 +19,28 @@
  * last_end - due past the due time without polling, recorded as the pause.
  * (Were the tick run after the pass's other callbacks, a long one among
  * them would go unseen: it ran after last_end.) The higher priority costs
- * one more epoll_wait (without waiting) in the tick's passes only. Every pause of a tick or more
- * holds a due time, so each is recorded once (the earliest due it held:
- * the expirations it missed are read as one count), short by less than a
- * tick. Shorter ones are recorded only when a due time falls in them, and
- * pauses.h drops those under 1 ms anyway.
+ * one more epoll_wait (without waiting) in the tick's passes only.
+ *
+ * Every pause of a tick or more holds a due time, so each is recorded once
+ * (from the earliest due it held: the expirations it missed are read as
+ * one count), short by less than a tick. A shorter one is recorded only
+ * when a due time falls in it, and pauses.h drops those under 1 ms anyway.
+ * A pause is the loop's wall time without polling, whatever kept it: its
+ * own work, a blocking call, or waiting for a CPU (on a loaded machine the
+ * last is most of them).
  *
  * Idle: a tick that finds no pass but its own since the previous tick
  * stops the timer, so that an idle daemon is not woken a thousand times a
  * second. The next pass (the one after the wait, which may be a long one:
- * a big list from an idle daemon) is measured by the thread's CPU time
+ * a big request from an idle daemon) is measured by the thread's CPU time
  * since the timer stopped (the wait takes none), a system call per idle
  * spell, and then the ticks start again. CPU time misses a preemption or
  * a blocking call in that one pass; the ticks, wall time, miss nothing.
  *
- * Cost while busy: a clock read per pass, and LOOP_WATCH_TICK_US's wake-ups
- * (a read of the timer fd each): nothing per request.
+ * Cost while busy: a clock read per pass, and a thousand wake-ups a second
+ * (a timer fd read each): nothing per request (callgrind counts 40,687
+ * instructions per echo task against 40,224 without the watch, and that
+ * under valgrind's 50-fold slower clock, so with 50 times the ticks per task).
  */
 #include "config.h"
 
