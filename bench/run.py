@@ -290,6 +290,15 @@ class Bench:
                                 self.load(self.dfloors, ["--echo", "64"], 1, 64,
                                           self.dfloorp))
 
+    @staticmethod
+    def preemptions(pid):
+        """The loop thread's (the first one's) involuntary context switches so far."""
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("nonvoluntary_ctxt_switches:"):
+                    return int(line.split()[1])
+        return 0
+
     def round_compaction(self):
         """The loop's longest pause under echo 1x64 (commit) while compaction runs: a fresh
         tpd with a small journal; then a fresh --journal off tpd under the same load."""
@@ -300,7 +309,9 @@ class Bench:
             p, sock = self.tpd("tpd-" + name, 2, extra)
             try:
                 before = self.stats(sock)
+                preempted = self.preemptions(p.pid)
                 fig = self.load(sock, ["--echo", "64"], 1, 64, p)
+                fig["preempted"] = self.preemptions(p.pid) - preempted
                 after = self.stats(sock)
             finally:
                 self.stop(p)
@@ -839,11 +850,13 @@ class Bench:
             figs = self.results.get(key, [])
             if figs:
                 print("%s: longest pause per run %s ms (slowest answer %s ms); pauses of "
-                      "1 ms or more per run %s, over 10 ms %s; compactions per run %s" % (
+                      "1 ms or more per run %s, over 10 ms %s; the loop thread preempted "
+                      "%s times; compactions per run %s" % (
                           key, " ".join("%.1f" % f["longest_pause_ms"] for f in figs),
                           " ".join("%.1f" % f["max_latency_ms"] for f in figs),
                           " ".join(str(f["pauses"]) for f in figs),
                           " ".join(str(f["pauses_over_10ms"]) for f in figs),
+                          " ".join(str(f["preempted"]) for f in figs),
                           " ".join(str(f.get("compactions", "-")) for f in figs)))
         rs = self.results.get("tpd resize", [])
         if rs:
