@@ -799,6 +799,9 @@ class Bench:
         a = self.args
         rows = self.rows()
         head = ("workload", "tpd", "floor/peer", "ratio", "target", "met?")
+        if a.only:
+            # the rows of the parts left out have no figures: left out too
+            rows = [row for row in rows if row[1] is not None or row[2] is not None]
         body = [(n, self.fmt(t, u), self.fmt(p, u), "-" if r is None else "%.3fx" % r, tg,
                  "-" if met is None else ("yes" if met else "NO"))
                 for n, t, p, r, tg, met, u in rows]
