@@ -114,6 +114,7 @@ struct exec_run {
 	uint64_t deadline_us;   /* timeout; 0 = none */
 	uint64_t kill_at_us;    /* after SIGTERM: when the grace period ends */
 	char *internal;         /* a failure of tpd's own, ending the run */
+	int gate_w;             /* the start gate's write end while armed, or -1 */
 
 	bool in_cgroup;         /* containment cgroup: cg is the task's */
 	struct cgroup_task cg;
@@ -788,6 +789,51 @@ exec_prepare(struct exec_run *r, struct spawn_request *req, char **cause)
 	return 0;
 }
 
+/*
+ * The start gate (task.h, exec-spawn.c): with the journal on, the child
+ * waits on it for the STARTED record. Returns 0 (req->gate_fd set, or left
+ * 0 when the record is there already or nothing waits for one), 1 when the
+ * task is cancelled (nothing may start), -1 with *cause set.
+ */
+static int
+exec_gate_open(struct exec_run *r, struct spawn_request *req, char **cause)
+{
+	int fds[2];
+
+	if (!r->t->start_barrier)
+		return 0;
+	if (spawn_gate_pipe(fds) == -1) {
+		cause_set(cause, "cannot start %s: pipe: %s", r->x->argv[0], strerror(errno));
+		return -1;
+	}
+	switch (task_start_gate_arm(r->t, fds[1])) {
+	case -1:
+		req->gate_fd = fds[0];
+		r->gate_w = fds[1];
+		return 0;
+	case TASK_GATE_GO:
+		close(fds[0]);
+		close(fds[1]);
+		return 0;
+	default:
+		close(fds[0]);
+		close(fds[1]);
+		return 1;
+	}
+}
+
+/* After the spawn (the child passed the gate, or is gone): disarms it, closes the pipe. */
+static void
+exec_gate_close(struct exec_run *r, struct spawn_request *req)
+{
+	if (req->gate_fd == 0)
+		return;
+	task_start_gate_disarm(r->t);
+	close(req->gate_fd);
+	req->gate_fd = 0;
+	spawn_close_fd(&r->gate_w);
+}
+
 static enum pool_state exec_run_input(struct task *t);
 
 /* Any end of the run ends a streamed stdin: later input is refused, its holders released. */
@@ -811,6 +857,7 @@ exec_run_input(struct task *t)
 		.out = { .name = STREAM_STDOUT },
 		.err = { .name = STREAM_STDERR },
 		.wake_fd = -1,
+		.gate_w = -1,
 		.end = EXEC_END_EXITED,
 		.cg = { .dirfd = -1, .events_fd = -1, .peak_fd = -1 },
 	};
@@ -825,7 +872,8 @@ exec_run_input(struct task *t)
 	enum pool_state state;
 	sigset_t pipe_set, old_mask;
 	char *cause = NULL;
-	int status;
+	int status, gate = 0;
+	bool stopped = false;
 
 	if (task_cancelled(t)) {
 		task_set_error(t, ERR_CANCELLED, "cancelled before it started");
@@ -839,14 +887,22 @@ exec_run_input(struct task *t)
 		return POOL_FAILED;
 	}
 	if (exec_prepare(&r, &req, &cause) == -1 ||
-	    spawn_start(&req, &r.child, &cause) == -1) {
+	    (gate = exec_gate_open(&r, &req, &cause)) == -1 ||
+	    (gate == 0 && spawn_start(&req, &r.child, &cause, &stopped) == -1)) {
+		exec_gate_close(&r, &req);
+		exec_wake_close(&r);
+		exec_run_free(&r);
+		if (gate == 1 || (stopped && task_cancelled(t))) {
+			free(cause);
+			task_set_error(t, ERR_CANCELLED, "cancelled before it started");
+			return POOL_CANCELLED;
+		}
 		task_set_error(t, ERR_SPAWN_FAILED, "%s",
 		    cause != NULL ? cause : "cannot start the program");
 		free(cause);
-		exec_wake_close(&r);
-		exec_run_free(&r);
 		return POOL_FAILED;
 	}
+	exec_gate_close(&r, &req);
 	if (!r.in_cgroup)
 		pgroup_task_begin(&r.pg, r.child.pid);
 	if (req.pipe_stdin) {

@@ -9,6 +9,22 @@
  * exits 127. The parent reads that pipe: end of file means execve
  * succeeded (the pipe is close-on-exec).
  *
+ * The start gate (req->gate_fd; task.h): with the journal on, a program
+ * runs only once its STARTED record may be seen. The child does every step
+ * first, while the record is being written and synced, then reads one byte
+ * from the gate, the last thing before execve; the loop thread writes it
+ * there as soon as the record is seen, with no hop through the worker. So
+ * the clone and the child's steps are off the sync's critical path. While
+ * the child waits, the calling thread sleeps in clone3 (CLONE_VFORK), so
+ * the child's stack and arguments stay alive, and every signal stays
+ * blocked in the child (a handler of the daemon must never run there). If
+ * tpd dies meanwhile, the child cannot run the program: it has closed its
+ * copies of the daemon's fds (so the last write end of the gate goes with
+ * the daemon, and the read sees end of file), and PR_SET_PDEATHSIG kills
+ * it besides. A child spawned meanwhile by another worker holds a copy of
+ * this gate's write end only until its own close_range, which comes before
+ * its own gate. Without the gate (journal off) nothing waits.
+ *
  * Two ways to clone, the same child:
  *  - clone3 (Linux 5.7) with CLONE_VM | CLONE_VFORK | CLONE_PIDFD and
  *    CLONE_INTO_CGROUP, through a few lines of assembly (x86-64 and arm64)
@@ -108,6 +124,7 @@ enum spawn_step {
 	SPAWN_STEP_DEATHSIG,
 	SPAWN_STEP_RLIMIT,
 	SPAWN_STEP_CHDIR,
+	SPAWN_STEP_GATE,
 	SPAWN_STEP_EXEC,
 };
 
@@ -125,6 +142,7 @@ struct spawn_child_args {
 	int in, out, err;       /* our pipe ends for 0-2; in -1: /dev/null */
 	int dirfd;              /* AT_FDCWD: stay where the daemon is */
 	int errfd;              /* the error pipe's write end, above 2 */
+	int gatefd;             /* the start gate's read end (above 2), or -1 */
 	int procs_fd;           /* the cgroup's cgroup.procs, or -1 */
 	pid_t parent;           /* the daemon's pid */
 };
@@ -221,7 +239,8 @@ spawn_child_main(void *arg)
 	const struct spawn_request *req = a->req;
 	struct spawn_ksigaction dfl = { .handler = SIG_DFL };
 	uint64_t empty = 0;
-	int fd;
+	unsigned lo = 3;
+	int fd, keep[2];
 
 	/* Every signal to its default (the mask still blocks them all). */
 	for (int sig = 1; sig < 65; sig++) {
@@ -291,10 +310,43 @@ spawn_child_main(void *arg)
 	    (!req->cwd_or_root || syscall(SYS_chdir, "/") == -1))
 		return spawn_child_fail(a, SPAWN_STEP_CHDIR, 0);
 
-	/* Everything above 2 but the error pipe (close-on-exec) goes. */
-	if (a->errfd > 3)
-		syscall(SYS_close_range, 3, a->errfd - 1, 0);
-	syscall(SYS_close_range, a->errfd + 1, ~0U, 0);
+	/*
+	 * Everything above 2 but the error pipe and the gate (close-on-exec)
+	 * goes: the daemon's copy of the gate's write end too, so that the
+	 * daemon's death is the gate's end of file.
+	 */
+	keep[0] = a->errfd;
+	keep[1] = a->gatefd;
+	if (keep[1] != -1 && keep[1] < keep[0]) {
+		keep[1] = keep[0];
+		keep[0] = a->gatefd;
+	}
+	for (int i = 0; i < 2; i++) {
+		if (keep[i] == -1)
+			continue;
+		if ((unsigned)keep[i] > lo)
+			syscall(SYS_close_range, lo, keep[i] - 1, 0);
+		lo = (unsigned)keep[i] + 1;
+	}
+	syscall(SYS_close_range, lo, ~0U, 0);
+
+	/*
+	 * Ready: the program runs only once its start is recorded. Every
+	 * signal is still blocked, and SIGKILL (the daemon's death, above)
+	 * ends the wait as well as end of file does.
+	 */
+	if (a->gatefd != -1) {
+		unsigned char go = 0;
+		long n;
+
+		do
+			n = syscall(SYS_read, a->gatefd, &go, 1);
+		while (n == -1 && errno == EINTR);
+		if (n != 1 || go != SPAWN_GATE_GO) {
+			errno = n == -1 ? errno : n == 0 ? EPIPE : ECANCELED;
+			return spawn_child_fail(a, SPAWN_STEP_GATE, 0);
+		}
+	}
 
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty, NULL, sizeof empty);
 	syscall(SYS_execve, a->path, req->argv, req->envp);
@@ -387,6 +439,22 @@ static int
 spawn_nonblock(int fd)
 {
 	return fcntl(fd, F_SETFL, O_NONBLOCK);
+}
+
+int
+spawn_gate_pipe(int fds[2])
+{
+	if (spawn_pipe(fds) == -1)
+		return -1;
+	if (spawn_nonblock(fds[1]) == -1) {
+		int saved = errno;
+
+		spawn_close_fd(&fds[0]);
+		spawn_close_fd(&fds[1]);
+		errno = saved;
+		return -1;
+	}
+	return 0;
 }
 
 /*
@@ -584,6 +652,11 @@ spawn_failure_cause(const struct spawn_request *req, const char *path,
 		cause_set(cause, "cannot start %s: %s", path, f->index == 1 ?
 		    "the daemon is exiting" : err);
 		return;
+	case SPAWN_STEP_GATE:
+		cause_set(cause, "cannot start %s: %s", path, f->error == ECANCELED ?
+		    "the task was cancelled before its start was recorded" :
+		    "its start could not be recorded");
+		return;
 	case SPAWN_STEP_SIGNALS:
 	case SPAWN_STEP_SETSID:
 	case SPAWN_STEP_FDS:
@@ -594,7 +667,7 @@ spawn_failure_cause(const struct spawn_request *req, const char *path,
 
 int
 spawn_start(const struct spawn_request *req, struct spawn_child *child,
-    char **cause)
+    char **cause, bool *gate_stopped)
 {
 	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 };
 	int fail[2] = { -1, -1 };
@@ -607,6 +680,7 @@ spawn_start(const struct spawn_request *req, struct spawn_child *child,
 
 	*child = (struct spawn_child){ .pid = -1, .pidfd = -1, .stdin_fd = -1,
 	    .stdout_fd = -1, .stderr_fd = -1 };
+	*gate_stopped = false;
 	if ((dirfd = spawn_open_cwd(req->cwd, req->cwd_or_root, cause)) == -1)
 		return -1;
 	if ((path = spawn_resolve(req->argv[0], req->envp, dirfd, cause)) == NULL)
@@ -619,7 +693,8 @@ spawn_start(const struct spawn_request *req, struct spawn_child *child,
 	}
 	a = (struct spawn_child_args){ .req = req, .path = path, .in = in[0],
 	    .out = out[1], .err = err[1], .dirfd = dirfd, .errfd = fail[1],
-	    .procs_fd = -1, .parent = getpid() };
+	    .gatefd = req->gate_fd > 2 ? req->gate_fd : -1, .procs_fd = -1,
+	    .parent = getpid() };
 	if ((pid = spawn_clone(&a, req->cgroup_fd, &pidfd)) == -1) {
 		cause_set(cause, "cannot start %s: clone: %s", path, strerror(errno));
 		goto fail_pipes;
@@ -631,8 +706,10 @@ spawn_start(const struct spawn_request *req, struct spawn_child *child,
 	spawn_close_fd(&fail[0]);
 	if (n != 0) {
 		/* a step failed (or the pipe did: a bug), and the child has exited */
-		if (n == (ssize_t)sizeof f)
+		if (n == (ssize_t)sizeof f) {
 			spawn_failure_cause(req, path, &f, cause);
+			*gate_stopped = f.step == SPAWN_STEP_GATE;
+		}
 		else
 			cause_set(cause, "cannot start %s: reading its error pipe: %s",
 			    path, n == -1 ? strerror(errno) : "short read");
