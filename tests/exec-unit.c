@@ -42,6 +42,7 @@
 #include "conf/conf.h"
 #include "exec/exec-spawn.h"
 #include "exec/exec.h"
+#include "exec/spool.h"
 #include "task/task.h"
 #include "base/utf8.h"
 #include "wire.h"
@@ -1302,6 +1303,60 @@ test_start_gate(void)
 	    "nothing, a record there before the spawn needs no gate\n");
 }
 
+/*
+ * A follower from the start that finds no spool file (it is made at the
+ * first output) but comes once output passed output_limit: what it is
+ * given is the whole output, from the file, not the capture's first bytes.
+ */
+static void
+test_follow_kept_from_the_spool(void)
+{
+	char dir[512], path[640], *cause = NULL;
+	struct double_task *d;
+	struct conf c;
+	struct stat sb;
+	json_t *events;
+	pthread_t th;
+	size_t got = 0, i;
+	json_t *ev;
+	uint64_t until;
+
+	test_current = "follow kept from the spool";
+	snprintf(dir, sizeof dir, "%s/state", test_dir);
+	CHECK(mkdir(dir, 0700) == 0, "mkdir %s", dir);
+	conf_init(&c);
+	CHECK(spool_start(dir, &c, &cause) == 0, "spool_start: %s", cause);
+	conf_free(&c);
+	d = task_new("{\"argv\": [\"sh\", \"-c\", \"head -c 3000 /dev/zero | tr '\\\\0' y; "
+	    "exec sleep 1000\"], \"output_limit\": 100}", false, 0);
+	d->t.id = 4242;
+	th = task_start(d);
+	snprintf(path, sizeof path, "%s/spool/4242", dir);
+	for (until = test_now_ms() + TEST_WAIT_S * 1000;
+	    (stat(path, &sb) == -1 || sb.st_size < 3000) && test_now_ms() < until;)
+		usleep(10 * 1000);
+	CHECK(stat(path, &sb) == 0 && sb.st_size >= 3000, "the output never reached the file");
+	events = json_array();
+	CHECK(task_kind_exec.follow(&d->t, events), "the run is over");
+	json_array_foreach(events, i, ev) {
+		const char *data = json_string_value(json_object_get(ev, "data"));
+
+		CHECK(data != NULL, "an event without data");
+		for (size_t k = 0; data[k] != '\0'; k++)
+			CHECK(data[k] == 'y', "byte %zu", got + k);
+		got += strlen(data);
+	}
+	json_decref(events);
+	CHECK(got == 3000, "the follower got %zu of 3000 bytes", got);
+	task_cancel(d);
+	CHECK(task_wait_for(d, pred_finished), "cancel did not end the run");
+	pthread_join(th, NULL);
+	task_delete(d);
+	spool_stop();
+	printf("ok - a follower from the start that found no file gets the whole output from "
+	    "the file once the capture is past output_limit\n");
+}
+
 static void *
 many_worker(void *arg)
 {
@@ -1388,6 +1443,7 @@ static const struct test_case cases[] = {
 	{ "timeout_kills_group", test_timeout_kills_group },
 	{ "cancel", test_cancel },
 	{ "start_gate", test_start_gate },
+	{ "follow_kept_from_the_spool", test_follow_kept_from_the_spool },
 	{ "many_and_no_zombies", test_many_and_no_zombies },
 	{ "reconfigure", test_reconfigure },
 };

@@ -219,10 +219,57 @@ exec_run_spooled(struct exec_run *r, struct task_spool_gap *gap)
 	return r->spool.written;
 }
 
+/*
+ * exec_run_kept from the run's spool file, when a capture let bytes go
+ * past output_limit: the file holds them all (spool.c writes it in the
+ * same step as the capture, under wake_lock). Only a follower that found
+ * no file an instant before comes here (the file is made at the first
+ * output), so the file is short. upto: what to give of each stream.
+ * Returns 0, or -1 when the file cannot be read (the captures are used).
+ */
+static int
+exec_run_kept_file(struct exec_run *r, json_t *events, const uint64_t upto[2])
+{
+	struct spool_record *rec = malloc(sizeof *rec);
+	uint64_t off = 0, given[2] = { 0, 0 };
+	int fd = -1;
+
+	if (rec == NULL || (fd = spool_open_read(r->t->id)) == -1) {
+		free(rec);
+		return -1;
+	}
+	while (off < r->spool.written && spool_read(fd, &off, rec) == 1) {
+		int i = rec->type == SPOOL_STDOUT ? 0 : rec->type == SPOOL_STDERR ? 1 : -1;
+		size_t take;
+		json_t *ev;
+
+		if (i == -1 || given[i] >= upto[i])
+			continue;
+		take = upto[i] - given[i] < rec->len ? (size_t)(upto[i] - given[i]) : rec->len;
+		if ((ev = proto_event_output(i == 0 ? STREAM_STDOUT : STREAM_STDERR)) == NULL ||
+		    capture_json_set(ev, FIELD_DATA, FIELD_DATA_BASE64, rec->data, take) == -1 ||
+		    json_array_append_new(events, ev) == -1)
+			log_warnx("exec: task %llu: out of memory replaying its output",
+			    (unsigned long long)r->t->id);
+		given[i] += take;
+	}
+	close(fd);
+	free(rec);
+	return 0;
+}
+
 void
 exec_run_kept(struct exec_run *r, json_t *events)
 {
 	struct exec_stream *streams[2] = { &r->out, &r->err };
+	uint64_t upto[2];
+
+	for (int i = 0; i < 2; i++)
+		upto[i] = streams[i]->streaming ? streams[i]->from + r->t->streamed[i] :
+		    streams[i]->cap.seen;
+	if (r->spool.written > 0 && (r->out.cap.seen > r->out.cap.len ||
+	    r->err.cap.seen > r->err.cap.len) && exec_run_kept_file(r, events, upto) == 0)
+		return;
 
 	for (int i = 0; i < 2; i++) {
 		const struct capture *c = &streams[i]->cap;
