@@ -59,8 +59,10 @@
 #include <grp.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,11 +133,53 @@ struct exec_run {
 	const char *home;       /* the default cwd */
 };
 
-/* Creates the cancel eventfd and shows it to the cancel hook. */
+/*
+ * A worker's cancel eventfd, kept from run to run (made and closed for
+ * every task, it cost about as much as the task's pipes); closed when the
+ * thread leaves. A count a cancel left in it is read by the next run's
+ * first wait, which then finds its own task not cancelled and goes on.
+ */
+static pthread_key_t exec_wake_key;
+static pthread_once_t exec_wake_once = PTHREAD_ONCE_INIT;
+
+static void
+exec_wake_fd_close(void *p)
+{
+	close((int)(intptr_t)p - 1);
+}
+
+static void
+exec_wake_key_make(void)
+{
+	if (pthread_key_create(&exec_wake_key, exec_wake_fd_close) != 0)
+		fatalx("exec: pthread_key_create");
+}
+
+/* The calling thread's eventfd (made at its first run), or -1. */
+static int
+exec_wake_fd(void)
+{
+	intptr_t v;
+	int fd;
+
+	pthread_once(&exec_wake_once, exec_wake_key_make);
+	/* stored as fd + 1: NULL is "none" */
+	if ((v = (intptr_t)pthread_getspecific(exec_wake_key)) != 0)
+		return (int)v - 1;
+	if ((fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) == -1)
+		return -1;
+	if (pthread_setspecific(exec_wake_key, (void *)(intptr_t)(fd + 1)) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Shows the thread's cancel eventfd to the cancel hook. */
 static int
 exec_wake_open(struct exec_run *r)
 {
-	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	int fd = exec_wake_fd();
 
 	if (fd == -1)
 		return -1;
@@ -146,7 +190,7 @@ exec_wake_open(struct exec_run *r)
 	return 0;
 }
 
-/* Hides the eventfd from the cancel hook, then closes it. */
+/* Hides the eventfd from the cancel hook (the thread keeps it). */
 static void
 exec_wake_close(struct exec_run *r)
 {
@@ -155,7 +199,6 @@ exec_wake_close(struct exec_run *r)
 	pthread_mutex_lock(&r->x->wake_lock);
 	r->x->wake_fd = -1;
 	pthread_mutex_unlock(&r->x->wake_lock);
-	close(r->wake_fd);
 	r->wake_fd = -1;
 }
 
