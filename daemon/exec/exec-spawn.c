@@ -5,9 +5,12 @@
  * path, the pipes, the working directory's fd, the group list) and then
  * clones. The child, sharing the parent's memory while the calling thread
  * sleeps, only makes system calls through syscall(2) (spawn_child_main),
- * writes a struct spawn_failure to the error pipe when a step fails, and
- * exits 127. The parent reads that pipe: end of file means execve
- * succeeded (the pipe is close-on-exec).
+ * writes a struct spawn_failure where the parent finds it when a step
+ * fails, and exits 127: into the parent's memory, which it shares, with
+ * clone3 (the parent resumes only once the child has called execve or
+ * exited, so what it finds there is all there is: a pipe made for every
+ * task cost as much again); through an error pipe with the fork-like
+ * clone, whose end of file means execve succeeded (it is close-on-exec).
  *
  * The start gate (req->gate_fd; task.h): with the journal on, a program
  * runs only once its STARTED record may be seen. The child does every step
@@ -141,7 +144,10 @@ struct spawn_child_args {
 	const char *path;
 	int in, out, err;       /* our pipe ends for 0-2; in -1: /dev/null */
 	int dirfd;              /* AT_FDCWD: stay where the daemon is */
-	int errfd;              /* the error pipe's write end, above 2 */
+	int errfd;              /* the error pipe's write end (above 2), or -1: failure */
+	int errfd_read;         /* the parent's end of it, or -1 */
+	volatile int failed;    /* errfd -1: the child set failure, and exited */
+	struct spawn_failure failure;
 	int gatefd;             /* the start gate's read end (above 2), or -1 */
 	int procs_fd;           /* the cgroup's cgroup.procs, or -1 */
 	pid_t parent;           /* the daemon's pid */
@@ -221,7 +227,14 @@ spawn_child_fail(const struct spawn_child_args *a, enum spawn_step step, int ind
 {
 	struct spawn_failure f = { .step = (int)step, .error = errno, .index = index };
 
-	syscall(SYS_write, a->errfd, &f, sizeof f);
+	if (a->errfd == -1) {
+		/* clone3: the parent sleeps until this child exits, then reads this */
+		struct spawn_child_args *shared = (struct spawn_child_args *)a;
+
+		shared->failure = f;
+		shared->failed = 1;
+	} else
+		syscall(SYS_write, a->errfd, &f, sizeof f);
 	return 127;
 }
 
@@ -317,7 +330,7 @@ spawn_child_main(void *arg)
 	 */
 	keep[0] = a->errfd;
 	keep[1] = a->gatefd;
-	if (keep[1] != -1 && keep[1] < keep[0]) {
+	if (keep[0] == -1 || (keep[1] != -1 && keep[1] < keep[0])) {
 		keep[1] = keep[0];
 		keep[0] = a->gatefd;
 	}
@@ -590,10 +603,19 @@ spawn_clone(struct spawn_child_args *a, int cgroup_fd, int *pidfd)
 	if (pid == -1 && atomic_load(&spawn_no_clone3))
 #endif
 	{
+		int fds[2];
+
 		a->procs_fd = -1;
 		if (cgroup_fd != -1 && (a->procs_fd = openat(cgroup_fd, "cgroup.procs",
 		    O_WRONLY | O_CLOEXEC)) == -1)
 			goto out;
+		/* a copy of our memory: the child's failure comes through a pipe */
+		if (a->errfd == -1) {
+			if (spawn_pipe(fds) == -1)
+				goto out;
+			a->errfd = fds[1];
+			a->errfd_read = fds[0];
+		}
 		/* the pidfd comes in parent_tid, the third argument on every ABI */
 		pid = syscall(SYS_clone, (unsigned long)(CLONE_PIDFD | SIGCHLD), 0UL,
 		    pidfd, 0UL, 0UL);
@@ -671,7 +693,7 @@ spawn_start(const struct spawn_request *req, struct spawn_child *child,
 {
 	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 };
 	int fail[2] = { -1, -1 };
-	struct spawn_failure f;
+	struct spawn_failure f = { 0 };
 	struct spawn_child_args a;
 	int dirfd, pidfd = -1;
 	ssize_t n;
@@ -686,24 +708,33 @@ spawn_start(const struct spawn_request *req, struct spawn_child *child,
 	if ((path = spawn_resolve(req->argv[0], req->envp, dirfd, cause)) == NULL)
 		goto fail_dir;
 	if ((req->pipe_stdin && spawn_pipe(in) == -1) || spawn_pipe(out) == -1 ||
-	    spawn_pipe(err) == -1 || spawn_pipe(fail) == -1) {
+	    spawn_pipe(err) == -1) {
 		cause_set(cause, "cannot start %s: pipe: %s", req->argv[0],
 		    strerror(errno));
 		goto fail_pipes;
 	}
 	a = (struct spawn_child_args){ .req = req, .path = path, .in = in[0],
-	    .out = out[1], .err = err[1], .dirfd = dirfd, .errfd = fail[1],
+	    .out = out[1], .err = err[1], .dirfd = dirfd, .errfd = -1, .errfd_read = -1,
 	    .gatefd = req->gate_fd > 2 ? req->gate_fd : -1, .procs_fd = -1,
 	    .parent = getpid() };
-	if ((pid = spawn_clone(&a, req->cgroup_fd, &pidfd)) == -1) {
+	pid = spawn_clone(&a, req->cgroup_fd, &pidfd);
+	fail[0] = a.errfd_read;     /* the fork-like clone's error pipe, if it made one */
+	fail[1] = a.errfd;
+	if (pid == -1) {
 		cause_set(cause, "cannot start %s: clone: %s", path, strerror(errno));
 		goto fail_pipes;
 	}
 	spawn_close_fd(&fail[1]);
-	do
-		n = read(fail[0], &f, sizeof f);
-	while (n == -1 && errno == EINTR);
-	spawn_close_fd(&fail[0]);
+	if (fail[0] != -1) {
+		do
+			n = read(fail[0], &f, sizeof f);
+		while (n == -1 && errno == EINTR);
+		spawn_close_fd(&fail[0]);
+	} else if (a.failed) {
+		f = a.failure;
+		n = (ssize_t)sizeof f;
+	} else
+		n = 0;
 	if (n != 0) {
 		/* a step failed (or the pipe did: a bug), and the child has exited */
 		if (n == (ssize_t)sizeof f) {
