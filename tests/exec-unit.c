@@ -5,7 +5,9 @@
  *
  * The daemon's task.c is not linked: this file carries test doubles of
  * task_cancelled, task_set_error and task_emit (named below), which record
- * events and can hold task_emit closed to act as a slow client.
+ * events and can hold task_emit closed to act as a slow client, and of the
+ * start gate (task_start_gate_arm, _disarm), opened or stopped by the test
+ * as the journal's release and a cancel would.
  *
  * Synchronisation is by events and joins, never sleeps; every wait has a
  * deadline, and alarm() ends a hung run.
@@ -40,6 +42,7 @@
 #include "conf/conf.h"
 #include "exec/exec-spawn.h"
 #include "exec/exec.h"
+#include "exec/spool.h"
 #include "task/task.h"
 #include "base/utf8.h"
 #include "wire.h"
@@ -78,6 +81,10 @@ struct double_task {
 	unsigned blocked;       /* task_emit calls now waiting at the gate */
 	enum pool_state state;  /* set by the runner thread */
 	bool finished;
+	bool recorded;          /* the start gate: the record is there already */
+	bool gated;             /* armed, with gate_fd */
+	int gate_fd;
+	bool gate_went;         /* GO was written */
 };
 
 /* The double around t (t is its first member). */
@@ -125,6 +132,52 @@ task_emit(struct task *t, json_t *event, size_t weight)
 	pthread_cond_broadcast(&d->cond);
 	pthread_mutex_unlock(&d->lock);
 	return 0;
+}
+
+/* Under d->lock: the gate's one byte, as task.c writes it. */
+static void
+double_gate_write(struct double_task *d, unsigned char byte)
+{
+	if (!d->gated)
+		return;
+	CHECK(write(d->gate_fd, &byte, 1) == 1 || errno == EPIPE, "gate write: %s",
+	    strerror(errno));
+	d->gated = false;
+	d->gate_went = byte == TASK_GATE_GO;
+}
+
+/* Test double: the start gate, armed unless cancelled or recorded already. */
+int
+task_start_gate_arm(struct task *t, int fd)
+{
+	struct double_task *d = double_of(t);
+	int known = -1;
+
+	pthread_mutex_lock(&d->lock);
+	if (atomic_load(&d->cancel))
+		known = TASK_GATE_STOP;
+	else if (d->recorded)
+		known = TASK_GATE_GO;
+	else {
+		d->gated = true;
+		d->gate_fd = fd;
+	}
+	pthread_cond_broadcast(&d->cond);
+	pthread_mutex_unlock(&d->lock);
+	return known;
+}
+
+bool
+task_start_gate_disarm(struct task *t)
+{
+	struct double_task *d = double_of(t);
+	bool went;
+
+	pthread_mutex_lock(&d->lock);
+	d->gated = false;
+	went = d->gate_went;
+	pthread_mutex_unlock(&d->lock);
+	return went;
 }
 
 /* Test doubles: a streamed stdin's release mail is delivered at once (no loop here). */
@@ -199,11 +252,14 @@ task_delete(struct double_task *d)
 	free(d);
 }
 
-/* As the pool does it: the flag first, then the hook (under a lock there). */
+/* As the pool does it: the flag first, then the hooks (under a lock there). */
 static void
 task_cancel(struct double_task *d)
 {
 	atomic_store(&d->cancel, true);
+	pthread_mutex_lock(&d->lock);
+	double_gate_write(d, TASK_GATE_STOP);   /* task.c's task_on_cancel */
+	pthread_mutex_unlock(&d->lock);
 	task_kind_exec.cancel(&d->t);
 	pthread_mutex_lock(&d->lock);
 	pthread_cond_broadcast(&d->cond);
@@ -810,7 +866,7 @@ spawn_output(char *const *argv, const struct spawn_creds *creds, char **cause)
 	ssize_t n;
 	int status;
 
-	if (spawn_start(&req, &child, cause) == -1)
+	if (spawn_start(&req, &child, cause, &(bool){ false }) == -1)
 		return NULL;
 	pfd = (struct pollfd){ .fd = child.stdout_fd, .events = POLLIN };
 	while (len < sizeof out - 1 && poll(&pfd, 1, TEST_WAIT_S * 1000) == 1 &&
@@ -1170,6 +1226,137 @@ test_cancel(void)
 	printf("ok - cancel: running (SIGTERM), before start (nothing runs), while blocked by a slow client\n");
 }
 
+static bool
+pred_gated(struct double_task *d)
+{
+	return d->gated;
+}
+
+/* Whether path exists, after a moment for a program that was let through to make it. */
+static bool
+gate_marker(const char *path)
+{
+	return access(path, F_OK) == 0;
+}
+
+/*
+ * The start gate (journal on): the child is made and waits at the gate;
+ * its program runs only once GO comes, never after STOP (a cancel), and at
+ * once when the record is there before the spawn. Both clone paths.
+ */
+static void
+test_start_gate(void)
+{
+	struct double_task *d;
+	char json[1024], marker[512];
+	pthread_t th;
+
+	test_current = "start gate";
+	snprintf(marker, sizeof marker, "%s/gate.marker", test_dir);
+	snprintf(json, sizeof json, "{\"argv\": [\"touch\", \"%s\"]}", marker);
+	for (int clone3 = 1; clone3 >= 0; clone3--) {
+		spawn_use_clone3(clone3 == 1);
+		unlink(marker);
+		d = task_new(json, true, 0);
+		d->t.start_barrier = true;
+		th = task_start(d);
+		CHECK(task_wait_for(d, pred_gated), "the gate was never armed");
+		usleep(300 * 1000);
+		CHECK(!gate_marker(marker), "the program ran before its gate opened");
+		CHECK(!d->finished && json_array_size(d->events) == 0, "started before its gate opened");
+		pthread_mutex_lock(&d->lock);
+		double_gate_write(d, TASK_GATE_GO);
+		pthread_mutex_unlock(&d->lock);
+		CHECK(task_wait_for(d, pred_finished), "GO did not let it run");
+		pthread_join(th, NULL);
+		CHECK(d->state == POOL_SUCCEEDED, "%s", d->t.error_message);
+		CHECK(gate_marker(marker), "GO came, the program did not run");
+		CHECK(pred_started(d), "no started event");
+		task_delete(d);
+
+		/* a cancel while it waits: STOP, and nothing runs */
+		unlink(marker);
+		d = task_new(json, true, 0);
+		d->t.start_barrier = true;
+		th = task_start(d);
+		CHECK(task_wait_for(d, pred_gated), "the gate was never armed");
+		task_cancel(d);
+		CHECK(task_wait_for(d, pred_finished), "STOP did not end the run");
+		pthread_join(th, NULL);
+		check_error(d, POOL_CANCELLED, ERR_CANCELLED, "cancelled before it started");
+		CHECK(json_array_size(d->events) == 0 && d->t.result == NULL, "it started");
+		usleep(100 * 1000);
+		CHECK(!gate_marker(marker), "the program ran after STOP");
+		task_delete(d);
+	}
+	spawn_use_clone3(true);
+
+	/* the record came before the spawn: no gate */
+	unlink(marker);
+	d = task_new(json, false, 0);
+	d->t.start_barrier = true;
+	d->recorded = true;
+	task_run(d);
+	CHECK(d->state == POOL_SUCCEEDED && gate_marker(marker), "%s", d->t.error_message);
+	task_delete(d);
+	printf("ok - start gate: the child waits for GO (clone3 and clone), STOP (cancel) runs "
+	    "nothing, a record there before the spawn needs no gate\n");
+}
+
+/*
+ * A follower from the start that finds no spool file (it is made at the
+ * first output) but comes once output passed output_limit: what it is
+ * given is the whole output, from the file, not the capture's first bytes.
+ */
+static void
+test_follow_kept_from_the_spool(void)
+{
+	char dir[512], path[640], *cause = NULL;
+	struct double_task *d;
+	struct conf c;
+	struct stat sb;
+	json_t *events;
+	pthread_t th;
+	size_t got = 0, i;
+	json_t *ev;
+	uint64_t until;
+
+	test_current = "follow kept from the spool";
+	snprintf(dir, sizeof dir, "%s/state", test_dir);
+	CHECK(mkdir(dir, 0700) == 0, "mkdir %s", dir);
+	conf_init(&c);
+	CHECK(spool_start(dir, &c, &cause) == 0, "spool_start: %s", cause);
+	conf_free(&c);
+	d = task_new("{\"argv\": [\"sh\", \"-c\", \"head -c 3000 /dev/zero | tr '\\\\0' y; "
+	    "exec sleep 1000\"], \"output_limit\": 100}", false, 0);
+	d->t.id = 4242;
+	th = task_start(d);
+	snprintf(path, sizeof path, "%s/spool/4242", dir);
+	for (until = test_now_ms() + TEST_WAIT_S * 1000;
+	    (stat(path, &sb) == -1 || sb.st_size < 3000) && test_now_ms() < until;)
+		usleep(10 * 1000);
+	CHECK(stat(path, &sb) == 0 && sb.st_size >= 3000, "the output never reached the file");
+	events = json_array();
+	CHECK(task_kind_exec.follow(&d->t, events), "the run is over");
+	json_array_foreach(events, i, ev) {
+		const char *data = json_string_value(json_object_get(ev, "data"));
+
+		CHECK(data != NULL, "an event without data");
+		for (size_t k = 0; data[k] != '\0'; k++)
+			CHECK(data[k] == 'y', "byte %zu", got + k);
+		got += strlen(data);
+	}
+	json_decref(events);
+	CHECK(got == 3000, "the follower got %zu of 3000 bytes", got);
+	task_cancel(d);
+	CHECK(task_wait_for(d, pred_finished), "cancel did not end the run");
+	pthread_join(th, NULL);
+	task_delete(d);
+	spool_stop();
+	printf("ok - a follower from the start that found no file gets the whole output from "
+	    "the file once the capture is past output_limit\n");
+}
+
 static void *
 many_worker(void *arg)
 {
@@ -1255,6 +1442,8 @@ static const struct test_case cases[] = {
 	{ "stream", test_stream },
 	{ "timeout_kills_group", test_timeout_kills_group },
 	{ "cancel", test_cancel },
+	{ "start_gate", test_start_gate },
+	{ "follow_kept_from_the_spool", test_follow_kept_from_the_spool },
 	{ "many_and_no_zombies", test_many_and_no_zombies },
 	{ "reconfigure", test_reconfigure },
 };

@@ -298,6 +298,41 @@ def test_binary_output_as_base64():
     print("checked: invalid UTF-8 goes as stdout_base64 / data_base64, text stays text")
 
 
+def test_spool_file_only_for_a_task_with_output():
+    """The spool file is made at the first output: none for a task that wrote nothing
+    (its wait from the start is its done), one for a task that wrote (replayed whole,
+    past output_limit, also when the follower comes while the task runs)."""
+    with Daemon() as d:
+        c = d.client()
+        spool = os.path.join(d.dir, "state", "spool")
+        rid, ev = c.submit({"kind": "exec", "argv": ["true"]})
+        quiet = ev["task"]
+        check(c.done(rid)["state"] == "succeeded", "true failed")
+        check(str(quiet) not in os.listdir(spool), "a task without output made a spool file")
+        f = d.client()
+        rid = f.send({"op": "wait", "task": quiet, "stream": True, "from": "start"})
+        ev = f.recv_id(rid)
+        check(ev["event"] == "done" and ev["state"] == "succeeded" and
+              ev["result"]["stdout"] == "", "wait from the start of a quiet task: %r", ev)
+        # waits, then writes 3000 bytes with output_limit 100: a follower from the start
+        # that comes first gets every byte
+        rid, ev = c.submit({"kind": "exec", "output_limit": 100, "argv": [
+            "sh", "-c", "sleep 0.3; head -c 3000 /dev/zero | tr '\\0' y; sleep 0.3"]})
+        loud = ev["task"]
+        check(str(loud) not in os.listdir(spool), "a spool file before any output")
+        frid = f.send({"op": "wait", "task": loud, "stream": True, "from": "start"})
+        data = ""
+        while True:
+            ev = f.recv_id(frid)
+            if ev["event"] == "done":
+                break
+            if ev["event"] == "output":
+                data += ev["data"]
+        check(data == "y" * 3000, "the follower got %d bytes" % len(data))
+        check(c.done(rid)["result"]["truncated"] is True, "not truncated")
+        check(str(loud) in os.listdir(spool), "a task with output has no spool file")
+
+
 def test_streaming_order():
     with Daemon() as d:
         c = d.client()

@@ -59,8 +59,10 @@
 #include <grp.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +116,7 @@ struct exec_run {
 	uint64_t deadline_us;   /* timeout; 0 = none */
 	uint64_t kill_at_us;    /* after SIGTERM: when the grace period ends */
 	char *internal;         /* a failure of tpd's own, ending the run */
+	int gate_w;             /* the start gate's write end while armed, or -1 */
 
 	bool in_cgroup;         /* containment cgroup: cg is the task's */
 	struct cgroup_task cg;
@@ -130,11 +133,53 @@ struct exec_run {
 	const char *home;       /* the default cwd */
 };
 
-/* Creates the cancel eventfd and shows it to the cancel hook. */
+/*
+ * A worker's cancel eventfd, kept from run to run (made and closed for
+ * every task, it cost about as much as the task's pipes); closed when the
+ * thread leaves. A count a cancel left in it is read by the next run's
+ * first wait, which then finds its own task not cancelled and goes on.
+ */
+static pthread_key_t exec_wake_key;
+static pthread_once_t exec_wake_once = PTHREAD_ONCE_INIT;
+
+static void
+exec_wake_fd_close(void *p)
+{
+	close((int)(intptr_t)p - 1);
+}
+
+static void
+exec_wake_key_make(void)
+{
+	if (pthread_key_create(&exec_wake_key, exec_wake_fd_close) != 0)
+		fatalx("exec: pthread_key_create");
+}
+
+/* The calling thread's eventfd (made at its first run), or -1. */
+static int
+exec_wake_fd(void)
+{
+	intptr_t v;
+	int fd;
+
+	pthread_once(&exec_wake_once, exec_wake_key_make);
+	/* stored as fd + 1: NULL is "none" */
+	if ((v = (intptr_t)pthread_getspecific(exec_wake_key)) != 0)
+		return (int)v - 1;
+	if ((fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) == -1)
+		return -1;
+	if (pthread_setspecific(exec_wake_key, (void *)(intptr_t)(fd + 1)) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Shows the thread's cancel eventfd to the cancel hook. */
 static int
 exec_wake_open(struct exec_run *r)
 {
-	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	int fd = exec_wake_fd();
 
 	if (fd == -1)
 		return -1;
@@ -145,7 +190,7 @@ exec_wake_open(struct exec_run *r)
 	return 0;
 }
 
-/* Hides the eventfd from the cancel hook, then closes it. */
+/* Hides the eventfd from the cancel hook (the thread keeps it). */
 static void
 exec_wake_close(struct exec_run *r)
 {
@@ -154,7 +199,6 @@ exec_wake_close(struct exec_run *r)
 	pthread_mutex_lock(&r->x->wake_lock);
 	r->x->wake_fd = -1;
 	pthread_mutex_unlock(&r->x->wake_lock);
-	close(r->wake_fd);
 	r->wake_fd = -1;
 }
 
@@ -218,10 +262,57 @@ exec_run_spooled(struct exec_run *r, struct task_spool_gap *gap)
 	return r->spool.written;
 }
 
+/*
+ * exec_run_kept from the run's spool file, when a capture let bytes go
+ * past output_limit: the file holds them all (spool.c writes it in the
+ * same step as the capture, under wake_lock). Only a follower that found
+ * no file an instant before comes here (the file is made at the first
+ * output), so the file is short. upto: what to give of each stream.
+ * Returns 0, or -1 when the file cannot be read (the captures are used).
+ */
+static int
+exec_run_kept_file(struct exec_run *r, json_t *events, const uint64_t upto[2])
+{
+	struct spool_record *rec = malloc(sizeof *rec);
+	uint64_t off = 0, given[2] = { 0, 0 };
+	int fd = -1;
+
+	if (rec == NULL || (fd = spool_open_read(r->t->id)) == -1) {
+		free(rec);
+		return -1;
+	}
+	while (off < r->spool.written && spool_read(fd, &off, rec) == 1) {
+		int i = rec->type == SPOOL_STDOUT ? 0 : rec->type == SPOOL_STDERR ? 1 : -1;
+		size_t take;
+		json_t *ev;
+
+		if (i == -1 || given[i] >= upto[i])
+			continue;
+		take = upto[i] - given[i] < rec->len ? (size_t)(upto[i] - given[i]) : rec->len;
+		if ((ev = proto_event_output(i == 0 ? STREAM_STDOUT : STREAM_STDERR)) == NULL ||
+		    capture_json_set(ev, FIELD_DATA, FIELD_DATA_BASE64, rec->data, take) == -1 ||
+		    json_array_append_new(events, ev) == -1)
+			log_warnx("exec: task %llu: out of memory replaying its output",
+			    (unsigned long long)r->t->id);
+		given[i] += take;
+	}
+	close(fd);
+	free(rec);
+	return 0;
+}
+
 void
 exec_run_kept(struct exec_run *r, json_t *events)
 {
 	struct exec_stream *streams[2] = { &r->out, &r->err };
+	uint64_t upto[2];
+
+	for (int i = 0; i < 2; i++)
+		upto[i] = streams[i]->streaming ? streams[i]->from + r->t->streamed[i] :
+		    streams[i]->cap.seen;
+	if (r->spool.written > 0 && (r->out.cap.seen > r->out.cap.len ||
+	    r->err.cap.seen > r->err.cap.len) && exec_run_kept_file(r, events, upto) == 0)
+		return;
 
 	for (int i = 0; i < 2; i++) {
 		const struct capture *c = &streams[i]->cap;
@@ -788,6 +879,51 @@ exec_prepare(struct exec_run *r, struct spawn_request *req, char **cause)
 	return 0;
 }
 
+/*
+ * The start gate (task.h, exec-spawn.c): with the journal on, the child
+ * waits on it for the STARTED record. Returns 0 (req->gate_fd set, or left
+ * 0 when the record is there already or nothing waits for one), 1 when the
+ * task is cancelled (nothing may start), -1 with *cause set.
+ */
+static int
+exec_gate_open(struct exec_run *r, struct spawn_request *req, char **cause)
+{
+	int fds[2];
+
+	if (!r->t->start_barrier)
+		return 0;
+	if (spawn_gate_pipe(fds) == -1) {
+		cause_set(cause, "cannot start %s: pipe: %s", r->x->argv[0], strerror(errno));
+		return -1;
+	}
+	switch (task_start_gate_arm(r->t, fds[1])) {
+	case -1:
+		req->gate_fd = fds[0];
+		r->gate_w = fds[1];
+		return 0;
+	case TASK_GATE_GO:
+		close(fds[0]);
+		close(fds[1]);
+		return 0;
+	default:
+		close(fds[0]);
+		close(fds[1]);
+		return 1;
+	}
+}
+
+/* After the spawn (the child passed the gate, or is gone): disarms it, closes the pipe. */
+static void
+exec_gate_close(struct exec_run *r, struct spawn_request *req)
+{
+	if (req->gate_fd == 0)
+		return;
+	task_start_gate_disarm(r->t);
+	close(req->gate_fd);
+	req->gate_fd = 0;
+	spawn_close_fd(&r->gate_w);
+}
+
 static enum pool_state exec_run_input(struct task *t);
 
 /* Any end of the run ends a streamed stdin: later input is refused, its holders released. */
@@ -811,6 +947,7 @@ exec_run_input(struct task *t)
 		.out = { .name = STREAM_STDOUT },
 		.err = { .name = STREAM_STDERR },
 		.wake_fd = -1,
+		.gate_w = -1,
 		.end = EXEC_END_EXITED,
 		.cg = { .dirfd = -1, .events_fd = -1, .peak_fd = -1 },
 	};
@@ -825,7 +962,8 @@ exec_run_input(struct task *t)
 	enum pool_state state;
 	sigset_t pipe_set, old_mask;
 	char *cause = NULL;
-	int status;
+	int status, gate = 0;
+	bool stopped = false;
 
 	if (task_cancelled(t)) {
 		task_set_error(t, ERR_CANCELLED, "cancelled before it started");
@@ -839,14 +977,22 @@ exec_run_input(struct task *t)
 		return POOL_FAILED;
 	}
 	if (exec_prepare(&r, &req, &cause) == -1 ||
-	    spawn_start(&req, &r.child, &cause) == -1) {
+	    (gate = exec_gate_open(&r, &req, &cause)) == -1 ||
+	    (gate == 0 && spawn_start(&req, &r.child, &cause, &stopped) == -1)) {
+		exec_gate_close(&r, &req);
+		exec_wake_close(&r);
+		exec_run_free(&r);
+		if (gate == 1 || (stopped && task_cancelled(t))) {
+			free(cause);
+			task_set_error(t, ERR_CANCELLED, "cancelled before it started");
+			return POOL_CANCELLED;
+		}
 		task_set_error(t, ERR_SPAWN_FAILED, "%s",
 		    cause != NULL ? cause : "cannot start the program");
 		free(cause);
-		exec_wake_close(&r);
-		exec_run_free(&r);
 		return POOL_FAILED;
 	}
+	exec_gate_close(&r, &req);
 	if (!r.in_cgroup)
 		pgroup_task_begin(&r.pg, r.child.pid);
 	if (req.pipe_stdin) {

@@ -5,9 +5,28 @@
  * path, the pipes, the working directory's fd, the group list) and then
  * clones. The child, sharing the parent's memory while the calling thread
  * sleeps, only makes system calls through syscall(2) (spawn_child_main),
- * writes a struct spawn_failure to the error pipe when a step fails, and
- * exits 127. The parent reads that pipe: end of file means execve
- * succeeded (the pipe is close-on-exec).
+ * writes a struct spawn_failure where the parent finds it when a step
+ * fails, and exits 127: into the parent's memory, which it shares, with
+ * clone3 (the parent resumes only once the child has called execve or
+ * exited, so what it finds there is all there is: a pipe made for every
+ * task cost as much again); through an error pipe with the fork-like
+ * clone, whose end of file means execve succeeded (it is close-on-exec).
+ *
+ * The start gate (req->gate_fd; task.h): with the journal on, a program
+ * runs only once its STARTED record may be seen. The child does every step
+ * first, while the record is being written and synced, then reads one byte
+ * from the gate, the last thing before execve; the loop thread writes it
+ * there as soon as the record is seen, with no hop through the worker. So
+ * the clone and the child's steps are off the sync's critical path. While
+ * the child waits, the calling thread sleeps in clone3 (CLONE_VFORK), so
+ * the child's stack and arguments stay alive, and every signal stays
+ * blocked in the child (a handler of the daemon must never run there). If
+ * tpd dies meanwhile, the child cannot run the program: it has closed its
+ * copies of the daemon's fds (so the last write end of the gate goes with
+ * the daemon, and the read sees end of file), and PR_SET_PDEATHSIG kills
+ * it besides. A child spawned meanwhile by another worker holds a copy of
+ * this gate's write end only until its own close_range, which comes before
+ * its own gate. Without the gate (journal off) nothing waits.
  *
  * Two ways to clone, the same child:
  *  - clone3 (Linux 5.7) with CLONE_VM | CLONE_VFORK | CLONE_PIDFD and
@@ -108,6 +127,7 @@ enum spawn_step {
 	SPAWN_STEP_DEATHSIG,
 	SPAWN_STEP_RLIMIT,
 	SPAWN_STEP_CHDIR,
+	SPAWN_STEP_GATE,
 	SPAWN_STEP_EXEC,
 };
 
@@ -124,7 +144,11 @@ struct spawn_child_args {
 	const char *path;
 	int in, out, err;       /* our pipe ends for 0-2; in -1: /dev/null */
 	int dirfd;              /* AT_FDCWD: stay where the daemon is */
-	int errfd;              /* the error pipe's write end, above 2 */
+	int errfd;              /* the error pipe's write end (above 2), or -1: failure */
+	int errfd_read;         /* the parent's end of it, or -1 */
+	volatile int failed;    /* errfd -1: the child set failure, and exited */
+	struct spawn_failure failure;
+	int gatefd;             /* the start gate's read end (above 2), or -1 */
 	int procs_fd;           /* the cgroup's cgroup.procs, or -1 */
 	pid_t parent;           /* the daemon's pid */
 };
@@ -203,7 +227,14 @@ spawn_child_fail(const struct spawn_child_args *a, enum spawn_step step, int ind
 {
 	struct spawn_failure f = { .step = (int)step, .error = errno, .index = index };
 
-	syscall(SYS_write, a->errfd, &f, sizeof f);
+	if (a->errfd == -1) {
+		/* clone3: the parent sleeps until this child exits, then reads this */
+		struct spawn_child_args *shared = (struct spawn_child_args *)a;
+
+		shared->failure = f;
+		shared->failed = 1;
+	} else
+		syscall(SYS_write, a->errfd, &f, sizeof f);
 	return 127;
 }
 
@@ -221,7 +252,8 @@ spawn_child_main(void *arg)
 	const struct spawn_request *req = a->req;
 	struct spawn_ksigaction dfl = { .handler = SIG_DFL };
 	uint64_t empty = 0;
-	int fd;
+	unsigned lo = 3;
+	int fd, keep[2];
 
 	/* Every signal to its default (the mask still blocks them all). */
 	for (int sig = 1; sig < 65; sig++) {
@@ -291,10 +323,43 @@ spawn_child_main(void *arg)
 	    (!req->cwd_or_root || syscall(SYS_chdir, "/") == -1))
 		return spawn_child_fail(a, SPAWN_STEP_CHDIR, 0);
 
-	/* Everything above 2 but the error pipe (close-on-exec) goes. */
-	if (a->errfd > 3)
-		syscall(SYS_close_range, 3, a->errfd - 1, 0);
-	syscall(SYS_close_range, a->errfd + 1, ~0U, 0);
+	/*
+	 * Everything above 2 but the error pipe and the gate (close-on-exec)
+	 * goes: the daemon's copy of the gate's write end too, so that the
+	 * daemon's death is the gate's end of file.
+	 */
+	keep[0] = a->errfd;
+	keep[1] = a->gatefd;
+	if (keep[0] == -1 || (keep[1] != -1 && keep[1] < keep[0])) {
+		keep[1] = keep[0];
+		keep[0] = a->gatefd;
+	}
+	for (int i = 0; i < 2; i++) {
+		if (keep[i] == -1)
+			continue;
+		if ((unsigned)keep[i] > lo)
+			syscall(SYS_close_range, lo, keep[i] - 1, 0);
+		lo = (unsigned)keep[i] + 1;
+	}
+	syscall(SYS_close_range, lo, ~0U, 0);
+
+	/*
+	 * Ready: the program runs only once its start is recorded. Every
+	 * signal is still blocked, and SIGKILL (the daemon's death, above)
+	 * ends the wait as well as end of file does.
+	 */
+	if (a->gatefd != -1) {
+		unsigned char go = 0;
+		long n;
+
+		do
+			n = syscall(SYS_read, a->gatefd, &go, 1);
+		while (n == -1 && errno == EINTR);
+		if (n != 1 || go != SPAWN_GATE_GO) {
+			errno = n == -1 ? errno : n == 0 ? EPIPE : ECANCELED;
+			return spawn_child_fail(a, SPAWN_STEP_GATE, 0);
+		}
+	}
 
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty, NULL, sizeof empty);
 	syscall(SYS_execve, a->path, req->argv, req->envp);
@@ -387,6 +452,22 @@ static int
 spawn_nonblock(int fd)
 {
 	return fcntl(fd, F_SETFL, O_NONBLOCK);
+}
+
+int
+spawn_gate_pipe(int fds[2])
+{
+	if (spawn_pipe(fds) == -1)
+		return -1;
+	if (spawn_nonblock(fds[1]) == -1) {
+		int saved = errno;
+
+		spawn_close_fd(&fds[0]);
+		spawn_close_fd(&fds[1]);
+		errno = saved;
+		return -1;
+	}
+	return 0;
 }
 
 /*
@@ -522,10 +603,19 @@ spawn_clone(struct spawn_child_args *a, int cgroup_fd, int *pidfd)
 	if (pid == -1 && atomic_load(&spawn_no_clone3))
 #endif
 	{
+		int fds[2];
+
 		a->procs_fd = -1;
 		if (cgroup_fd != -1 && (a->procs_fd = openat(cgroup_fd, "cgroup.procs",
 		    O_WRONLY | O_CLOEXEC)) == -1)
 			goto out;
+		/* a copy of our memory: the child's failure comes through a pipe */
+		if (a->errfd == -1) {
+			if (spawn_pipe(fds) == -1)
+				goto out;
+			a->errfd = fds[1];
+			a->errfd_read = fds[0];
+		}
 		/* the pidfd comes in parent_tid, the third argument on every ABI */
 		pid = syscall(SYS_clone, (unsigned long)(CLONE_PIDFD | SIGCHLD), 0UL,
 		    pidfd, 0UL, 0UL);
@@ -584,6 +674,11 @@ spawn_failure_cause(const struct spawn_request *req, const char *path,
 		cause_set(cause, "cannot start %s: %s", path, f->index == 1 ?
 		    "the daemon is exiting" : err);
 		return;
+	case SPAWN_STEP_GATE:
+		cause_set(cause, "cannot start %s: %s", path, f->error == ECANCELED ?
+		    "the task was cancelled before its start was recorded" :
+		    "its start could not be recorded");
+		return;
 	case SPAWN_STEP_SIGNALS:
 	case SPAWN_STEP_SETSID:
 	case SPAWN_STEP_FDS:
@@ -594,11 +689,11 @@ spawn_failure_cause(const struct spawn_request *req, const char *path,
 
 int
 spawn_start(const struct spawn_request *req, struct spawn_child *child,
-    char **cause)
+    char **cause, bool *gate_stopped)
 {
 	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 };
 	int fail[2] = { -1, -1 };
-	struct spawn_failure f;
+	struct spawn_failure f = { 0 };
 	struct spawn_child_args a;
 	int dirfd, pidfd = -1;
 	ssize_t n;
@@ -607,32 +702,45 @@ spawn_start(const struct spawn_request *req, struct spawn_child *child,
 
 	*child = (struct spawn_child){ .pid = -1, .pidfd = -1, .stdin_fd = -1,
 	    .stdout_fd = -1, .stderr_fd = -1 };
+	*gate_stopped = false;
 	if ((dirfd = spawn_open_cwd(req->cwd, req->cwd_or_root, cause)) == -1)
 		return -1;
 	if ((path = spawn_resolve(req->argv[0], req->envp, dirfd, cause)) == NULL)
 		goto fail_dir;
 	if ((req->pipe_stdin && spawn_pipe(in) == -1) || spawn_pipe(out) == -1 ||
-	    spawn_pipe(err) == -1 || spawn_pipe(fail) == -1) {
+	    spawn_pipe(err) == -1) {
 		cause_set(cause, "cannot start %s: pipe: %s", req->argv[0],
 		    strerror(errno));
 		goto fail_pipes;
 	}
 	a = (struct spawn_child_args){ .req = req, .path = path, .in = in[0],
-	    .out = out[1], .err = err[1], .dirfd = dirfd, .errfd = fail[1],
-	    .procs_fd = -1, .parent = getpid() };
-	if ((pid = spawn_clone(&a, req->cgroup_fd, &pidfd)) == -1) {
+	    .out = out[1], .err = err[1], .dirfd = dirfd, .errfd = -1, .errfd_read = -1,
+	    .gatefd = req->gate_fd > 2 ? req->gate_fd : -1, .procs_fd = -1,
+	    .parent = getpid() };
+	pid = spawn_clone(&a, req->cgroup_fd, &pidfd);
+	fail[0] = a.errfd_read;     /* the fork-like clone's error pipe, if it made one */
+	fail[1] = a.errfd;
+	if (pid == -1) {
 		cause_set(cause, "cannot start %s: clone: %s", path, strerror(errno));
 		goto fail_pipes;
 	}
 	spawn_close_fd(&fail[1]);
-	do
-		n = read(fail[0], &f, sizeof f);
-	while (n == -1 && errno == EINTR);
-	spawn_close_fd(&fail[0]);
+	if (fail[0] != -1) {
+		do
+			n = read(fail[0], &f, sizeof f);
+		while (n == -1 && errno == EINTR);
+		spawn_close_fd(&fail[0]);
+	} else if (a.failed) {
+		f = a.failure;
+		n = (ssize_t)sizeof f;
+	} else
+		n = 0;
 	if (n != 0) {
 		/* a step failed (or the pipe did: a bug), and the child has exited */
-		if (n == (ssize_t)sizeof f)
+		if (n == (ssize_t)sizeof f) {
 			spawn_failure_cause(req, path, &f, cause);
+			*gate_stopped = f.step == SPAWN_STEP_GATE;
+		}
 		else
 			cause_set(cause, "cannot start %s: reading its error pipe: %s",
 			    path, n == -1 ? strerror(errno) : "short read");

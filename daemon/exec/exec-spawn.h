@@ -69,7 +69,16 @@ struct spawn_request {
 	struct spawn_rlimit rlimits[SPAWN_MAX_RLIMITS];
 	size_t nrlimits;
 	int cgroup_fd;          /* a cgroup directory to start in, or -1 */
+	/*
+	 * 0: none; else the read end of a start gate (task.h, above 2): the child,
+	 * ready for execve, reads one byte from it first and goes on only
+	 * with SPAWN_GATE_GO; another byte, or end of file, ends it without
+	 * execve (spawn_start then fails, *gate_stopped set).
+	 */
+	int gate_fd;
 };
+
+#define SPAWN_GATE_GO 1
 
 struct spawn_child {
 	pid_t pid;              /* also the child's process group id */
@@ -80,14 +89,16 @@ struct spawn_child {
 };
 
 /*
- * Starts the child. Returns 0 with *child filled, or -1 with *cause set to a
+ * Starts the child (the calling thread waits until it has called execve,
+ * its gate's wait included). Returns 0 with *child filled, or -1 with *cause set to a
  * message a person can act on ("no such program: foo", "cannot chdir to
  * /nope: No such file or directory", "cannot execute ./x: Permission
  * denied", "cannot run as nobody: setresuid: Operation not permitted", or
- * the system call that failed); then no child exists.
+ * the system call that failed); then no child exists. *gate_stopped: the
+ * gate said no (or its writers are gone), and nothing ran.
  */
 int spawn_start(const struct spawn_request *req, struct spawn_child *child,
-    char **cause);
+    char **cause, bool *gate_stopped);
 
 /*
  * Reaps the child (wait4, retried on EINTR): its wait status
@@ -101,6 +112,12 @@ int spawn_reap(pid_t pid, int *status, struct rusage *ru);
  * is refused (for the unit test of that path). Call before any spawn.
  */
 void spawn_use_clone3(bool use);
+
+/*
+ * A start gate's pipe: both ends close-on-exec and above 2, the write end
+ * (fds[1]) non-blocking. Returns 0, or -1 with errno set.
+ */
+int spawn_gate_pipe(int fds[2]);
 
 /* Closes whatever fds of child are still open (-1 marks closed ones). Does not reap. */
 void spawn_close(struct spawn_child *child);

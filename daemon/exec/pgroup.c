@@ -26,6 +26,14 @@
 static pthread_mutex_t pgroup_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pgroup_task *pgroup_running;
 static bool pgroup_subreaper;
+/*
+ * The main thread's /proc/self/task/PID/children, open for good
+ * (pgroup_init): every task's end reads it (pgroup_orphans), and opening
+ * it each time (a path walk, a dentry made and killed) was a tenth of a
+ * worker's time a `true` task. A seq_file: pread at offset 0 makes it
+ * anew, and concurrent readers take its lock in turn. -1: opened per read.
+ */
+static int pgroup_children_fd = -1;
 static long pgroup_hz;                  /* /proc's clock ticks a second; set at start */
 
 /* One process of a /proc walk. */
@@ -43,6 +51,16 @@ struct pgroup_walk {
 	size_t norphans, orphans_size;
 };
 
+/* The main thread's children file (see pgroup_children_fd), or -1. */
+static int
+pgroup_children_open(void)
+{
+	char path[64];
+
+	snprintf(path, sizeof path, "/proc/self/task/%ld/children", (long)getpid());
+	return open(path, O_RDONLY | O_CLOEXEC);
+}
+
 void
 pgroup_init(void)
 {
@@ -53,6 +71,7 @@ pgroup_init(void)
 		return;
 	}
 	pgroup_subreaper = true;
+	pgroup_children_fd = pgroup_children_open();
 }
 
 void
@@ -203,15 +222,18 @@ pgroup_pid_cmp(const void *a, const void *b)
 static int
 pgroup_orphans(struct pgroup_walk *w)
 {
-	char path[64], buf[4096];
+	char buf[4096];
 	ssize_t n;
 	int fd, count = 0;
 
-	snprintf(path, sizeof path, "/proc/self/task/%ld/children", (long)getpid());
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1)
-		return -1;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
+	if ((fd = pgroup_children_fd) != -1)
+		n = pread(fd, buf, sizeof buf - 1, 0);
+	else {
+		if ((fd = pgroup_children_open()) == -1)
+			return -1;
+		n = read(fd, buf, sizeof buf - 1);
+		close(fd);
+	}
 	if (n < 0)
 		return -1;
 	buf[n] = '\0';

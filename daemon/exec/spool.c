@@ -236,17 +236,15 @@ spool_stop(void)
 	pthread_mutex_unlock(&spool_lock);
 }
 
-void
-spool_writer_open(struct spool_writer *w, uint64_t task)
+/* Makes w's file (anew), with its entry. */
+static void
+spool_writer_create(struct spool_writer *w)
 {
+	uint64_t task = w->task;
 	struct spool_entry *e;
 	char name[32];
 
-	memset(w, 0, sizeof *w);
-	w->fd = -1;
-	w->task = task;
-	if (spool_dirfd == -1)
-		return;
+	w->lazy = false;
 	spool_name(name, sizeof name, task);
 	pthread_mutex_lock(&spool_lock);
 	if ((e = spool_find(task)) == NULL && (e = spool_insert(task)) == NULL) {
@@ -265,6 +263,26 @@ spool_writer_open(struct spool_writer *w, uint64_t task)
 	if (w->fd == -1)
 		log_warn("spool: cannot create %s/%s: task %" PRIu64 "'s output is not kept",
 		    spool_path, name, task);
+}
+
+void
+spool_writer_open(struct spool_writer *w, uint64_t task)
+{
+	bool known;
+
+	memset(w, 0, sizeof *w);
+	w->fd = -1;
+	w->task = task;
+	if (spool_dirfd == -1)
+		return;
+	pthread_mutex_lock(&spool_lock);
+	known = spool_find(task) != NULL;
+	pthread_mutex_unlock(&spool_lock);
+	/* a task with a file already (a run before this one) starts it over now */
+	if (known)
+		spool_writer_create(w);
+	else
+		w->lazy = true;
 }
 
 /*
@@ -375,6 +393,8 @@ spool_writer_add(struct spool_writer *w, int stream, const void *data, size_t n)
 	uint64_t kept = w->kept[0] + w->kept[1];
 	const char *p = data;
 
+	if (w->lazy && n > 0)
+		spool_writer_create(w);
 	if (w->fd == -1 || w->cut != 0)
 		return;
 	while (n > 0) {

@@ -16,7 +16,8 @@
  *   SPOOL_END                    16 bytes: the bytes the task wrote to stdout
  *                                and to stderr (u64, big-endian), kept or not
  * A file without SPOOL_END belongs to a task that is running, or to one that
- * a crash ended (lost): what is there is what was read.
+ * a crash ended (lost): what is there is what was read. A task that wrote
+ * nothing has no file: its done (its result) is all there is.
  *
  * Bounds: output_spool_task_bytes of output a task (past it the task's file
  * gets SPOOL_CUT and nothing more), output_spool_bytes of files in all:
@@ -72,9 +73,15 @@ struct spool_writer {
 	uint64_t written;       /* bytes of the file */
 	uint64_t kept[2];       /* output bytes kept of stdout, stderr */
 	int cut;                /* 0, or SPOOL_WHY_* */
+	bool lazy;              /* the file is made at the first output */
 };
 
-/* Worker: creates the task's file (anew: a task that runs again starts over). */
+/*
+ * Worker: the task's writer. Its file is made at the first output (a task
+ * with none, as most short commands, makes no file: a file per task made
+ * and removed costs more than the task); one that ran before and has a
+ * file already starts it over at once (anew: a run again starts over).
+ */
 void spool_writer_open(struct spool_writer *, uint64_t task);
 /* Worker: n bytes of stream (0 stdout, 1 stderr); past a bound, the cut. */
 void spool_writer_add(struct spool_writer *, int stream, const void *data, size_t n);

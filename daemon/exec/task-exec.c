@@ -602,4 +602,5 @@ const struct task_kind task_kind_exec = {
 	.free = exec_free,
 	.announces_start = true,        /* "started" once the process runs (exec-run.c) */
 	.effects = true,                /* a program: its start is recorded before it runs */
+	.gates_start = true,            /* the child waits at its start gate (exec-spawn.c) */
 };

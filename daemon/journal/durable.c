@@ -32,9 +32,9 @@
  * their run is seen only through their events, which wait like any output,
  * so their STARTED record goes with the group commit of the pass that sees
  * the start, before any of their events. An exec task's program has
- * effects of its own: its worker waits, before spawning it, until its
- * STARTED record may be seen (task.c's start_barrier, released by
- * task_start_recorded from seen_cb).
+ * effects of its own: it runs only once its STARTED record may be seen
+ * (task.c's start_barrier and start gate, released by task_start_recorded
+ * from seen_cb).
  *
  * A retry (tasks_set_retry_hook): when an attempt ends and another is
  * scheduled, a STARTED record of the next attempt with JF_RETRY_AT (its due

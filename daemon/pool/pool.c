@@ -15,8 +15,9 @@
  *    task.c's task_on_cancel, which calls the kind's cancel hook, and the
  *    leaf locks it may take are exactly these: the sleep kind's timed->lock
  *    (task-builtin.c, to signal its condition) and the exec kind's
- *    x->wake_lock (task-exec.c, to write to the run's eventfd). Lock order:
- *    pool->lock, then one of those; never the other way round.
+ *    x->wake_lock (task-exec.c, to write to the run's eventfd), and before
+ *    them task.c's record lock (to stop a start gate: one write to a pipe).
+ *    Lock order: pool->lock, then one of those; never the other way round.
  *  - Admission is decided at one point: pool_submit, under the lock. Closing
  *    takes the same lock, so every submission is either in the queue before
  *    the pool closes (and will end in exactly one done) or rejected.

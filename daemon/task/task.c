@@ -9,6 +9,18 @@
  * same way, after waiting for the task's stream budget. On the loop thread
  * each message goes to the registry's handlers (task_set_handlers, tasks.c).
  *
+ * The start of a task with effects (start_barrier: an exec task with the
+ * journal on) waits for its STARTED record to be seen (durable.c calls
+ * task_start_recorded from the journal's seen hook). A kind without
+ * gates_start waits here, on the worker, before its run. An exec run does
+ * not wait: it arms a start gate (task_start_gate_arm), a pipe its child
+ * reads one byte from just before execve, and prepares and clones the
+ * child while the record is synced; task_start_recorded writes GO into the
+ * pipe itself, on the loop thread, so the program starts without waking
+ * the worker first. A cancel before that writes STOP instead
+ * (task_on_cancel). Either way the run's end waits for the release, so
+ * that a late release never opens the next attempt's gate.
+ *
  * The stream budget: while more than stream_budget bytes of a task's
  * events are not yet taken by its receiver (task_stream_taken), task_emit
  * waits, on budget.cv under budget.lock, until the receiver takes some, the
@@ -17,12 +29,14 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/blob.h"
 #include "proto/proto.h"
@@ -48,19 +62,73 @@ static struct {
 } budget = { .lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT,
     .bytes = 256 * 1024 };
 
-/* The wait of a start_barrier task for its STARTED record (a leaf lock). */
+/*
+ * The wait of a start_barrier task for its STARTED record, and its start
+ * gate (a leaf lock: only write(2) on a gate's pipe is done under it).
+ */
 static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cv;
 } recorded = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER };
+
+/* Under the record lock: writes the gate's one byte, and disarms it. */
+static void
+gate_write(struct task *t, unsigned char byte)
+{
+	ssize_t n;
+
+	if (!t->start_gated)
+		return;
+	do
+		n = write(t->start_gate_fd, &byte, 1);
+	while (n == -1 && errno == EINTR);
+	/* EPIPE: the child is gone already (its spawn failed): the run reports that */
+	t->start_gated = false;
+	t->start_gate_fd = -1;
+	t->start_gate_go = byte == TASK_GATE_GO && n == 1;
+}
 
 void
 task_start_recorded(struct task *t)
 {
 	pthread_mutex_lock(&recorded.lock);
 	t->start_recorded = true;
+	gate_write(t, TASK_GATE_GO);
 	pthread_cond_broadcast(&recorded.cv);
 	pthread_mutex_unlock(&recorded.lock);
+}
+
+int
+task_start_gate_arm(struct task *t, int fd)
+{
+	int known = -1;
+
+	pthread_mutex_lock(&recorded.lock);
+	t->start_gate_go = false;
+	/* the cancel flag is set before the cancel hook runs (and takes this lock) */
+	if (task_cancelled(t))
+		known = TASK_GATE_STOP;
+	else if (t->start_recorded)
+		known = TASK_GATE_GO;
+	else {
+		t->start_gated = true;
+		t->start_gate_fd = fd;
+	}
+	pthread_mutex_unlock(&recorded.lock);
+	return known;
+}
+
+bool
+task_start_gate_disarm(struct task *t)
+{
+	bool go;
+
+	pthread_mutex_lock(&recorded.lock);
+	t->start_gated = false;
+	t->start_gate_fd = -1;
+	go = t->start_gate_go;
+	pthread_mutex_unlock(&recorded.lock);
+	return go;
 }
 
 static void
@@ -258,25 +326,40 @@ task_wake_streams(void)
 	pthread_mutex_unlock(&budget.lock);
 }
 
+/* Worker thread: waits until t's start is recorded. */
+static void
+start_wait(struct task *t)
+{
+	pthread_mutex_lock(&recorded.lock);
+	while (!t->start_recorded)
+		pthread_cond_wait(&recorded.cv, &recorded.lock);
+	pthread_mutex_unlock(&recorded.lock);
+}
+
 /* Worker thread: the pool's work function. */
 static enum pool_state
 task_work(struct pool_job *j)
 {
 	struct task *t = j->arg;
+	enum pool_state state;
 
 	atomic_store(&t->started, true);
 	if (t->stream && !t->kind->announces_start)
 		task_emit(t, proto_event_started(0), 0);
 	else if (t->notify_start)
 		post_event(t, NULL, 0, 0);      /* no event: weighs nothing, never waits */
-	if (t->start_barrier) {
-		/* the loop records the start (durable.c) before the program may run */
-		pthread_mutex_lock(&recorded.lock);
-		while (!t->start_recorded)
-			pthread_cond_wait(&recorded.cv, &recorded.lock);
-		pthread_mutex_unlock(&recorded.lock);
-	}
-	return t->kind->run(t);
+	/* the loop records the start (durable.c) before the program may run */
+	if (t->start_barrier && !t->kind->gates_start)
+		start_wait(t);
+	state = t->kind->run(t);
+	/*
+	 * A gated run may end before its record is seen (its spawn failed, or
+	 * a cancel stopped its gate): the release still comes, and must reach
+	 * this attempt, not a retry's, whose gate is its own.
+	 */
+	if (t->start_barrier && t->kind->gates_start)
+		start_wait(t);
+	return state;
 }
 
 /*
@@ -349,6 +432,9 @@ task_rearm(struct task *t)
 	atomic_store(&t->started, false);
 	pthread_mutex_lock(&recorded.lock);
 	t->start_recorded = false;
+	t->start_gated = false;
+	t->start_gate_fd = -1;
+	t->start_gate_go = false;
 	pthread_mutex_unlock(&recorded.lock);
 }
 
@@ -397,6 +483,10 @@ task_on_cancel(struct pool_job *j)
 {
 	struct task *t = j->arg;
 
+	/* a gated start that has not opened never does: its program never runs */
+	pthread_mutex_lock(&recorded.lock);
+	gate_write(t, TASK_GATE_STOP);
+	pthread_mutex_unlock(&recorded.lock);
 	if (t->kind->cancel != NULL)
 		t->kind->cancel(t);
 }

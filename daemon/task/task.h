@@ -109,6 +109,12 @@ struct task_kind {
 	 * its worker waits until the start is recorded before running it.
 	 */
 	bool effects;
+	/*
+	 * With effects: run does not wait for the record before it begins;
+	 * it holds back what has effects itself, behind a start gate
+	 * (task_start_gate_arm), and prepares the rest meanwhile.
+	 */
+	bool gates_start;
 };
 
 /* Who submitted a task, as its kind's parse may need it (exec's run_as = caller). */
@@ -157,8 +163,11 @@ struct task {
 
 	atomic_bool started;        /* set by the worker when run begins */
 	bool notify_start;          /* the registry hears when the run begins (its hooks) */
-	bool start_barrier;         /* the worker waits for start_recorded before the run */
+	bool start_barrier;         /* the run waits for start_recorded (or its gate does) */
 	bool start_recorded;        /* under task.c's record lock */
+	bool start_gated;           /* under the record lock: start_gate_fd is armed */
+	int start_gate_fd;          /* under the record lock: the gate's write end */
+	bool start_gate_go;         /* under the record lock: GO was written to it */
 	const char *submit_text;    /* task_options.submit_text: borrowed, in tasks_submit */
 	size_t submit_len;
 
@@ -305,6 +314,32 @@ void task_stream_taken(struct task *t, size_t weight);
  * seen); a worker waiting for it before the run (start_barrier) goes on.
  */
 void task_start_recorded(struct task *t);
+
+/*
+ * The start gate of a kind with gates_start (exec): the run makes a pipe
+ * and arms the gate with its write end (non-blocking); whatever holds the
+ * effects back (exec: the child, before execve) reads one byte from the
+ * read end. TASK_GATE_GO is written once the STARTED record may be seen
+ * (task_start_recorded, on the loop thread, which never waits for the run);
+ * TASK_GATE_STOP once the task is cancelled first (the pool's cancel hook):
+ * then nothing with effects may happen. End of file (tpd died: every copy
+ * of the write end is closed) means the same as STOP. The one byte is
+ * written under the record lock, so at most once.
+ */
+#define TASK_GATE_STOP 0
+#define TASK_GATE_GO 1
+/*
+ * Worker, for a start_barrier task of a gates_start kind: arms the gate
+ * with fd. Returns -1 when armed (the byte comes later, through fd), else
+ * what is known already, without touching fd: TASK_GATE_GO (the record is
+ * there) or TASK_GATE_STOP (the task is cancelled).
+ */
+int task_start_gate_arm(struct task *t, int fd);
+/*
+ * Worker: nothing writes to the armed fd from now on (the caller may
+ * close it). Returns true when TASK_GATE_GO was written to it.
+ */
+bool task_start_gate_disarm(struct task *t);
 
 /*
  * Loop thread: a connection held because a task's stdin buffer was full

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""An exec task's start gate (tpd(8), "DURABILITY"; doc/exec.md): with the
+journal on, the program never runs before its STARTED record may be seen.
+The child is made while the record is synced and waits at the gate, the
+last step before execve: a journal that cannot sync keeps it there until
+the recovery, and a kill -9 of tpd while it waits ends it without running
+the program. The failing disk is tests/faultfs.so (LD_PRELOAD), as in
+test_journal_faults.py."""
+import os
+import shutil
+import tempfile
+import time
+
+from tpdtest import SLOW, Daemon, Skip, check, eventually, run_tests
+
+SHIM = os.environ.get("FAULTFS", os.path.abspath("tests/faultfs.so"))
+EIO = 5
+
+
+class Faulty:
+    """A state_dir outliving its daemons, the shim's control file, a work dir."""
+
+    def __init__(self):
+        if not os.path.exists(SHIM):
+            raise Skip("%s is not built" % SHIM)
+        self.root = os.path.realpath(tempfile.mkdtemp(prefix="tpdgate-"))
+        self.dir = os.path.join(self.root, "state")
+        self.ctl = os.path.join(self.root, "ctl")
+        self.marker = os.path.join(self.root, "ran")
+        self.gen = 0
+
+    def daemon(self, *args, shim=True, **kw):
+        env = dict(os.environ)
+        if shim:
+            env["LD_PRELOAD"] = SHIM
+            env["FAULTFS_DIR"] = self.dir
+            env["FAULTFS_CTL"] = self.ctl
+            env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") +
+                                   ":verify_asan_link_order=0").lstrip(":")
+        return Daemon("--state-dir", self.dir, *args, env=env, **kw)
+
+    def set(self, *rules):
+        """Replaces the shim's rules ("OP SKIP ERR COUNT")."""
+        self.gen += 1
+        tmp = "%s.%d" % (self.ctl, self.gen)
+        with open(tmp, "w") as f:
+            f.write("".join(r + "\n" for r in rules))
+        os.rename(tmp, self.ctl)
+
+    def ran(self):
+        return os.path.exists(self.marker)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def children(pid):
+    """The pids of pid's children (of every thread): a gated child is a worker's."""
+    out = []
+    try:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
+                out += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def alive(pid):
+    """True while pid exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def journal_stats(c):
+    return c.request({"op": "stats"}, "stats")["journal"]
+
+
+def gated_start(f, d):
+    """With every fdatasync failing, submits an exec task that would leave the marker;
+    returns its request id and the gated child's pid once its start is held."""
+    c = d.client()
+    rid, ev = c.submit({"kind": "echo", "value": 1})
+    check(ev["event"] == "accepted", "%r", ev)
+    c.done(rid)
+    f.set("sync 0 %d 0" % EIO)
+    rid = c.send({"op": "submit", "task": {"kind": "exec", "argv": [
+        "sh", "-c", "echo ran >> %s" % f.marker]}})
+    o = d.client()
+    eventually(lambda: journal_stats(o)["held_starts"] >= 1, "the start is held")
+    # the child is made meanwhile, and waits at the gate
+    eventually(lambda: children(d.proc.pid), "the child is made before the record is synced")
+    kids = children(d.proc.pid)
+    time.sleep(0.5 * SLOW)
+    check(not f.ran(), "the program ran before its STARTED record was synced")
+    check(all(alive(k) for k in kids), "the gated child %r did not wait", kids)
+    return c, rid, kids
+
+
+def test_failed_sync_keeps_the_program_from_running_until_recovery():
+    with Faulty() as f:
+        with f.daemon(queue=100) as d:
+            c, rid, _ = gated_start(f, d)
+            check(not f.ran(), "ran while the journal is failed")
+            f.set()
+            ev = c.recv_id(rid, timeout=10 * SLOW)
+            check(ev["event"] == "accepted", "%r", ev)
+            done = c.done(rid, timeout=10 * SLOW)
+            check(done["state"] == "succeeded", "%r", done)
+            check(f.ran(), "the program did not run after the recovery")
+
+
+def test_kill9_while_gated_runs_nothing():
+    with Faulty() as f:
+        with f.daemon(queue=100) as d:
+            c, rid, kids = gated_start(f, d)
+            d.proc.kill()
+            d.proc.wait()
+            eventually(lambda: not any(alive(k) for k in kids),
+                       "the gated child %r outlived tpd" % kids)
+            time.sleep(0.3 * SLOW)
+            check(not f.ran(), "the program ran after tpd died while it was gated")
+        # the restart finds its STARTED record (written, not synced: lost, and it never
+        # ran) or not (never started: queued again, it runs now, once)
+        with f.daemon(shim=False) as d:
+            c = d.client()
+            ev = c.request({"op": "wait", "task": 2}, timeout=10 * SLOW)
+            check(ev["event"] == "done" and ev["state"] in ("lost", "succeeded"), "%r", ev)
+            runs = open(f.marker).read() if f.ran() else ""
+            check(runs == ("ran\n" if ev["state"] == "succeeded" else ""),
+                  "ended %s, ran %r", ev["state"], runs)
+
+if __name__ == "__main__":
+    run_tests(globals())
