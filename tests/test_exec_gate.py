@@ -8,6 +8,7 @@ the program. The failing disk is tests/faultfs.so (LD_PRELOAD), as in
 test_journal_faults.py."""
 import os
 import shutil
+import signal
 import tempfile
 import time
 
@@ -135,6 +136,22 @@ def test_kill9_while_gated_runs_nothing():
             runs = open(f.marker).read() if f.ran() else ""
             check(runs == ("ran\n" if ev["state"] == "succeeded" else ""),
                   "ended %s, ran %r", ev["state"], runs)
+
+
+def test_stop_while_gated_runs_nothing():
+    # a stop while the journal cannot sync: the drain turns into a cancel at
+    # shutdown_timeout, and the journal's close must not open the gate of a
+    # start whose record never reached the disk
+    with Faulty() as f:
+        with f.daemon("--shutdown-timeout", "200ms", queue=100) as d:
+            c, rid, kids = gated_start(f, d)
+            d.signal(signal.SIGTERM)
+            d.wait_exit(timeout=20 * SLOW)
+            eventually(lambda: not any(alive(k) for k in kids),
+                       "the gated child %r outlived tpd" % kids)
+            time.sleep(0.3 * SLOW)
+            check(not f.ran(), "the program ran while tpd stopped with its start unsynced")
+
 
 if __name__ == "__main__":
     run_tests(globals())
