@@ -5,10 +5,14 @@
  * threads in journal-sync.c and journal-compact.c, who owns what in
  * journal-int.h).
  *
- * Why the write stays on the loop: a batch is one pwrite into the page
- * cache (microseconds); only the fdatasync is slow, and it is the only
- * thing the sync thread does. The loop never waits for it: what waits is
- * the events the daemon holds until their batch is seen.
+ * Who writes: in interval and none modes the loop, as a batch is one
+ * pwrite into the page cache (microseconds) that must be there before it is
+ * seen. In commit mode a batch is seen only after an fdatasync, so the loop
+ * hands it to the sync thread, which writes what the passes gathered while
+ * its last fdatasync ran with one pwrite and syncs it (journal-sync.c):
+ * where each batch goes is still decided here. The loop never waits for
+ * either: what waits is the events the daemon holds until their batch is
+ * seen.
  */
 #include "config.h"
 
@@ -36,6 +40,7 @@
 static void journal_fail(struct journal *j, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void maybe_compact(struct journal *j);
+static void flush(struct journal *j, bool force);
 
 void
 journal_wake(struct journal *j)
@@ -270,6 +275,7 @@ journal_free(struct journal *j)
 	free(j->obsolete);
 	free(j->segs);
 	jbuf_free(&j->pending);
+	jbuf_free(&j->sy.q);
 	free(j->sy.sealed);
 	free(j->mt.cause);
 	free(j->error);
@@ -696,7 +702,7 @@ journal_begin(struct journal *j, char **cause)
 	/* The replay's decisions and the reservation: on disk before the listeners open. */
 	if (j->pending.len > 0 && !j->failed) {
 		uint64_t b = j->batch;
-		journal_flush(j);
+		flush(j, true);
 		if (!j->failed && j->written >= b) {
 			if (fdatasync(j->active_fd) == -1)
 				journal_fail(j, "fdatasync of %s: %s", j->dir, strerror(errno));
@@ -877,12 +883,19 @@ segment_switch(struct journal *j)
 	return 0;
 }
 
-void
-journal_flush(struct journal *j)
+/*
+ * Writes the pending batch: with journal_sync = commit, hands it to the
+ * sync thread, which writes it (with the batches of the passes made while
+ * its fdatasync ran) and syncs it; unless forced (the thread does not run:
+ * journal_begin, journal_close), when the loop writes it itself.
+ */
+static void
+flush(struct journal *j, bool force)
 {
 	struct jseg *a;
 	uint64_t b, mark = 0;
-	bool needs_sync;
+	size_t len;
+	bool needs_sync, handed;
 	char name[32];
 
 	if (j->pending.len == 0 || !j->begun)
@@ -897,9 +910,16 @@ journal_flush(struct journal *j)
 	}
 	if (j->switch_wait)
 		return;
+	handed = j->sync == JOURNAL_SYNC_COMMIT && j->sy.started && !force;
 	a = active(j);
 	if (a->data_end > JFMT_SEG_HEADER + JFMT_REC_HEADER && /* more than its opening MARK */
 	    a->data_end + j->pending.len + JFMT_REC_HEADER > j->seg_bytes) {
+		/*
+		 * What the sync thread was handed is for the active segment: the
+		 * switch waits until all of it is synced (journal_process).
+		 */
+		if (handed && j->written > j->seen)
+			return;
 		if (segment_switch(j) == -1) {
 			journal_flush(j); /* failed: the batch is dropped, the snapshot will hold it */
 			return;
@@ -928,7 +948,15 @@ journal_flush(struct journal *j)
 		journal_flush(j);
 		return;
 	}
-	if (journal_write_all(j->active_fd, j->pending.p, j->pending.len, a->data_end) == -1) {
+	len = j->pending.len;
+	if (handed) {
+		/* the sync thread writes it, with what the passes before handed over */
+		if (jsync_queue(j, &j->pending, a->data_end, j->batch) == -1) {
+			journal_fail(j, "out of memory");
+			journal_flush(j);
+			return;
+		}
+	} else if (journal_write_all(j->active_fd, j->pending.p, len, a->data_end) == -1) {
 		jseg_name(name, sizeof name, a->seq);
 		journal_fail(j, "write to %s/%s: %s", j->dir, name, strerror(errno));
 		journal_flush(j);
@@ -936,7 +964,7 @@ journal_flush(struct journal *j)
 	}
 	b = j->batch++;
 	needs_sync = j->pending_sync;
-	a->data_end += j->pending.len;
+	a->data_end += len;
 	if (a->data_end > a->alloc)
 		a->alloc = a->data_end;
 	a->records += j->pending_records;
@@ -952,25 +980,38 @@ journal_flush(struct journal *j)
 	j->pending_records = j->pending_dead = 0;
 	j->pending_sync = false;
 
-	pthread_mutex_lock(&j->sy.lock);
-	j->sy.written = b;
-	if (j->sy.dirty_since_us == 0)
-		j->sy.dirty_since_us = clock_now_us();
-	if (j->sync == JOURNAL_SYNC_COMMIT || needs_sync) {
-		j->sy.want = b;
-		pthread_cond_signal(&j->sy.cv);
-	} else if (j->sync == JOURNAL_SYNC_INTERVAL)
-		pthread_cond_signal(&j->sy.cv); /* its timer starts from this write */
-	pthread_mutex_unlock(&j->sy.lock);
+	if (!handed) {
+		pthread_mutex_lock(&j->sy.lock);
+		j->sy.written = b;
+		if (j->sync == JOURNAL_SYNC_COMMIT || needs_sync) {
+			j->sy.want = b;
+			pthread_cond_signal(&j->sy.cv);
+		}
+		if (j->sy.dirty_since_us == 0) {
+			j->sy.dirty_since_us = clock_now_us();
+			/* interval: the thread's timer starts from this write (it is armed until its pass) */
+			if (j->sync == JOURNAL_SYNC_INTERVAL)
+				pthread_cond_signal(&j->sy.cv);
+		}
+		pthread_mutex_unlock(&j->sy.lock);
+	}
 	batch_written(j, b, needs_sync);
 }
 
-/* Every batch up to synced is on disk: MARK positions, reservations, held batches. */
+void
+journal_flush(struct journal *j)
+{
+	flush(j, false);
+}
+
+/*
+ * Every batch up to synced is on disk: MARK positions, reservations, held
+ * batches, seen (the caller calls on_seen).
+ */
 static void
 synced_to(struct journal *j, uint64_t synced)
 {
 	struct jseg *a = active(j);
-	uint64_t before = j->seen;
 
 	for (size_t i = 0; i < JOURNAL_RING; i++)
 		if (j->ring[i].batch != 0 && j->ring[i].batch <= synced && a != NULL &&
@@ -991,11 +1032,25 @@ synced_to(struct journal *j, uint64_t synced)
 		j->nhold -= k;
 		j->seen = j->nhold > 0 ? j->hold[0] - 1 : j->written;
 	}
-	if (j->seen > before && j->on_seen != NULL)
-		j->on_seen(j->arg, j->seen);
 }
 
 static void compaction_done(struct journal *j);
+
+/* The sync thread's write (of what the loop handed over) or fdatasync failed: the journal fails. */
+static void
+sync_failed(struct journal *j, int err, bool write, uint64_t seq)
+{
+	char name[32];
+
+	jseg_name(name, sizeof name, seq);
+	if (write) {
+		journal_fail(j, "write to %s/%s: %s", j->dir, name, strerror(err));
+		return;
+	}
+	log_warnx("journal %s/%s: fdatasync failed: %s: the file is not trusted any "
+	    "more (it is never synced again)", j->dir, name, strerror(err));
+	journal_fail(j, "fdatasync of %s/%s: %s", j->dir, name, strerror(err));
+}
 
 void
 journal_process(struct journal *j)
@@ -1003,29 +1058,33 @@ journal_process(struct journal *j)
 	uint64_t n, synced;
 	int err;
 	uint64_t err_seq;
-	bool done;
+	bool done, err_write;
 
 	if (read(j->efd, &n, sizeof n) == -1 && errno != EAGAIN)
 		return;
 	pthread_mutex_lock(&j->sy.lock);
 	synced = j->sy.synced;
 	err = j->sy.err;
+	err_write = j->sy.err_write;
 	err_seq = j->sy.err_seq;
 	pthread_mutex_unlock(&j->sy.lock);
-	if (err != 0 && !j->failed) {
-		char name[32];
-		jseg_name(name, sizeof name, err_seq);
-		errno = err;
-		log_warnx("journal %s/%s: fdatasync failed: %s: the file is not trusted any "
-		    "more (it is never synced again)", j->dir, name, strerror(err));
-		journal_fail(j, "fdatasync of %s/%s: %s", j->dir, name, strerror(err));
-	}
+	if (err != 0 && !j->failed)
+		sync_failed(j, err, err_write, err_seq);
 	if (!j->failed) {
+		uint64_t before = j->seen;
+
 		synced_to(j, synced);
+		/*
+		 * What waited for this sync is written first, so that the next
+		 * fdatasync starts before the loop sends what this one lets out.
+		 */
 		if (j->switch_wait && synced >= j->switch_batch) {
 			j->switch_wait = false;
-			journal_flush(j);
-		}
+			flush(j, false);
+		} else if (!j->switch_wait && j->written <= j->seen)
+			flush(j, false);
+		if (j->seen > before && j->on_seen != NULL)
+			j->on_seen(j->arg, j->seen);
 	}
 	pthread_mutex_lock(&j->mt.lock);
 	done = j->mt.done;
@@ -1273,6 +1332,8 @@ recover(struct journal *j)
 	pthread_mutex_lock(&j->sy.lock);
 	j->sy.gen++;
 	j->sy.err = 0;
+	j->sy.err_write = false;
+	jbuf_reset(&j->sy.q);   /* handed over for the old files: the snapshot has it */
 	j->sy.written = j->sy.synced = j->sy.want = snap.batch;
 	j->sy.dirty_since_us = 0;
 	pthread_mutex_unlock(&j->sy.lock);
@@ -1359,17 +1420,31 @@ journal_inject_sync_error(struct journal *j, int err)
 }
 
 void
+journal_hold_sync(struct journal *j, bool hold)
+{
+	pthread_mutex_lock(&j->sy.lock);
+	j->sy.held = hold;
+	pthread_cond_signal(&j->sy.cv);
+	pthread_mutex_unlock(&j->sy.lock);
+}
+
+void
 journal_close(struct journal *j, uint64_t next_id)
 {
 	if (j == NULL)
 		return;
 	jmaint_stop(j);
-	/* The sync thread syncs what it has (every mode) and the sealed segments, then leaves. */
+	/*
+	 * The sync thread writes and syncs what it has (every mode) and the
+	 * sealed segments, then leaves.
+	 */
 	jsync_stop(j, !j->failed);
+	if (j->sy.err != 0 && !j->failed)
+		sync_failed(j, j->sy.err, j->sy.err_write, j->sy.err_seq);
 	if (j->begun && !j->failed && j->active_fd != -1) {
 		j->switch_wait = false;
 		journal_append(j, JREC_NEXT_ID, next_id, NULL, 0);
-		journal_flush(j);
+		flush(j, true);
 		if (!j->failed && fdatasync(j->active_fd) == -1)
 			log_warn("journal %s: fdatasync at the stop", j->dir);
 		/* none: sealed segments were closed unsynced; the stop syncs them too */

@@ -12,11 +12,13 @@
  *
  * Group commit. The loop appends records (journal_append) as a loop pass
  * makes them; they gather in one batch, numbered by journal_batch. At the
- * end of the pass journal_flush writes the batch with one write. What "seen"
- * needs of a batch depends on journal_sync:
- *   commit    the batch is on disk: the sync thread runs one fdatasync for
- *             every batch written since its last one (a batch written while
- *             a sync runs waits for the next), and the loop goes on;
+ * end of the pass journal_flush writes the batch with one write (commit:
+ * hands it to the sync thread, which writes it). What "seen" needs of a
+ * batch depends on journal_sync:
+ *   commit    the batch is on disk: the sync thread runs one write and one
+ *             fdatasync for every batch handed over since its last one (the
+ *             batches of the passes made while an fdatasync runs gather in
+ *             memory and wait for the next), and the loop goes on;
  *   interval  written (in the page cache: a crash of the daemon alone loses
  *             nothing), and synced within sync_interval by the sync thread's
  *             own timer, an idle tail too;
@@ -230,5 +232,11 @@ void journal_close(struct journal *, uint64_t next_id);
  * (EIO), as a disk would. Any thread.
  */
 void journal_inject_sync_error(struct journal *, int err);
+
+/*
+ * Test hook: while hold is true the sync thread starts no write or
+ * fdatasync (one under way ends), as a slow disk would. Any thread.
+ */
+void journal_hold_sync(struct journal *, bool hold);
 
 #endif
