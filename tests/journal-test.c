@@ -748,6 +748,90 @@ test_writer_commit(void)
 	remove_tree(dir);
 }
 
+/* How many tasks a replay of dir (with the reader alone, as after a crash) finds. */
+static size_t
+replayed_tasks(const char *dir)
+{
+	struct jread *r;
+	char *cause = NULL;
+	size_t n = 0;
+
+	CHECK(load(dir, &r, &cause) == 0, "load: %s", cause);
+	jstate_tasks(r->state, &n);
+	jread_free(r);
+	return n;
+}
+
+/*
+ * commit: while an fdatasync runs (held here, as a slow disk would), the
+ * batches of the loop's passes gather in memory: nothing of them is on disk
+ * or seen, so a crash then loses only records no client was shown. Once it
+ * ends, one write and one fdatasync take all of them; a batch that needs a
+ * new segment waits until what was handed over for the old one is synced.
+ */
+static void
+test_commit_handover(void)
+{
+	char dir[300];
+	struct tj t;
+	struct journal_stats st;
+	uint64_t b, first, syncs0, batches0;
+	struct pollfd p;
+
+	test_current = "commit_handover";
+	make_dir(dir, sizeof dir, "handover");
+	tj_start(&t, dir, JOURNAL_SYNC_COMMIT, 1024 * 1024); /* 64 KiB segments */
+	for (uint64_t id = 1; id <= 10; id++)
+		tj_accept(&t, id);
+	b = journal_batch(t.j);
+	journal_flush(t.j);
+	tj_until_seen(&t, b);
+	journal_stats(t.j, &st);
+	syncs0 = st.syncs;
+	batches0 = st.batches;
+
+	journal_hold_sync(t.j, true);
+	first = journal_batch(t.j);
+	for (int pass = 0; pass < 5; pass++) {
+		for (uint64_t id = 11 + pass * 10; id <= 20 + (uint64_t)pass * 10; id++)
+			tj_accept(&t, id);
+		journal_flush(t.j);
+	}
+	b = journal_batch(t.j) - 1;
+	CHECK(b == first + 4, "5 passes made batches %" PRIu64 "..%" PRIu64, first, b);
+	p = (struct pollfd){ journal_event_fd(t.j), POLLIN, 0 };
+	if (poll(&p, 1, 100) == 1)
+		journal_process(t.j);
+	CHECK(t.seen < first, "batch %" PRIu64 " seen with no fdatasync after it", t.seen);
+	CHECK(replayed_tasks(dir) == 10, "records handed over were on disk before their pass");
+	journal_stats(t.j, &st);
+	CHECK(st.syncs == syncs0 && st.batches == batches0 + 5, "syncs %" PRIu64 " batches %"
+	    PRIu64, st.syncs - syncs0, st.batches - batches0);
+
+	/* one pass more than the segment holds: it waits, not handed over, for a new segment */
+	for (uint64_t id = 61; id <= 1000; id++)    /* about 75 KiB */
+		tj_accept(&t, id);
+	journal_flush(t.j);
+	CHECK(journal_batch(t.j) == b + 1, "a batch for the next segment was handed over");
+	journal_stats(t.j, &st);
+	CHECK(st.segments == 1, "a new segment while the old one had unsynced batches");
+
+	journal_hold_sync(t.j, false);
+	tj_until_seen(&t, b);
+	journal_stats(t.j, &st);
+	CHECK(st.syncs == syncs0 + 1, "5 gathered batches took %" PRIu64 " fdatasyncs",
+	    st.syncs - syncs0);
+	CHECK(replayed_tasks(dir) == 60, "the gathered batches are on disk");
+	b = journal_batch(t.j);
+	tj_until_seen(&t, b);
+	journal_stats(t.j, &st);
+	CHECK(st.segments == 2 && strcmp(st.state, "ok") == 0, "%u segments, %s", st.segments,
+	    st.state);
+	journal_close(t.j, 1001);
+	check_replay(dir, 1, 1000, false, 1001);
+	remove_tree(dir);
+}
+
 static void
 test_writer_interval_none(void)
 {
@@ -1200,6 +1284,7 @@ static const struct test_case cases[] = {
 	{ "state_rules", test_state_rules },
 	{ "writer_commit", test_writer_commit },
 	{ "writer_interval_none", test_writer_interval_none },
+	{ "commit_handover", test_commit_handover },
 	{ "lock", test_lock },
 	{ "crash_torn_tail", test_crash_torn_tail },
 	{ "damage_refused", test_damage_refused },
