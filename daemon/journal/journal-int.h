@@ -134,6 +134,7 @@ struct journal {
 	struct { uint64_t batch, seq, end; } ring[JOURNAL_RING]; /* recent writes */
 	size_t ring_next;
 	bool switch_wait;           /* a new segment waits for the old one's last sync */
+	bool switch_defer;          /* commit: a batch for a new segment waits until sy.q is synced */
 	uint64_t switch_batch;
 
 	uint64_t max_task_id;

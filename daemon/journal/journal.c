@@ -581,6 +581,7 @@ journal_fail(struct journal *j, const char *fmt, ...)
 	log_warnx("journal %s: %s: new submits are refused (storage) until it can be written "
 	    "again", j->dir, msg ? msg : "out of memory");
 	j->switch_wait = false;
+	j->switch_defer = false;
 	/*
 	 * Nothing counts as seen that was not on disk when this happened: what
 	 * waits for a batch written since the last sync (or never written) waits
@@ -918,8 +919,10 @@ flush(struct journal *j, bool force)
 		 * What the sync thread was handed is for the active segment: the
 		 * switch waits until all of it is synced (journal_process).
 		 */
-		if (handed && j->written > j->seen)
+		if (handed && j->written > j->seen) {
+			j->switch_defer = true;
 			return;
+		}
 		if (segment_switch(j) == -1) {
 			journal_flush(j); /* failed: the batch is dropped, the snapshot will hold it */
 			return;
@@ -1081,8 +1084,10 @@ journal_process(struct journal *j)
 		if (j->switch_wait && synced >= j->switch_batch) {
 			j->switch_wait = false;
 			flush(j, false);
-		} else if (!j->switch_wait && j->written <= j->seen)
+		} else if (j->switch_defer && j->written <= j->seen) {
+			j->switch_defer = false;
 			flush(j, false);
+		}
 		if (j->seen > before && j->on_seen != NULL)
 			j->on_seen(j->arg, j->seen);
 	}
@@ -1343,6 +1348,7 @@ recover(struct journal *j)
 	j->written = j->seen = snap.batch;
 	j->nhold = 0;
 	j->switch_wait = false;
+	j->switch_defer = false;
 	j->compacting = false;
 	j->reserved = next;
 	j->reserve_value = 0;
