@@ -832,6 +832,55 @@ test_commit_handover(void)
 	remove_tree(dir);
 }
 
+/*
+ * commit: the sync thread's write of what the loop handed over fails (a
+ * full or failing disk): the journal fails naming the file, nothing of it
+ * is seen, and the recovery's snapshot brings it back.
+ */
+static void
+test_commit_write_failure(void)
+{
+	char dir[300];
+	struct tj t;
+	struct journal_stats st;
+	const char *why = NULL;
+	uint64_t b;
+
+	test_current = "commit_write_failure";
+	make_dir(dir, sizeof dir, "wfail");
+	tj_start(&t, dir, JOURNAL_SYNC_COMMIT, 0);
+	for (uint64_t id = 1; id <= 10; id++) {
+		tj_accept(&t, id);
+		t.live_ids[t.nlive] = id;
+		t.live_done[t.nlive++] = false;
+	}
+	b = journal_batch(t.j);
+	journal_flush(t.j);
+	tj_until_seen(&t, b);
+	journal_inject_write_error(t.j, ENOSPC);
+	for (uint64_t id = 11; id <= 20; id++) {
+		tj_accept(&t, id);
+		t.live_ids[t.nlive] = id;
+		t.live_done[t.nlive++] = false;
+	}
+	b = journal_batch(t.j);
+	journal_flush(t.j);
+	while (journal_writable(t.j, &why))
+		tj_pump(&t);
+	CHECK(strstr(why, "write to") != NULL && strstr(why, dir) != NULL &&
+	    strstr(why, strerror(ENOSPC)) != NULL, "why: %s", why);
+	CHECK(t.seen < b, "batch %" PRIu64 " seen, its write failed", b);
+	CHECK(replayed_tasks(dir) == 10, "the failed write left records on disk");
+	journal_stats(t.j, &st);
+	CHECK(strcmp(st.state, "failed") == 0, "stats say %s", st.state);
+	journal_tick(t.j);
+	CHECK(journal_writable(t.j, &why), "still failed: %s", why);
+	CHECK(t.seen >= b, "the recovery did not let the held batch be seen");
+	journal_close(t.j, 21);
+	check_replay(dir, 1, 20, false, 21);
+	remove_tree(dir);
+}
+
 static void
 test_writer_interval_none(void)
 {
@@ -1285,6 +1334,7 @@ static const struct test_case cases[] = {
 	{ "writer_commit", test_writer_commit },
 	{ "writer_interval_none", test_writer_interval_none },
 	{ "commit_handover", test_commit_handover },
+	{ "commit_write_failure", test_commit_write_failure },
 	{ "lock", test_lock },
 	{ "crash_torn_tail", test_crash_torn_tail },
 	{ "damage_refused", test_damage_refused },

@@ -83,6 +83,7 @@ struct jsync {
 	bool final;                 /* at quit: sync every sealed and the active one, in any mode */
 	uint64_t syncs, last_us, max_us;
 	int inject;                 /* test hook: the next fdatasync fails with this */
+	int inject_write;           /* test hook: the next write of sy.q fails with this */
 	bool held;                  /* test hook: no pass starts until released */
 };
 

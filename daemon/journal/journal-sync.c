@@ -64,7 +64,7 @@ jsync_main(void *arg)
 		bool work = (!sy->held || sy->quit) && (sy->nsealed > 0 || sync_active);
 		struct jsealed *sealed;
 		size_t nsealed;
-		int fd, inject, err = 0;
+		int fd, inject, inject_write = 0, err = 0;
 		uint64_t err_seq = 0, dt = 0;
 		bool synced_one = false, final, stopped, werr = false;
 
@@ -94,6 +94,8 @@ jsync_main(void *arg)
 			sy->q = w;
 			w = t;
 			w_off = sy->q_off;
+			inject_write = sy->inject_write;
+			sy->inject_write = 0;
 		}
 		final = sy->quit && sy->final;
 		stopped = sy->err != 0; /* after a failure nothing is synced again */
@@ -108,10 +110,14 @@ jsync_main(void *arg)
 			close(sealed[i].fd);
 		}
 		free(sealed);
-		if (err == 0 && w.len > 0 && journal_write_all(fd, w.p, w.len, w_off) == -1) {
-			err = errno;
-			err_seq = seq;
-			werr = true;
+		if (err == 0 && w.len > 0) {
+			if (inject_write != 0)
+				errno = inject_write;
+			if (inject_write != 0 || journal_write_all(fd, w.p, w.len, w_off) == -1) {
+				err = errno;
+				err_seq = seq;
+				werr = true;
+			}
 		}
 		jbuf_reset(&w);
 		if (err == 0 && sync_active) {

@@ -1426,6 +1426,14 @@ journal_inject_sync_error(struct journal *j, int err)
 }
 
 void
+journal_inject_write_error(struct journal *j, int err)
+{
+	pthread_mutex_lock(&j->sy.lock);
+	j->sy.inject_write = err;
+	pthread_mutex_unlock(&j->sy.lock);
+}
+
+void
 journal_hold_sync(struct journal *j, bool hold)
 {
 	pthread_mutex_lock(&j->sy.lock);

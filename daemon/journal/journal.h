@@ -234,6 +234,12 @@ void journal_close(struct journal *, uint64_t next_id);
 void journal_inject_sync_error(struct journal *, int err);
 
 /*
+ * Test hook: with journal_sync = commit, makes the sync thread's next write
+ * (of the batches handed over) fail with err (ENOSPC, EIO). Any thread.
+ */
+void journal_inject_write_error(struct journal *, int err);
+
+/*
  * Test hook: while hold is true the sync thread starts no write or
  * fdatasync (one under way ends), as a slow disk would. Any thread.
  */
