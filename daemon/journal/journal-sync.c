@@ -231,7 +231,7 @@ jsync_queue(struct journal *j, struct jbuf *buf, uint64_t off, uint64_t b)
 
 	pthread_mutex_lock(&sy->lock);
 	if (sy->q.len == 0) {
-		/* the usual case under load: a swap, no copy (both keep their memory) */
+		/* the thread took what was there: a swap, no copy (both keep their memory) */
 		struct jbuf t = sy->q;
 
 		sy->q = *buf;
