@@ -15,7 +15,8 @@
  * through conn_write, which asks its gate, durable_prepare, first. That writes the
  * records appended since (one write: the group commit of what the loop did
  * in this pass; a pass with records also writes them at its end, output or
- * not) and says which batch the connection's new output waits for; the
+ * not; with journal_sync = commit the journal's sync thread makes that write,
+ * with those of the passes made during its fdatasync) and says which batch the connection's new output waits for; the
  * connection sends only the bytes whose batch journal_seen has reached, and
  * keeps the rest until the journal moves on (seen_cb, the seen hook: tpd.c
  * gives conn.c durable_prepare and durable_seen as its output gate, and
