@@ -748,6 +748,188 @@ test_writer_commit(void)
 	remove_tree(dir);
 }
 
+/* How many tasks a replay of dir (with the reader alone, as after a crash) finds. */
+static size_t
+replayed_tasks(const char *dir)
+{
+	struct jread *r;
+	char *cause = NULL;
+	size_t n = 0;
+
+	CHECK(load(dir, &r, &cause) == 0, "load: %s", cause);
+	jstate_tasks(r->state, &n);
+	jread_free(r);
+	return n;
+}
+
+/*
+ * commit: while an fdatasync runs (held here, as a slow disk would), the
+ * batches of the loop's passes gather in memory: nothing of them is on disk
+ * or seen, so a crash then loses only records no client was shown. Once it
+ * ends, one write and one fdatasync take all of them; a batch that needs a
+ * new segment waits until what was handed over for the old one is synced.
+ */
+static void
+test_commit_handover(void)
+{
+	char dir[300];
+	struct tj t;
+	struct journal_stats st;
+	uint64_t b, first, syncs0, batches0;
+	struct pollfd p;
+
+	test_current = "commit_handover";
+	make_dir(dir, sizeof dir, "handover");
+	tj_start(&t, dir, JOURNAL_SYNC_COMMIT, 1024 * 1024); /* 64 KiB segments */
+	for (uint64_t id = 1; id <= 10; id++)
+		tj_accept(&t, id);
+	b = journal_batch(t.j);
+	journal_flush(t.j);
+	tj_until_seen(&t, b);
+	journal_stats(t.j, &st);
+	syncs0 = st.syncs;
+	batches0 = st.batches;
+
+	journal_hold_sync(t.j, true);
+	first = journal_batch(t.j);
+	for (int pass = 0; pass < 5; pass++) {
+		for (uint64_t id = 11 + pass * 10; id <= 20 + (uint64_t)pass * 10; id++)
+			tj_accept(&t, id);
+		journal_flush(t.j);
+	}
+	b = journal_batch(t.j) - 1;
+	CHECK(b == first + 4, "5 passes made batches %" PRIu64 "..%" PRIu64, first, b);
+	p = (struct pollfd){ journal_event_fd(t.j), POLLIN, 0 };
+	if (poll(&p, 1, 100) == 1)
+		journal_process(t.j);
+	CHECK(t.seen < first, "batch %" PRIu64 " seen with no fdatasync after it", t.seen);
+	CHECK(replayed_tasks(dir) == 10, "records handed over were on disk before their pass");
+	journal_stats(t.j, &st);
+	CHECK(st.syncs == syncs0 && st.batches == batches0 + 5, "syncs %" PRIu64 " batches %"
+	    PRIu64, st.syncs - syncs0, st.batches - batches0);
+
+	/* one pass more than the segment holds: it waits, not handed over, for a new segment */
+	for (uint64_t id = 61; id <= 1000; id++)    /* about 75 KiB */
+		tj_accept(&t, id);
+	journal_flush(t.j);
+	CHECK(journal_batch(t.j) == b + 1, "a batch for the next segment was handed over");
+	journal_stats(t.j, &st);
+	CHECK(st.segments == 1, "a new segment while the old one had unsynced batches");
+
+	journal_hold_sync(t.j, false);
+	tj_until_seen(&t, b);
+	journal_stats(t.j, &st);
+	CHECK(st.syncs == syncs0 + 1, "5 gathered batches took %" PRIu64 " fdatasyncs",
+	    st.syncs - syncs0);
+	CHECK(replayed_tasks(dir) == 60, "the gathered batches are on disk");
+	b = journal_batch(t.j);
+	tj_until_seen(&t, b);
+	journal_stats(t.j, &st);
+	CHECK(st.segments == 2 && strcmp(st.state, "ok") == 0, "%u segments, %s", st.segments,
+	    st.state);
+	journal_close(t.j, 1001);
+	check_replay(dir, 1, 1000, false, 1001);
+	remove_tree(dir);
+}
+
+/*
+ * commit: the sync thread's write of what the loop handed over fails (a
+ * full or failing disk): the journal fails naming the file, nothing of it
+ * is seen, and the recovery's snapshot brings it back.
+ */
+static void
+test_commit_write_failure(void)
+{
+	char dir[300];
+	struct tj t;
+	struct journal_stats st;
+	const char *why = NULL;
+	uint64_t b;
+
+	test_current = "commit_write_failure";
+	make_dir(dir, sizeof dir, "wfail");
+	tj_start(&t, dir, JOURNAL_SYNC_COMMIT, 0);
+	for (uint64_t id = 1; id <= 10; id++) {
+		tj_accept(&t, id);
+		t.live_ids[t.nlive] = id;
+		t.live_done[t.nlive++] = false;
+	}
+	b = journal_batch(t.j);
+	journal_flush(t.j);
+	tj_until_seen(&t, b);
+	journal_inject_write_error(t.j, ENOSPC);
+	for (uint64_t id = 11; id <= 20; id++) {
+		tj_accept(&t, id);
+		t.live_ids[t.nlive] = id;
+		t.live_done[t.nlive++] = false;
+	}
+	b = journal_batch(t.j);
+	journal_flush(t.j);
+	while (journal_writable(t.j, &why))
+		tj_pump(&t);
+	CHECK(strstr(why, "write to") != NULL && strstr(why, dir) != NULL &&
+	    strstr(why, strerror(ENOSPC)) != NULL, "why: %s", why);
+	CHECK(t.seen < b, "batch %" PRIu64 " seen, its write failed", b);
+	CHECK(replayed_tasks(dir) == 10, "the failed write left records on disk");
+	journal_stats(t.j, &st);
+	CHECK(strcmp(st.state, "failed") == 0, "stats say %s", st.state);
+	journal_tick(t.j);
+	CHECK(journal_writable(t.j, &why), "still failed: %s", why);
+	CHECK(t.seen >= b, "the recovery did not let the held batch be seen");
+	journal_close(t.j, 21);
+	check_replay(dir, 1, 20, false, 21);
+	remove_tree(dir);
+}
+
+/*
+ * journal_retract takes back only the last record appended to a batch not
+ * yet written: the replay then has none of it, and everything else.
+ */
+static void
+test_retract(void)
+{
+	char dir[300];
+	struct tj t;
+	struct journal_ref r1, r2, r3;
+	struct jbuf b = { 0 };
+	struct jstarted s = { 1, 2000, 0 };
+	struct jread *r;
+	char *cause = NULL;
+	struct jtask *const *tasks;
+	size_t n;
+	uint64_t bt;
+
+	test_current = "retract";
+	make_dir(dir, sizeof dir, "retract");
+	tj_start(&t, dir, JOURNAL_SYNC_COMMIT, 0);
+	jstarted_encode(&b, &s);
+	tj_accept(&t, 1);
+	tj_accept(&t, 2);
+	tj_accept(&t, 3);
+	r1 = journal_append(t.j, JREC_STARTED, 1, b.p, b.len);
+	r2 = journal_append(t.j, JREC_STARTED, 2, b.p, b.len);
+	CHECK(!journal_retract(t.j, r1), "a record with one after it was taken back");
+	CHECK(journal_retract(t.j, r2), "the last record was not taken back");
+	CHECK(!journal_retract(t.j, r2), "taken back twice");
+	bt = journal_batch(t.j);
+	journal_flush(t.j);
+	tj_until_seen(&t, bt);
+	r3 = journal_append(t.j, JREC_STARTED, 3, b.p, b.len);
+	bt = journal_batch(t.j);
+	journal_flush(t.j);
+	tj_until_seen(&t, bt);
+	CHECK(!journal_retract(t.j, r3), "a written record was taken back");
+	journal_close(t.j, 4);
+	CHECK(load(dir, &r, &cause) == 0, "load: %s", cause);
+	tasks = jstate_tasks(r->state, &n);
+	CHECK(n == 3, "%zu tasks", n);
+	EXPECT((tasks[0]->flags & JT_STARTED) && !(tasks[1]->flags & JT_STARTED) &&
+	    (tasks[2]->flags & JT_STARTED));
+	jread_free(r);
+	jbuf_free(&b);
+	remove_tree(dir);
+}
+
 static void
 test_writer_interval_none(void)
 {
@@ -1200,6 +1382,9 @@ static const struct test_case cases[] = {
 	{ "state_rules", test_state_rules },
 	{ "writer_commit", test_writer_commit },
 	{ "writer_interval_none", test_writer_interval_none },
+	{ "commit_handover", test_commit_handover },
+	{ "commit_write_failure", test_commit_write_failure },
+	{ "retract", test_retract },
 	{ "lock", test_lock },
 	{ "crash_torn_tail", test_crash_torn_tail },
 	{ "damage_refused", test_damage_refused },

@@ -230,6 +230,36 @@ def test_stats_journal():
         check(j["path"] == st.dir and j["state"] == "ok" and j["syncs"] >= 1, "%r", j)
 
 
+def test_echo_writes_no_started_record_and_comes_back_finished():
+    """A built-in task whose start and end the loop sees in one pass: its
+    FINISHED record alone is written, no STARTED (3 records a task without
+    that, 2 with it; the worker's start notice and its done come in one pass
+    most of the time, not always); an exec task keeps its 3. After a kill -9
+    every done comes back unchanged."""
+    with State() as st:
+        with st.daemon() as d:
+            c = d.client()
+            before = journal_stats(c)["records_written"]
+            dones = {}
+            for i in range(20):
+                _, acc = c.submit({"kind": "echo", "value": i})
+                dones[acc["task"]] = c.done(acc["id"])
+            echo = journal_stats(c)["records_written"] - before
+            before += echo
+            for i in range(5):
+                _, acc = c.submit({"kind": "exec", "argv": ["true"]})
+                dones[acc["task"]] = c.done(acc["id"])
+            execs = journal_stats(c)["records_written"] - before
+            check(40 <= echo < 60, "20 echo tasks wrote %d records, not 40 to 59", echo)
+            check(execs == 15, "5 exec tasks wrote %d records, not 15", execs)
+            kill9(d)
+        with st.daemon() as d:
+            c = d.client()
+            for t, dn in dones.items():
+                again = wait_done(c, t)
+                check(again == dict(dn, id=again["id"]), "task %d: %r, then %r", t, dn, again)
+
+
 def test_lost_task_is_counted_with_its_wait():
     with State() as st:
         with st.daemon() as d:

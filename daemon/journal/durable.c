@@ -15,7 +15,8 @@
  * through conn_write, which asks its gate, durable_prepare, first. That writes the
  * records appended since (one write: the group commit of what the loop did
  * in this pass; a pass with records also writes them at its end, output or
- * not) and says which batch the connection's new output waits for; the
+ * not; with journal_sync = commit the journal's sync thread makes that write,
+ * with those of the passes made during its fdatasync) and says which batch the connection's new output waits for; the
  * connection sends only the bytes whose batch journal_seen has reached, and
  * keeps the rest until the journal moves on (seen_cb, the seen hook: tpd.c
  * gives conn.c durable_prepare and durable_seen as its output gate, and
@@ -31,8 +32,10 @@
  * The built-in kinds (echo, sleep, spin, fail) have no effect outside tpd:
  * their run is seen only through their events, which wait like any output,
  * so their STARTED record goes with the group commit of the pass that sees
- * the start, before any of their events. An exec task's program has
- * effects of its own: it runs only once its STARTED record may be seen
+ * the start, before any of their events; when that pass sees their end too
+ * (an echo), the STARTED record is taken back (journal_retract) and only
+ * the FINISHED one, which says as much, is written. An exec task's program
+ * has effects of its own: it runs only once its STARTED record may be seen
  * (task.c's start_barrier and start gate, released by task_start_recorded
  * from seen_cb).
  *
@@ -93,6 +96,7 @@ static struct journal *journal;
 static enum journal_sync sync_mode;
 static bool pending;                /* records appended since the last write */
 static uint64_t appended;           /* records appended since start (stats) */
+static uint64_t retracted;          /* of those, taken back before they were written */
 static uint64_t wanted;             /* the batch of the last record appended */
 static struct event *journal_ev, *tick_ev, *gate_ev;
 static void (*seen_hook)(void);     /* durable_set_seen_hook */
@@ -369,6 +373,17 @@ hook_finished(struct task *t, void *arg)
 
 	if (jd == NULL)
 		return;
+	/*
+	 * A built-in kind's start and end seen in the same pass (an echo): its
+	 * STARTED record, the last one appended, is not written at all, as its
+	 * FINISHED goes in the same batch and says as much; nothing of the task
+	 * was seen before that batch. (An exec task's STARTED is seen before
+	 * its program runs: it is never the one taken back.)
+	 */
+	if (journal != NULL && !t->start_barrier && journal_retract(journal, jd->started)) {
+		jd->started.size = 0;
+		retracted++;
+	}
 	jd->finished_wall_us = clock_wall_us();
 	finished_payload(t, jd->finished_wall_us, &b);
 	append(JREC_FINISHED, t->id, &b, &jd->finished);
@@ -396,7 +411,7 @@ static void
 hook_forgotten(struct task *t, void *arg)
 {
 	struct jdata *jd = t->jdata;
-	struct journal_ref r = { 0, 0 };
+	struct journal_ref r = { 0, 0, 0 };
 
 	if (jd == NULL)
 		return;
@@ -1142,7 +1157,7 @@ durable_stats(struct journal_stats *out)
 	if (journal == NULL)
 		return false;
 	journal_stats(journal, out);
-	out->appended = appended;
+	out->appended = appended - retracted;
 	out->held_starts = nwaiting;
 	out->segment_bytes = journal_segment_size(journal);
 	return true;

@@ -5,13 +5,19 @@
  *
  * Who owns what:
  *  - The loop thread owns struct journal but for sy and mt, every segment's
- *    bookkeeping, the pending batch, and the active segment's fd for
- *    writing.
+ *    bookkeeping (where each batch goes is decided there), the pending
+ *    batch, and the active segment's fd for writing in interval and none
+ *    modes, and in commit mode while the sync thread is not running.
  *  - sy (the sync thread's mailbox) is guarded by sy.lock. The sync thread
  *    fdatasyncs sy.fd, the active segment (the loop may write it at the
  *    same time: pwrite and fdatasync on one fd are safe together), and owns
  *    the fds in sy.sealed, which it syncs once more (unless told not to)
  *    and closes. The loop never closes an fd it gave the sync thread.
+ *    In commit mode the loop hands its batches to sy.q instead of writing
+ *    them: the sync thread writes them (one write for all the batches
+ *    handed over since its last pass) at the offset the loop gave, then
+ *    fdatasyncs (journal-sync.c says why). sy.q holds bytes for sy.fd only:
+ *    the loop switches segments only when nothing handed over is unsynced.
  *  - mt (the maintenance thread's mailbox) is guarded by mt.lock. The
  *    maintenance thread reads sealed segments, which nobody writes any
  *    more, through its own fds.
@@ -62,18 +68,23 @@ struct jsync {
 	uint64_t fd_seq;
 	struct jsealed *sealed;
 	size_t nsealed, sealed_cap;
-	uint64_t written;           /* the last batch written (the loop sets it) */
+	struct jbuf q;              /* commit: batches handed over, to be written at q_off */
+	uint64_t q_off;
+	uint64_t written;           /* the last batch written or handed over (the loop sets it) */
 	uint64_t want;              /* sync every batch up to this one as soon as possible */
 	uint64_t synced;            /* every batch up to this one is on disk (the thread sets it) */
 	uint64_t dirty_since_us;    /* monotonic time of the first write not yet covered; 0 = none */
 	uint64_t interval_us;       /* 0 = no timer (commit, none) */
 	uint64_t gen;               /* bumped by recovery: a pass of an older one changes nothing */
-	int err;                    /* a failed fdatasync (errno), for the loop */
+	int err;                    /* a failed fdatasync or write of sy.q (errno), for the loop */
+	bool err_write;             /* err is the write's */
 	uint64_t err_seq;           /* the segment it failed on */
 	bool quit;
 	bool final;                 /* at quit: sync every sealed and the active one, in any mode */
 	uint64_t syncs, last_us, max_us;
 	int inject;                 /* test hook: the next fdatasync fails with this */
+	int inject_write;           /* test hook: the next write of sy.q fails with this */
+	bool held;                  /* test hook: no pass starts until released */
 };
 
 struct jmaint {
@@ -115,6 +126,8 @@ struct journal {
 
 	struct jbuf pending;        /* the current batch */
 	uint64_t pending_records, pending_dead;
+	size_t last_off;            /* where the last record appended starts in pending... */
+	uint64_t last_batch;        /* ...when it went in this batch (0: none to take back) */
 	bool pending_sync;          /* the batch must be synced before it is seen */
 	uint64_t batch;             /* the current batch's number */
 	uint64_t written;           /* the last batch written */
@@ -124,6 +137,7 @@ struct journal {
 	struct { uint64_t batch, seq, end; } ring[JOURNAL_RING]; /* recent writes */
 	size_t ring_next;
 	bool switch_wait;           /* a new segment waits for the old one's last sync */
+	bool switch_defer;          /* commit: a batch for a new segment waits until sy.q is synced */
 	uint64_t switch_batch;
 
 	uint64_t max_task_id;
@@ -177,6 +191,13 @@ void jsync_stop(struct journal *j, bool final);
  */
 void jsync_switch(struct journal *j, int fd, uint64_t seq, bool sync, int new_fd,
     uint64_t new_seq);
+/*
+ * Loop, commit mode, the thread running: hands batch b over, the bytes of
+ * buf to be written at off of the active segment (contiguous with what was
+ * handed over before) and synced. buf is left empty. -1 when memory ran out
+ * (nothing was handed over).
+ */
+int jsync_queue(struct journal *j, struct jbuf *buf, uint64_t off, uint64_t b);
 
 /* journal-compact.c */
 int jmaint_start(struct journal *j, char **cause);

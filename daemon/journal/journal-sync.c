@@ -8,6 +8,16 @@
  * as Redis' appendfsync always does with its own thread). The result goes
  * back through the journal's eventfd.
  *
+ * With journal_sync = commit this thread writes the batches too: the loop
+ * hands each pass's records over (jsync_queue: a copy under the lock), and
+ * a pass here writes everything handed over since the last one with one
+ * pwrite, then fdatasyncs. So while an fdatasync runs, the records of the
+ * loop's passes gather in memory and go out together the moment it ends,
+ * without a round trip through the loop, and the loop makes no system call
+ * for them (it wakes this thread only when it sleeps). Nothing handed over
+ * is seen before the fdatasync after its write, as before; a crash loses
+ * only records no client was shown.
+ *
  * In interval mode the same thread is the timer: it syncs when the oldest
  * write it has not covered is sync_interval old, so an idle tail is synced
  * too. A failed fdatasync is reported once and never retried on that file:
@@ -41,6 +51,8 @@ jsync_main(void *arg)
 {
 	struct journal *j = arg;
 	struct jsync *sy = &j->sy;
+	struct jbuf w = { 0 };      /* what a pass writes, swapped with sy->q */
+	uint64_t w_off = 0;
 
 	pthread_mutex_lock(&sy->lock);
 	for (;;) {
@@ -48,13 +60,13 @@ jsync_main(void *arg)
 		bool due = sy->interval_us != 0 && sy->dirty_since_us != 0 &&
 		    now >= sy->dirty_since_us + sy->interval_us;
 		bool sync_active = sy->fd != -1 && sy->err == 0 && (sy->want > sy->synced || due ||
-		    (sy->quit && sy->final && sy->written > sy->synced));
-		bool work = sy->nsealed > 0 || sync_active;
+		    sy->q.len > 0 || (sy->quit && sy->final && sy->written > sy->synced));
+		bool work = (!sy->held || sy->quit) && (sy->nsealed > 0 || sync_active);
 		struct jsealed *sealed;
 		size_t nsealed;
-		int fd, inject, err = 0;
+		int fd, inject, inject_write = 0, err = 0;
 		uint64_t err_seq = 0, dt = 0;
-		bool synced_one = false, final, stopped;
+		bool synced_one = false, final, stopped, werr = false;
 
 		if (!work) {
 			if (sy->quit)
@@ -76,6 +88,15 @@ jsync_main(void *arg)
 		sy->dirty_since_us = 0; /* everything written so far is covered by this pass */
 		inject = sy->inject;
 		sy->inject = 0;
+		if (sync_active && sy->q.len > 0) {
+			struct jbuf t = sy->q;
+
+			sy->q = w;
+			w = t;
+			w_off = sy->q_off;
+			inject_write = sy->inject_write;
+			sy->inject_write = 0;
+		}
 		final = sy->quit && sy->final;
 		stopped = sy->err != 0; /* after a failure nothing is synced again */
 		pthread_mutex_unlock(&sy->lock);
@@ -89,6 +110,16 @@ jsync_main(void *arg)
 			close(sealed[i].fd);
 		}
 		free(sealed);
+		if (err == 0 && w.len > 0) {
+			if (inject_write != 0)
+				errno = inject_write;
+			if (inject_write != 0 || journal_write_all(fd, w.p, w.len, w_off) == -1) {
+				err = errno;
+				err_seq = seq;
+				werr = true;
+			}
+		}
+		jbuf_reset(&w);
 		if (err == 0 && sync_active) {
 			uint64_t t0 = clock_now_us();
 			int r;
@@ -116,6 +147,7 @@ jsync_main(void *arg)
 		if (gen == sy->gen) {
 			if (err != 0 && sy->err == 0) {
 				sy->err = err;
+				sy->err_write = werr;
 				sy->err_seq = err_seq;
 			} else if (err == 0 && target > sy->synced)
 				sy->synced = target;
@@ -123,6 +155,7 @@ jsync_main(void *arg)
 		journal_wake(j);
 	}
 	pthread_mutex_unlock(&sy->lock);
+	jbuf_free(&w);
 	return NULL;
 }
 
@@ -189,4 +222,33 @@ out:
 	sy->fd_seq = new_seq;
 	pthread_cond_signal(&sy->cv);
 	pthread_mutex_unlock(&sy->lock);
+}
+
+int
+jsync_queue(struct journal *j, struct jbuf *buf, uint64_t off, uint64_t b)
+{
+	struct jsync *sy = &j->sy;
+
+	pthread_mutex_lock(&sy->lock);
+	if (sy->q.len == 0) {
+		/* the thread took what was there: a swap, no copy (both keep their memory) */
+		struct jbuf t = sy->q;
+
+		sy->q = *buf;
+		*buf = t;
+		sy->q_off = off;
+	} else {
+		jbuf_add(&sy->q, buf->p, buf->len);
+		if (sy->q.failed) {
+			sy->q.failed = false; /* what it held is intact: jbuf_add added nothing */
+			pthread_mutex_unlock(&sy->lock);
+			return -1;
+		}
+	}
+	jbuf_reset(buf);
+	sy->written = b;
+	sy->want = b;
+	pthread_cond_signal(&sy->cv);
+	pthread_mutex_unlock(&sy->lock);
+	return 0;
 }

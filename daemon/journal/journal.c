@@ -5,10 +5,14 @@
  * threads in journal-sync.c and journal-compact.c, who owns what in
  * journal-int.h).
  *
- * Why the write stays on the loop: a batch is one pwrite into the page
- * cache (microseconds); only the fdatasync is slow, and it is the only
- * thing the sync thread does. The loop never waits for it: what waits is
- * the events the daemon holds until their batch is seen.
+ * Who writes: in interval and none modes the loop, as a batch is one
+ * pwrite into the page cache (microseconds) that must be there before it is
+ * seen. In commit mode a batch is seen only after an fdatasync, so the loop
+ * hands it to the sync thread, which writes what the passes gathered while
+ * its last fdatasync ran with one pwrite and syncs it (journal-sync.c):
+ * where each batch goes is still decided here. The loop never waits for
+ * either: what waits is the events the daemon holds until their batch is
+ * seen.
  */
 #include "config.h"
 
@@ -36,6 +40,7 @@
 static void journal_fail(struct journal *j, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void maybe_compact(struct journal *j);
+static void flush(struct journal *j, bool force);
 
 void
 journal_wake(struct journal *j)
@@ -270,6 +275,7 @@ journal_free(struct journal *j)
 	free(j->obsolete);
 	free(j->segs);
 	jbuf_free(&j->pending);
+	jbuf_free(&j->sy.q);
 	free(j->sy.sealed);
 	free(j->mt.cause);
 	free(j->error);
@@ -399,7 +405,7 @@ fail:
 struct journal_ref
 journal_replay_ref(const struct journal *j, const struct jread *r, const struct jloc *loc)
 {
-	struct journal_ref ref = { 0, 0 };
+	struct journal_ref ref = { 0, 0, 0 };
 
 	if (loc->size != 0 && loc->seg < r->nsegs) {
 		ref.batch = (uint64_t)loc->seg + 1;
@@ -575,6 +581,7 @@ journal_fail(struct journal *j, const char *fmt, ...)
 	log_warnx("journal %s: %s: new submits are refused (storage) until it can be written "
 	    "again", j->dir, msg ? msg : "out of memory");
 	j->switch_wait = false;
+	j->switch_defer = false;
 	/*
 	 * Nothing counts as seen that was not on disk when this happened: what
 	 * waits for a batch written since the last sync (or never written) waits
@@ -696,7 +703,7 @@ journal_begin(struct journal *j, char **cause)
 	/* The replay's decisions and the reservation: on disk before the listeners open. */
 	if (j->pending.len > 0 && !j->failed) {
 		uint64_t b = j->batch;
-		journal_flush(j);
+		flush(j, true);
 		if (!j->failed && j->written >= b) {
 			if (fdatasync(j->active_fd) == -1)
 				journal_fail(j, "fdatasync of %s: %s", j->dir, strerror(errno));
@@ -744,7 +751,8 @@ struct journal_ref
 journal_append(struct journal *j, enum jrec_type type, uint64_t id, const void *payload,
     size_t len)
 {
-	struct journal_ref ref = { j->batch, 0 };
+	struct journal_ref ref = { j->batch, 0, 0 };
+	size_t off = j->pending.len;
 	size_t size = jrec_append(&j->pending, type, id, payload, len);
 
 	if (size == 0) {
@@ -756,7 +764,10 @@ journal_append(struct journal *j, enum jrec_type type, uint64_t id, const void *
 		return ref;
 	}
 	ref.size = (uint32_t)size;
+	ref.pos = (uint32_t)off;
 	j->pending_records++;
+	j->last_off = off;
+	j->last_batch = j->batch;
 	if (type == JREC_ACCEPTED && id > j->max_task_id) {
 		j->max_task_id = id;
 		if (j->sync != JOURNAL_SYNC_COMMIT && j->begun) {
@@ -802,6 +813,19 @@ journal_reserve_id(struct journal *j, uint64_t id)
 	j->pending_sync = true;
 	j->reserve_value = v;
 	j->reserve_batch = j->batch;
+	return true;
+}
+
+bool
+journal_retract(struct journal *j, struct journal_ref ref)
+{
+	/* a record appended after it (a reservation, a MARK) or a write since: kept */
+	if (ref.size == 0 || ref.batch != j->batch || j->last_batch != j->batch ||
+	    ref.pos != j->last_off || j->last_off + ref.size != j->pending.len)
+		return false;
+	j->pending.len = j->last_off;
+	j->pending_records--;
+	j->last_batch = 0;
 	return true;
 }
 
@@ -877,12 +901,19 @@ segment_switch(struct journal *j)
 	return 0;
 }
 
-void
-journal_flush(struct journal *j)
+/*
+ * Writes the pending batch: with journal_sync = commit, hands it to the
+ * sync thread, which writes it (with the batches of the passes made while
+ * its fdatasync ran) and syncs it; unless forced (the thread does not run:
+ * journal_begin, journal_close), when the loop writes it itself.
+ */
+static void
+flush(struct journal *j, bool force)
 {
 	struct jseg *a;
 	uint64_t b, mark = 0;
-	bool needs_sync;
+	size_t len;
+	bool needs_sync, handed;
 	char name[32];
 
 	if (j->pending.len == 0 || !j->begun)
@@ -897,9 +928,18 @@ journal_flush(struct journal *j)
 	}
 	if (j->switch_wait)
 		return;
+	handed = j->sync == JOURNAL_SYNC_COMMIT && j->sy.started && !force;
 	a = active(j);
 	if (a->data_end > JFMT_SEG_HEADER + JFMT_REC_HEADER && /* more than its opening MARK */
 	    a->data_end + j->pending.len + JFMT_REC_HEADER > j->seg_bytes) {
+		/*
+		 * What the sync thread was handed is for the active segment: the
+		 * switch waits until all of it is synced (journal_process).
+		 */
+		if (handed && j->written > j->seen) {
+			j->switch_defer = true;
+			return;
+		}
 		if (segment_switch(j) == -1) {
 			journal_flush(j); /* failed: the batch is dropped, the snapshot will hold it */
 			return;
@@ -928,7 +968,15 @@ journal_flush(struct journal *j)
 		journal_flush(j);
 		return;
 	}
-	if (journal_write_all(j->active_fd, j->pending.p, j->pending.len, a->data_end) == -1) {
+	len = j->pending.len;
+	if (handed) {
+		/* the sync thread writes it, with what the passes before handed over */
+		if (jsync_queue(j, &j->pending, a->data_end, j->batch) == -1) {
+			journal_fail(j, "out of memory");
+			journal_flush(j);
+			return;
+		}
+	} else if (journal_write_all(j->active_fd, j->pending.p, len, a->data_end) == -1) {
 		jseg_name(name, sizeof name, a->seq);
 		journal_fail(j, "write to %s/%s: %s", j->dir, name, strerror(errno));
 		journal_flush(j);
@@ -936,7 +984,7 @@ journal_flush(struct journal *j)
 	}
 	b = j->batch++;
 	needs_sync = j->pending_sync;
-	a->data_end += j->pending.len;
+	a->data_end += len;
 	if (a->data_end > a->alloc)
 		a->alloc = a->data_end;
 	a->records += j->pending_records;
@@ -952,25 +1000,38 @@ journal_flush(struct journal *j)
 	j->pending_records = j->pending_dead = 0;
 	j->pending_sync = false;
 
-	pthread_mutex_lock(&j->sy.lock);
-	j->sy.written = b;
-	if (j->sy.dirty_since_us == 0)
-		j->sy.dirty_since_us = clock_now_us();
-	if (j->sync == JOURNAL_SYNC_COMMIT || needs_sync) {
-		j->sy.want = b;
-		pthread_cond_signal(&j->sy.cv);
-	} else if (j->sync == JOURNAL_SYNC_INTERVAL)
-		pthread_cond_signal(&j->sy.cv); /* its timer starts from this write */
-	pthread_mutex_unlock(&j->sy.lock);
+	if (!handed) {
+		pthread_mutex_lock(&j->sy.lock);
+		j->sy.written = b;
+		if (j->sync == JOURNAL_SYNC_COMMIT || needs_sync) {
+			j->sy.want = b;
+			pthread_cond_signal(&j->sy.cv);
+		}
+		if (j->sy.dirty_since_us == 0) {
+			j->sy.dirty_since_us = clock_now_us();
+			/* interval: the thread's timer starts from this write (it is armed until its pass) */
+			if (j->sync == JOURNAL_SYNC_INTERVAL)
+				pthread_cond_signal(&j->sy.cv);
+		}
+		pthread_mutex_unlock(&j->sy.lock);
+	}
 	batch_written(j, b, needs_sync);
 }
 
-/* Every batch up to synced is on disk: MARK positions, reservations, held batches. */
+void
+journal_flush(struct journal *j)
+{
+	flush(j, false);
+}
+
+/*
+ * Every batch up to synced is on disk: MARK positions, reservations, held
+ * batches, seen (the caller calls on_seen).
+ */
 static void
 synced_to(struct journal *j, uint64_t synced)
 {
 	struct jseg *a = active(j);
-	uint64_t before = j->seen;
 
 	for (size_t i = 0; i < JOURNAL_RING; i++)
 		if (j->ring[i].batch != 0 && j->ring[i].batch <= synced && a != NULL &&
@@ -991,11 +1052,25 @@ synced_to(struct journal *j, uint64_t synced)
 		j->nhold -= k;
 		j->seen = j->nhold > 0 ? j->hold[0] - 1 : j->written;
 	}
-	if (j->seen > before && j->on_seen != NULL)
-		j->on_seen(j->arg, j->seen);
 }
 
 static void compaction_done(struct journal *j);
+
+/* The sync thread's write (of what the loop handed over) or fdatasync failed: the journal fails. */
+static void
+sync_failed(struct journal *j, int err, bool write, uint64_t seq)
+{
+	char name[32];
+
+	jseg_name(name, sizeof name, seq);
+	if (write) {
+		journal_fail(j, "write to %s/%s: %s", j->dir, name, strerror(err));
+		return;
+	}
+	log_warnx("journal %s/%s: fdatasync failed: %s: the file is not trusted any "
+	    "more (it is never synced again)", j->dir, name, strerror(err));
+	journal_fail(j, "fdatasync of %s/%s: %s", j->dir, name, strerror(err));
+}
 
 void
 journal_process(struct journal *j)
@@ -1003,29 +1078,35 @@ journal_process(struct journal *j)
 	uint64_t n, synced;
 	int err;
 	uint64_t err_seq;
-	bool done;
+	bool done, err_write;
 
 	if (read(j->efd, &n, sizeof n) == -1 && errno != EAGAIN)
 		return;
 	pthread_mutex_lock(&j->sy.lock);
 	synced = j->sy.synced;
 	err = j->sy.err;
+	err_write = j->sy.err_write;
 	err_seq = j->sy.err_seq;
 	pthread_mutex_unlock(&j->sy.lock);
-	if (err != 0 && !j->failed) {
-		char name[32];
-		jseg_name(name, sizeof name, err_seq);
-		errno = err;
-		log_warnx("journal %s/%s: fdatasync failed: %s: the file is not trusted any "
-		    "more (it is never synced again)", j->dir, name, strerror(err));
-		journal_fail(j, "fdatasync of %s/%s: %s", j->dir, name, strerror(err));
-	}
+	if (err != 0 && !j->failed)
+		sync_failed(j, err, err_write, err_seq);
 	if (!j->failed) {
+		uint64_t before = j->seen;
+
 		synced_to(j, synced);
+		/*
+		 * What waited for this sync is written first, so that the next
+		 * fdatasync starts before the loop sends what this one lets out.
+		 */
 		if (j->switch_wait && synced >= j->switch_batch) {
 			j->switch_wait = false;
-			journal_flush(j);
+			flush(j, false);
+		} else if (j->switch_defer && j->written <= j->seen) {
+			j->switch_defer = false;
+			flush(j, false);
 		}
+		if (j->seen > before && j->on_seen != NULL)
+			j->on_seen(j->arg, j->seen);
 	}
 	pthread_mutex_lock(&j->mt.lock);
 	done = j->mt.done;
@@ -1201,7 +1282,7 @@ struct journal_ref
 journal_snap_add(struct journal_snap *s, enum jrec_type type, uint64_t id, const void *payload,
     size_t len)
 {
-	struct journal_ref ref = { s->batch, 0 };
+	struct journal_ref ref = { s->batch, 0, 0 };
 	size_t size = jrec_append(&s->buf, type, id, payload, len);
 
 	if (size != 0) {
@@ -1273,6 +1354,8 @@ recover(struct journal *j)
 	pthread_mutex_lock(&j->sy.lock);
 	j->sy.gen++;
 	j->sy.err = 0;
+	j->sy.err_write = false;
+	jbuf_reset(&j->sy.q);   /* handed over for the old files: the snapshot has it */
 	j->sy.written = j->sy.synced = j->sy.want = snap.batch;
 	j->sy.dirty_since_us = 0;
 	pthread_mutex_unlock(&j->sy.lock);
@@ -1282,6 +1365,7 @@ recover(struct journal *j)
 	j->written = j->seen = snap.batch;
 	j->nhold = 0;
 	j->switch_wait = false;
+	j->switch_defer = false;
 	j->compacting = false;
 	j->reserved = next;
 	j->reserve_value = 0;
@@ -1359,17 +1443,39 @@ journal_inject_sync_error(struct journal *j, int err)
 }
 
 void
+journal_inject_write_error(struct journal *j, int err)
+{
+	pthread_mutex_lock(&j->sy.lock);
+	j->sy.inject_write = err;
+	pthread_mutex_unlock(&j->sy.lock);
+}
+
+void
+journal_hold_sync(struct journal *j, bool hold)
+{
+	pthread_mutex_lock(&j->sy.lock);
+	j->sy.held = hold;
+	pthread_cond_signal(&j->sy.cv);
+	pthread_mutex_unlock(&j->sy.lock);
+}
+
+void
 journal_close(struct journal *j, uint64_t next_id)
 {
 	if (j == NULL)
 		return;
 	jmaint_stop(j);
-	/* The sync thread syncs what it has (every mode) and the sealed segments, then leaves. */
+	/*
+	 * The sync thread writes and syncs what it has (every mode) and the
+	 * sealed segments, then leaves.
+	 */
 	jsync_stop(j, !j->failed);
+	if (j->sy.err != 0 && !j->failed)
+		sync_failed(j, j->sy.err, j->sy.err_write, j->sy.err_seq);
 	if (j->begun && !j->failed && j->active_fd != -1) {
 		j->switch_wait = false;
 		journal_append(j, JREC_NEXT_ID, next_id, NULL, 0);
-		journal_flush(j);
+		flush(j, true);
 		if (!j->failed && fdatasync(j->active_fd) == -1)
 			log_warn("journal %s: fdatasync at the stop", j->dir);
 		/* none: sealed segments were closed unsynced; the stop syncs them too */

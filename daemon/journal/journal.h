@@ -12,11 +12,13 @@
  *
  * Group commit. The loop appends records (journal_append) as a loop pass
  * makes them; they gather in one batch, numbered by journal_batch. At the
- * end of the pass journal_flush writes the batch with one write. What "seen"
- * needs of a batch depends on journal_sync:
- *   commit    the batch is on disk: the sync thread runs one fdatasync for
- *             every batch written since its last one (a batch written while
- *             a sync runs waits for the next), and the loop goes on;
+ * end of the pass journal_flush writes the batch with one write (commit:
+ * hands it to the sync thread, which writes it). What "seen" needs of a
+ * batch depends on journal_sync:
+ *   commit    the batch is on disk: the sync thread runs one write and one
+ *             fdatasync for every batch handed over since its last one (the
+ *             batches of the passes made while an fdatasync runs gather in
+ *             memory and wait for the next), and the loop goes on;
  *   interval  written (in the page cache: a crash of the daemon alone loses
  *             nothing), and synced within sync_interval by the sync thread's
  *             own timer, an idle tail too;
@@ -77,6 +79,7 @@ struct journal_snap;
 struct journal_ref {
 	uint64_t batch;
 	uint32_t size;              /* 0 = no record */
+	uint32_t pos;               /* where it starts in its batch (journal_retract) */
 };
 
 struct journal_settings {
@@ -175,6 +178,14 @@ struct journal_ref journal_append(struct journal *, enum jrec_type type, uint64_
  */
 bool journal_reserve_id(struct journal *, uint64_t id);
 
+/*
+ * Takes back ref when it is the last record appended and its batch is not
+ * written yet: the caller's next record makes it needless (a task's
+ * STARTED followed in the same pass by its FINISHED, which says as much).
+ * True when it was taken back (ref is no record any more).
+ */
+bool journal_retract(struct journal *, struct journal_ref ref);
+
 /* The record ref is dead (superseded, or its task forgotten): for compaction's count. */
 void journal_release(struct journal *, struct journal_ref ref);
 
@@ -230,5 +241,17 @@ void journal_close(struct journal *, uint64_t next_id);
  * (EIO), as a disk would. Any thread.
  */
 void journal_inject_sync_error(struct journal *, int err);
+
+/*
+ * Test hook: with journal_sync = commit, makes the sync thread's next write
+ * (of the batches handed over) fail with err (ENOSPC, EIO). Any thread.
+ */
+void journal_inject_write_error(struct journal *, int err);
+
+/*
+ * Test hook: while hold is true the sync thread starts no write or
+ * fdatasync (one under way ends), as a slow disk would. Any thread.
+ */
+void journal_hold_sync(struct journal *, bool hold);
 
 #endif
