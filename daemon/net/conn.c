@@ -201,7 +201,8 @@ static struct event *yield_ev;      /* a zero timer: runs after the next poll */
 static bool flush_scheduled;
 static char scratch[CONN_SCRATCH];
 static unsigned lines_this_read;    /* lines handled from the current read */
-static uint64_t pass_start_us;      /* when the current read (or resume) began to be handled */
+static uint64_t pass_start_us;      /* when the current read (or resume) began to be
+                                       handled; 0: not read yet (a read of one line) */
 
 static void conn_io_cb(evutil_socket_t, short, void *);
 static void held_remove(struct conn *);
@@ -1259,6 +1260,9 @@ conn_line(void *arg, enum framing_event ev, const char *line, size_t len)
 	struct conn *c = arg;
 	size_t max = daemon_state->conf.max_request_bytes;
 
+	/* a read's share is timed only when it has more than this line (see below) */
+	if (lines_this_read == 0 && pass_start_us == 0 && c->in.rest > 0)
+		pass_start_us = clock_now_us();
 	switch (ev) {
 	case FRAMING_LINE:
 		dispatch(c, line, len);
@@ -1308,7 +1312,7 @@ conn_take_input(struct conn *c, const char *p, size_t n)
 	enum framing_result r;
 
 	lines_this_read = 0;
-	pass_start_us = clock_now_us();
+	pass_start_us = 0;      /* read by conn_line once the read proves to hold two lines */
 	c->dispatching = true;
 	r = framing_feed(&c->in, p, n, daemon_state->conf.max_request_bytes, conn_line, c);
 	c->dispatching = false;
