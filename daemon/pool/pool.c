@@ -1276,7 +1276,7 @@ worker_main(void *arg)
 	struct pool_job *j, *ran = NULL; /* ran: counted finished, its done not yet called */
 	enum pool_state state = POOL_FAILED;
 	uint64_t now, run_us = 0, idle_since = 0;
-	bool spun = false, due;
+	bool spun = false, due, wake;
 
 	current_worker = w;
 	pthread_mutex_lock(&p->lock);
@@ -1328,8 +1328,8 @@ worker_main(void *arg)
 			continue;
 		}
 		dequeue_started(p, j);
-		if (startable(p))
-			wake_one(p); /* more than this worker can take: bring in the next */
+		/* more than this worker can take: bring in the next (signalled after the unlock) */
+		wake = startable(p) && wake_due(p);
 		j->where = POOL_JOB_RUNNING;
 		j->started_us = now;
 		list_append(&p->running, j);
@@ -1337,6 +1337,8 @@ worker_main(void *arg)
 		pool_timing_started(&p->timing, now, now - j->enqueued_us);
 		due = room_due(p);
 		pthread_mutex_unlock(&p->lock);
+		if (wake)
+			pthread_cond_signal(&p->work_cv);
 		room_tell(p, due);
 
 		/* The previous job's done, now that this one is taken: one lock per job. */
