@@ -3,8 +3,9 @@
  * of every kind of line (short, empty, CRLF, a lone CR, exactly the limit,
  * one byte over, far over, unfinished at the end) is fed cut at every byte,
  * cut at every pair of bytes, and one byte at a time, with and without the
- * callback pausing; every run must give the events the model says, and
- * never hold more than the limit.
+ * callback pausing; every run must give the events the model says (with
+ * where each line ends, as f->rest tells it during the callback), and never
+ * hold more than the limit.
  */
 #include "config.h"
 
@@ -21,6 +22,8 @@
 struct event {
 	enum framing_event ev;
 	size_t len;
+	size_t end;             /* the stream's offset after the event's newline (CUT: the
+	                           end of the bytes given) */
 	char line[4 * MAX];
 };
 
@@ -30,6 +33,8 @@ struct log {
 	unsigned pause_every;   /* the callback pauses after every this many events; 0 never */
 	unsigned stop_at;       /* it stops at this event (1-based); 0 never */
 	unsigned calls;
+	const struct framing *f; /* when set, each event's end is taken from f->rest */
+	size_t given;           /* the stream's bytes given so far */
 };
 
 static enum framing_next
@@ -42,6 +47,11 @@ record(void *arg, enum framing_event ev, const char *line, size_t len)
 	e = &l->e[l->n++];
 	e->ev = ev;
 	e->len = len;
+	if (l->f != NULL) {
+		CHECK(l->f->rest <= l->given, "rest %zu, past the %zu bytes given", l->f->rest,
+		    l->given);
+		e->end = l->given - l->f->rest;
+	}
 	if (ev == FRAMING_LINE) {
 		CHECK(line != NULL && len > 0 && len <= MAX, "a line of %zu bytes", len);
 		CHECK(memchr(line, '\n', len) == NULL, "a newline inside a line");
@@ -80,6 +90,7 @@ model(const char *input, size_t n, const size_t *cuts, size_t ncuts, struct log 
 				struct event *ev = &out->e[out->n++];
 				ev->ev = FRAMING_CUT;
 				ev->len = b - s;
+				ev->end = b;
 				cut = true;
 			}
 		}
@@ -93,6 +104,7 @@ model(const char *input, size_t n, const size_t *cuts, size_t ncuts, struct log 
 			struct event *ev = &out->e[out->n++];
 			ev->ev = FRAMING_TOO_LONG;
 			ev->len = len;
+			ev->end = e + 1;
 		} else if (!cut) {
 			if (len > 0 && input[e - 1] == '\r')
 				len--;
@@ -100,6 +112,7 @@ model(const char *input, size_t n, const size_t *cuts, size_t ncuts, struct log 
 				struct event *ev = &out->e[out->n++];
 				ev->ev = FRAMING_LINE;
 				ev->len = len;
+				ev->end = e + 1;
 				memcpy(ev->line, input + s, len);
 			}
 		}
@@ -115,6 +128,8 @@ same_events(const struct log *got, const struct log *want, const char *what)
 		const struct event *g = &got->e[i], *w = &want->e[i];
 		CHECK(g->ev == w->ev && g->len == w->len, "%s: event %zu is (%d, %zu), the model "
 		    "says (%d, %zu)", what, i, (int)g->ev, g->len, (int)w->ev, w->len);
+		CHECK(got->f == NULL || g->end == w->end, "%s: event %zu ends at %zu by rest, the model says %zu",
+		    what, i, g->end, w->end);
 		CHECK(g->ev != FRAMING_LINE || memcmp(g->line, w->line, g->len) == 0,
 		    "%s: line %zu differs", what, i);
 	}
@@ -146,8 +161,10 @@ run(const char *input, size_t n, const size_t *cuts, size_t ncuts, unsigned paus
 
 	memset(&got, 0, sizeof got);
 	got.pause_every = pause_every;
+	got.f = &f;
 	for (size_t i = 0; i <= ncuts; i++) {
 		size_t end = i < ncuts ? cuts[i] : n;
+		got.given = end;
 		feed(&f, input + start, end - start, &got);
 		start = end;
 	}
@@ -228,10 +245,13 @@ test_feeding_while_paused(void)
 	test_current = "feeding while paused";
 	memset(&got, 0, sizeof got);
 	got.pause_every = 1;
+	got.f = &f;
+	got.given = strlen(a);
 	r = framing_feed(&f, a, strlen(a), MAX, record, &got);
 	CHECK(r == FRAMING_PAUSED && got.n == 1, "paused after the first line");
 	CHECK(framing_pending(&f) == strlen(a) - 4, "the rest is kept: %zu", framing_pending(&f));
 	got.pause_every = 0;
+	got.given += strlen(b);
 	r = framing_feed(&f, b, strlen(b), MAX, record, &got);
 	CHECK(r == FRAMING_DONE && framing_pending(&f) == 0 && framing_held(&f) == 0,
 	    "everything split: %d", (int)r);

@@ -115,6 +115,7 @@ split(struct framing *f, const char *p, size_t n, size_t max, framing_fn fn, voi
 	if (f->discarding || held > 0) {
 		/* The rest of a line begun before. */
 		nl = memchr(p, '\n', n);
+		f->rest = nl != NULL ? (size_t)(end - nl - 1) : 0;
 		if (f->discarding) {
 			*used = n;
 			if (nl == NULL)
@@ -148,9 +149,11 @@ split(struct framing *f, const char *p, size_t n, size_t max, framing_fn fn, voi
 				return FRAMING_DONE; /* the caller holds p[*used, n) */
 			f->discarding = true;
 			*used = n;
+			f->rest = 0;
 			return result_of(fn(arg, FRAMING_CUT, NULL, (size_t)(end - p)));
 		}
 		len = (size_t)(nl - p);
+		f->rest = (size_t)(end - nl - 1);
 		next = len > max ? fn(arg, FRAMING_TOO_LONG, NULL, len) : deliver(p, len, fn, arg);
 		p = nl + 1;
 		*used = (size_t)(p - start);
@@ -251,4 +254,5 @@ framing_reset(struct framing *f)
 	free(f->buf);
 	f->buf = NULL;
 	f->discarding = false;
+	f->rest = 0;
 }

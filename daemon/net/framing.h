@@ -31,9 +31,13 @@ struct framing_buf;
 struct framing {
 	struct framing_buf *buf; /* held bytes; NULL when none */
 	bool discarding;         /* dropping the rest of a line past the limit */
+	size_t rest;             /* for the callback, during its call: the bytes given
+	                            after the newline of the line it is told of, not
+	                            split yet (0: that line ends what was given, so a
+	                            pause there would keep nothing) */
 };
 
-#define FRAMING_INIT { NULL, false }
+#define FRAMING_INIT { NULL, false, 0 }
 
 enum framing_event {
 	FRAMING_LINE,     /* a complete line: line and len (without "\r\n"; len > 0) */

@@ -106,7 +106,7 @@ static void
 answer(struct conn *c, json_t *id, struct task *t, const struct task_options *o,
     enum pool_verdict v)
 {
-	const struct conf_pool *cp = conf_pool_find(&daemon_state->conf, o->pool->name);
+	const struct conf_pool *cp;
 	struct proto_task view;
 	struct proto_text pt;
 
@@ -127,6 +127,7 @@ answer(struct conn *c, json_t *id, struct task *t, const struct task_options *o,
 			    o->pool->name);
 			break;
 		case POOL_REJECTED_QUOTA:
+			cp = conf_pool_find(&daemon_state->conf, o->pool->name);
 			conn_send_rejected(c, id, ERR_QUOTA, "pool %s: its owner %s already has %u "
 			    "tasks queued, its max_queued_per_owner", o->pool->name,
 			    o->owner != NULL ? o->owner : "(none)",

@@ -146,7 +146,8 @@ op_submit(struct conn *c, struct request *req)
 		submit_duplicate(c, req, t, &sub);
 		return;
 	}
-	durable_make_room();
+	if (durable_on())
+		durable_make_room();    /* (without the journal, not even its clock read) */
 	if (!durable_writable(&why)) {
 		/* nothing is accepted that the journal cannot keep; accepted work goes on */
 		if ((e = pools_find(sub.pool)) != NULL)

@@ -125,7 +125,7 @@ ops_dispatch_one(struct conn *c, const char *line, size_t len)
 		return;
 	}
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-		if (strcmp(ops[i].name, req.op) == 0) {
+		if (ops[i].name[0] == req.op[0] && strcmp(ops[i].name, req.op) == 0) {
 			if (auth_allowed(c, ops[i].needs, ops[i].name, &code, why, sizeof why))
 				ops[i].handler(c, &req);
 			else

@@ -1120,15 +1120,28 @@ joined(struct pool *p)
  * burst brings in as many workers as it needs, one wake-up at a time, and a
  * trickle of short jobs keeps going to the same warm worker instead of
  * waking a cold one for every job.
+ *
+ * wake_due is the rule alone: it counts the wake-up as on its way and
+ * leaves the signal to the caller, who may send it after unlocking (a
+ * worker woken under the lock would only wait for it again: a second futex
+ * call on each side).
  */
-static void
-wake_one(struct pool *p)
+static bool
+wake_due(struct pool *p)
 {
 	if (p->sleepers > p->waking && p->waking == 0 &&
 	    atomic_load_explicit(&p->spinners, memory_order_relaxed) == 0) {
 		p->waking++;
-		pthread_cond_signal(&p->work_cv);
+		return true;
 	}
+	return false;
+}
+
+static void
+wake_one(struct pool *p)
+{
+	if (wake_due(p))
+		pthread_cond_signal(&p->work_cv);
 }
 
 /*
@@ -1264,7 +1277,7 @@ worker_main(void *arg)
 	struct pool_job *j, *ran = NULL; /* ran: counted finished, its done not yet called */
 	enum pool_state state = POOL_FAILED;
 	uint64_t now, run_us = 0, idle_since = 0;
-	bool spun = false, due;
+	bool spun = false, due, wake;
 
 	current_worker = w;
 	pthread_mutex_lock(&p->lock);
@@ -1316,8 +1329,8 @@ worker_main(void *arg)
 			continue;
 		}
 		dequeue_started(p, j);
-		if (startable(p))
-			wake_one(p); /* more than this worker can take: bring in the next */
+		/* more than this worker can take: bring in the next (signalled after the unlock) */
+		wake = startable(p) && wake_due(p);
 		j->where = POOL_JOB_RUNNING;
 		j->started_us = now;
 		list_append(&p->running, j);
@@ -1325,6 +1338,8 @@ worker_main(void *arg)
 		pool_timing_started(&p->timing, now, now - j->enqueued_us);
 		due = room_due(p);
 		pthread_mutex_unlock(&p->lock);
+		if (wake)
+			pthread_cond_signal(&p->work_cv);
 		room_tell(p, due);
 
 		/* The previous job's done, now that this one is taken: one lock per job. */
@@ -1561,6 +1576,7 @@ pool_submit(struct pool *p, struct pool_job *j)
 	struct level *lv;
 	char *warn = NULL;
 	uint64_t now;
+	bool wake;
 
 	pthread_mutex_lock(&p->lock);
 	if (p->closed) {
@@ -1616,9 +1632,11 @@ pool_submit(struct pool *p, struct pool_job *j)
 		}
 	}
 	grow_for_queue(p, &warn);
-	if (startable(p))
-		wake_one(p);
+	wake = startable(p) && wake_due(p);
 	pthread_mutex_unlock(&p->lock);
+	/* after the unlock: the worker it wakes takes the lock at once (wake_due) */
+	if (wake)
+		pthread_cond_signal(&p->work_cv);
 	warn_tell(p, warn);
 	deliver_unrun(&displaced, POOL_EXPIRED, now);
 	return POOL_ACCEPTED;
