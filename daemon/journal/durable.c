@@ -365,12 +365,28 @@ release_waiting(uint64_t seen)
 	nwaiting = k;
 }
 
+/*
+ * t finished: a start of it still on the list (a cancelled run, which does
+ * not wait for its release: task.c) leaves it, as t may be freed.
+ */
+static void
+waiting_drop(const struct task *t)
+{
+	size_t i, k = 0;
+
+	for (i = 0; i < nwaiting; i++)
+		if (waiting[i].t != t)
+			waiting[k++] = waiting[i];
+	nwaiting = k;
+}
+
 static void
 hook_finished(struct task *t, void *arg)
 {
 	struct jdata *jd = t->jdata;
 	struct jbuf b = { 0 };
 
+	waiting_drop(t);
 	if (jd == NULL)
 		return;
 	/*

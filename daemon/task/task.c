@@ -353,11 +353,14 @@ task_work(struct pool_job *j)
 		start_wait(t);
 	state = t->kind->run(t);
 	/*
-	 * A gated run may end before its record is seen (its spawn failed, or
-	 * a cancel stopped its gate): the release still comes, and must reach
-	 * this attempt, not a retry's, whose gate is its own.
+	 * A gated run may end before its record is seen (its spawn failed): the
+	 * release still comes, and must reach this attempt, not a retry's,
+	 * whose gate is its own. A cancelled task has no next attempt, and its
+	 * release may never come (a journal that cannot sync, then a stop): it
+	 * does not wait, and its finish takes it off the journal's list of
+	 * starts waiting (durable.c).
 	 */
-	if (t->start_barrier && t->kind->gates_start)
+	if (t->start_barrier && t->kind->gates_start && !task_cancelled(t))
 		start_wait(t);
 	return state;
 }
