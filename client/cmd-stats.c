@@ -88,6 +88,25 @@ stats_journal_line(const json_t *ev, FILE *f)
 	    event_str(j, "sync", "?"), (long long)event_int(j, "syncs", 0));
 }
 
+/*
+ * The loop's pauses since the start (stats' "loop"): how long every client
+ * waited, at worst, behind the daemon's longest stretch without polling.
+ */
+static void
+stats_loop_line(const json_t *ev, FILE *f)
+{
+	const json_t *loop = json_object_get(ev, FIELD_LOOP);
+	const json_t *longest = json_object_get(loop, "longest_pause_ms");
+	int64_t pauses = event_int(loop, "pauses", 0);
+	int64_t upto10 = event_int(json_object_get(loop, "pauses_le_ms"), "10", pauses);
+
+	if (!json_is_number(longest))
+		return;
+	fprintf(f, "loop: longest pause %.1f ms since the start; %lld pause%s of 1 ms or more, "
+	    "%lld over 10 ms\n", json_number_value(longest), (long long)pauses,
+	    pauses == 1 ? "" : "s", (long long)(pauses - upto10));
+}
+
 /* open, paused, closed (shutting down: it takes no more tasks) or removed (by SIGHUP). */
 static const char *
 stats_pool_state(const json_t *pool)
@@ -196,10 +215,10 @@ stats_print(const json_t *ev)
 	printf("\n");
 	stats_table(pools, stats_tasks, NULL, stdout);
 	stats_sources_print(json_object_get(ev, FIELD_SOURCES), stdout);
-	if (json_object_get(ev, FIELD_JOURNAL) != NULL) {
-		printf("\n");
+	printf("\n");
+	stats_loop_line(ev, stdout);
+	if (json_object_get(ev, FIELD_JOURNAL) != NULL)
 		stats_journal_line(ev, stdout);
-	}
 }
 
 static int
@@ -241,7 +260,9 @@ const struct cmd cmd_stats = {
 	    "per source: its state (connecting, connected, down, draining, stopped),\n"
 	    "pool, the entries in flight (read, not yet acknowledged), the entries\n"
 	    "read, claimed from stopped consumers, acknowledged and dead-lettered\n"
-	    "since start, and the last Redis error. A line after the tables says how\n"
+	    "since start, and the last Redis error. Lines after the tables give the\n"
+	    "event loop's longest pause since the start (how long every client waited,\n"
+	    "at worst, behind the daemon's longest stretch without polling) and how\n"
 	    "the journal is: ok, at its limit, or failed (and what waits for it).\n\n",
 	.exec = stats_exec,
 };

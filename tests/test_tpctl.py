@@ -826,6 +826,21 @@ def test_exit_codes_from_crafted_done_events():
         check(b"killed by signal 9 (SIGKILL)" in p.stderr, "named as elsewhere: %r", p.stderr)
 
 
+def test_stats_shows_the_loops_longest_pause():
+    # a line of a million array items: jansson parses it in one callback, a pause
+    with Daemon("--max-request-bytes", "16000000") as d:
+        c = d.client()
+        c.send_raw(b'{"op":"ping","id":1,"items":[' + b",".join([b"1"] * 1000000) + b"]}\n")
+        check(c.recv().get("id") == 1, "the long line is answered")
+        loop = c.request({"op": "stats"}, "stats")["loop"]
+        lines = expect(tpctl(d, "stats"), 0, "stats").stdout.decode().splitlines()
+        line = [x for x in lines if x.startswith("loop: ")]
+        check(loop["pauses"] >= 1 and len(line) == 1 and
+              line[0].startswith("loop: longest pause %.1f ms since the start; "
+                                 % loop["longest_pause_ms"]) and
+              line[0].endswith(" over 10 ms"), "%r %r", loop, lines)
+
+
 def test_stats_table_formatting():
     def handler(req):
         return [{"event": "stats", "id": req["id"], "connections": 1, "uptime_ms": 192000,
