@@ -182,8 +182,8 @@ def stats_tables(out):
         if not line.strip():
             rows = None
             continue
-        if line.startswith("journal: "):
-            break               # the journal's line, after the tables
+        if line.startswith(("loop: ", "journal: ")):
+            break               # the loop's and the journal's lines, after the tables
         if rows is None:
             header, rows = line.split(), []
             tables.append(rows)
