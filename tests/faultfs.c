@@ -13,8 +13,9 @@
  * fallocate). Each call of OP on the directory
  * counts for every rule of OP; a rule fires on the calls after its first
  * SKIP, COUNT times (0: for ever), with errno ERR (a number), or, with ERR
- * "short", writes half of what was asked and returns that. The first rule
- * that fires wins. Counters start again when the file changes. Each fault
+ * "short", writes half of what was asked and returns that, or with ERR
+ * "slowMS" (slow1000) makes the call MS milliseconds late and then lets it
+ * succeed (a slow disk). The first rule that fires wins. Counters start again when the file changes. Each fault
  * made is appended to FAULTFS_HITS (when set) as "OP PATH ERR".
  */
 #define _GNU_SOURCE
@@ -29,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_RULES 16
@@ -38,6 +40,7 @@ struct rule {
 	char op[16];
 	long skip, count, seen;
 	int err;
+	long slow_ms;               /* ERR slowMS: err 0, the call is this late */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -73,6 +76,7 @@ load_rules(void)
 		if (sscanf(line, "%15s %ld %15s %ld", r->op, &r->skip, err, &r->count) != 4)
 			continue;
 		r->err = strcmp(err, "short") == 0 ? ERR_SHORT : atoi(err);
+		r->slow_ms = strncmp(err, "slow", 4) == 0 ? atol(err + 4) : 0;
 		r->seen = 0;
 		nrules++;
 	}
@@ -128,6 +132,8 @@ static int
 fault(const char *op, const char *path)
 {
 	int err = 0;
+	long slow = 0;
+	bool fired = false;
 	const char *hits;
 
 	if (!in_dir(path))
@@ -140,8 +146,11 @@ fault(const char *op, const char *path)
 		if (strcmp(r->op, op) != 0)
 			continue;
 		r->seen++;
-		if (err == 0 && r->seen > r->skip && (r->count == 0 || r->seen <= r->skip + r->count))
+		if (!fired && r->seen > r->skip && (r->count == 0 || r->seen <= r->skip + r->count)) {
+			fired = r->err != 0 || r->slow_ms != 0;
 			err = r->err;
+			slow = r->slow_ms;
+		}
 	}
 	if (err != 0 && (hits = getenv("FAULTFS_HITS")) != NULL) {
 		FILE *f = fopen(hits, "a");
@@ -152,6 +161,12 @@ fault(const char *op, const char *path)
 	}
 	in_shim--;
 	pthread_mutex_unlock(&lock);
+	if (slow > 0) {
+		struct timespec ts = { slow / 1000, slow % 1000 * 1000000 };
+
+		while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+			continue;
+	}
 	return err;
 }
 

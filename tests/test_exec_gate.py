@@ -117,6 +117,33 @@ def test_failed_sync_keeps_the_program_from_running_until_recovery():
             check(f.ran(), "the program did not run after the recovery")
 
 
+def test_slow_sync_holds_the_program_until_it_returns():
+    # with journal_sync = commit the sync thread opens the gate itself, once
+    # the fdatasync that covers the STARTED record has returned: a record
+    # written but still syncing keeps the program waiting. The task is
+    # delayed, so that its ACCEPTED record is synced before the slow disk
+    # begins, and its STARTED record is the only one of the slow sync.
+    slow = 2.0 * SLOW
+    with Faulty() as f:
+        with f.daemon(queue=100) as d:
+            c = d.client()
+            rid, acc = c.submit({"kind": "exec", "argv": [
+                "sh", "-c", "echo ran >> %s" % f.marker]}, delay_ms=int(1000 * SLOW))
+            check(acc["event"] == "accepted", "%r", acc)
+            f.set("sync 0 slow%d 0" % int(slow * 1000))
+            o = d.client()
+            eventually(lambda: f.ran() or journal_stats(o)["held_starts"] >= 1,
+                       "the start is held", timeout=10 * SLOW)
+            check(not f.ran(), "the program ran before its STARTED record's fdatasync returned")
+            eventually(lambda: children(d.proc.pid), "the child is made while the record syncs")
+            time.sleep(0.5 * SLOW)
+            check(not f.ran(), "the program ran before its STARTED record's fdatasync returned")
+            done = c.done(rid, timeout=20 * SLOW)
+            check(done["state"] == "succeeded", "%r", done)
+            check(f.ran(), "the program did not run once the sync returned")
+            f.set()
+
+
 def test_kill9_while_gated_runs_nothing():
     with Faulty() as f:
         with f.daemon(queue=100) as d:

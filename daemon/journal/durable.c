@@ -37,7 +37,8 @@
  * the FINISHED one, which says as much, is written. An exec task's program
  * has effects of its own: it runs only once its STARTED record may be seen
  * (task.c's start_barrier and start gate, released by task_start_recorded
- * from seen_cb).
+ * from seen_cb; with journal_sync = commit already from the sync thread
+ * once the fdatasync that covers the record returns: durable_cb).
  *
  * A retry (tasks_set_retry_hook): when an attempt ends and another is
  * scheduled, a STARTED record of the next attempt with JF_RETRY_AT (its due
@@ -103,7 +104,16 @@ static void (*seen_hook)(void);     /* durable_set_seen_hook */
 static char status_line[512];
 static char state_path[4096];
 
-/* Tasks whose worker waits for their STARTED record (start_barrier), until the next gate. */
+/*
+ * Tasks whose worker waits for their STARTED record (start_barrier), until
+ * the next gate. Released by the loop (seen_cb) or, with journal_sync =
+ * commit, already by the sync thread (durable_cb), whichever comes first:
+ * waiting_lock guards the list (taken before task.c's record lock, a leaf;
+ * nothing else is called under it). A task leaves the list (release or
+ * waiting_drop) before it can be freed, so the sync thread never touches a
+ * freed one.
+ */
+static pthread_mutex_t waiting_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	struct task *t;
 	uint64_t batch;             /* of its STARTED record */
@@ -314,6 +324,7 @@ hook_started(struct task *t, void *arg)
 		jbuf_free(&b);
 	}
 	if (t->start_barrier) {
+		pthread_mutex_lock(&waiting_lock);
 		if (nwaiting == waiting_cap) {
 			size_t cap = waiting_cap ? waiting_cap * 2 : 64;
 			void *p = realloc(waiting, cap * sizeof *waiting);
@@ -325,6 +336,7 @@ hook_started(struct task *t, void *arg)
 		waiting[nwaiting].t = t;
 		waiting[nwaiting].batch = journal_batch(journal);
 		nwaiting++;
+		pthread_mutex_unlock(&waiting_lock);
 		pending = true;
 	}
 }
@@ -350,12 +362,16 @@ hook_retry(struct task *t)
 	jbuf_free(&b);
 }
 
-/* The STARTED records up to batch seen may be seen: their programs may run. */
+/*
+ * The STARTED records up to batch seen may be seen: their programs may run.
+ * Loop or sync thread.
+ */
 static void
 release_waiting(uint64_t seen)
 {
 	size_t i, k = 0;
 
+	pthread_mutex_lock(&waiting_lock);
 	for (i = 0; i < nwaiting; i++) {
 		if (waiting[i].batch <= seen)
 			task_start_recorded(waiting[i].t);
@@ -363,6 +379,20 @@ release_waiting(uint64_t seen)
 			waiting[k++] = waiting[i];
 	}
 	nwaiting = k;
+	pthread_mutex_unlock(&waiting_lock);
+}
+
+/*
+ * Sync thread (journal.h's on_durable): the batches up to batch are on
+ * disk. Their STARTED records are durable, which is all a program waits
+ * for: its gate opens now, without a round trip through the loop. (The
+ * loop's seen_cb releases the same ones again, finding them gone.)
+ */
+static void
+durable_cb(void *arg, uint64_t batch)
+{
+	(void)arg;
+	release_waiting(batch);
 }
 
 /*
@@ -374,10 +404,12 @@ waiting_drop(const struct task *t)
 {
 	size_t i, k = 0;
 
+	pthread_mutex_lock(&waiting_lock);
 	for (i = 0; i < nwaiting; i++)
 		if (waiting[i].t != t)
 			waiting[k++] = waiting[i];
 	nwaiting = k;
+	pthread_mutex_unlock(&waiting_lock);
 }
 
 static void
@@ -1025,6 +1057,8 @@ durable_open(const struct conf *c)
 		s.segment_bytes = c->journal_segment_size & ~(uint64_t)4095;
 	s.snapshot = snapshot_cb;
 	s.on_seen = seen_cb;
+	if (s.sync == JOURNAL_SYNC_COMMIT)
+		s.on_durable = durable_cb;
 	sync_mode = s.sync;
 	snprintf(state_path, sizeof state_path, "%s", dir);
 	if (journal_open(&s, &journal, &rd, &cause) == -1)
@@ -1105,9 +1139,11 @@ durable_stop(void)
 	release_waiting(UINT64_MAX);
 	event_free(gate_ev);
 	gate_ev = NULL;
+	pthread_mutex_lock(&waiting_lock);
 	free(waiting);
 	waiting = NULL;
 	waiting_cap = 0;
+	pthread_mutex_unlock(&waiting_lock);
 }
 
 bool
@@ -1174,7 +1210,9 @@ durable_stats(struct journal_stats *out)
 		return false;
 	journal_stats(journal, out);
 	out->appended = appended - retracted;
+	pthread_mutex_lock(&waiting_lock);
 	out->held_starts = nwaiting;
+	pthread_mutex_unlock(&waiting_lock);
 	out->segment_bytes = journal_segment_size(journal);
 	return true;
 }

@@ -116,6 +116,7 @@ struct journal {
 	enum journal_sync sync;
 	uint64_t interval_us, max_bytes, seg_bytes;
 	void (*on_seen)(void *, uint64_t);
+	void (*on_durable)(void *, uint64_t);
 	void (*snapshot)(void *, struct journal_snap *);
 	void *arg;
 	bool begun;

@@ -240,6 +240,7 @@ journal_alloc(const struct journal_settings *s)
 	j->max_bytes = s->max_bytes;
 	j->seg_bytes = s->segment_bytes ? s->segment_bytes : journal_segment_bytes(s->max_bytes);
 	j->on_seen = s->on_seen;
+	j->on_durable = s->on_durable;
 	j->snapshot = s->snapshot;
 	j->arg = s->arg;
 	j->batch = 1;
