@@ -144,6 +144,29 @@ def test_slow_sync_holds_the_program_until_it_returns():
             f.set()
 
 
+def test_cancels_racing_the_sync_threads_release():
+    # the sync thread releases starts while the loop cancels and finishes
+    # their tasks (and takes them off the list of starts waiting): every
+    # task ends, none is left held, and tpd lives on (under the sanitizers:
+    # no race, no use of a freed task)
+    n = 40
+    with Faulty() as f:
+        with f.daemon(shim=False, queue=200) as d:
+            c = d.client()
+            rids = [c.send({"op": "submit", "task": {"kind": "exec", "argv": [
+                "sh", "-c", "echo ran >> %s" % f.marker]}}) for _ in range(n)]
+            for i, rid in enumerate(rids):
+                acc = c.recv_id(rid, "accepted", timeout=10 * SLOW)
+                if i % 2 == 0:
+                    c.send({"op": "cancel", "task": acc["task"]})
+            states = [c.done(rid, timeout=20 * SLOW)["state"] for rid in rids]
+            check(set(states) <= {"succeeded", "cancelled"}, "%r", states)
+            runs = open(f.marker).read().count("ran\n") if f.ran() else 0
+            check(runs >= states.count("succeeded"), "%d runs for %d succeeded tasks",
+                  runs, states.count("succeeded"))
+            check(journal_stats(c)["held_starts"] == 0, "a start is still held")
+
+
 def test_kill9_while_gated_runs_nothing():
     with Faulty() as f:
         with f.daemon(queue=100) as d:
