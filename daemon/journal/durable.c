@@ -63,6 +63,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
