@@ -91,9 +91,10 @@ struct journal_settings {
 	/* Loop thread: batches up to batch may be seen now. */
 	void (*on_seen)(void *arg, uint64_t batch);
 	/*
-	 * Sync thread, under the journal's sync lock, optional: batches up to
-	 * batch are on disk (written and fdatasynced), before the loop hears of
-	 * it. Only leaf locks may be taken, nothing of the journal called.
+	 * Sync thread, optional, called without the journal's locks: batches
+	 * up to batch are on disk (written and fdatasynced), before the loop
+	 * hears of it. Only leaf locks may be taken, nothing of the journal
+	 * called.
 	 */
 	void (*on_durable)(void *arg, uint64_t batch);
 	/*
