@@ -20,8 +20,8 @@
  *   - an exec task that parses is fit to spawn (argv[0] non-empty, every
  *     env entry NAME=value, output_limit within its bounds).
  *
- * The worker side of task.h (task_cancelled, task_set_error, task_emit),
- * which only a run calls, is replaced at the end by functions that abort
+ * The worker side of task.h (task_cancelled, task_set_error, task_emit,
+ * the start gate), which only a run calls, is replaced at the end by functions that abort
  * if reached.
  */
 #include "config.h"
@@ -451,6 +451,19 @@ int
 task_emit(struct task *t, json_t *event, size_t weight)
 {
 	broken("task_emit called: task %llu is running", (unsigned long long)t->id);
+}
+
+int
+task_start_gate_arm(struct task *t, int fd)
+{
+	(void)fd;
+	broken("task_start_gate_arm called: task %llu is starting", (unsigned long long)t->id);
+}
+
+bool
+task_start_gate_disarm(struct task *t)
+{
+	broken("task_start_gate_disarm called: task %llu is starting", (unsigned long long)t->id);
 }
 
 /* A streamed stdin's hand-offs (exec-input.c): only a run makes them, never reached here. */
