@@ -428,6 +428,18 @@ spawn_fd_above2(int fd)
 	return moved;
 }
 
+/* A pipe being made failed: closes both ends, keeps errno; returns -1. */
+static int
+spawn_pipe_fail(int fds[2])
+{
+	int saved = errno;
+
+	spawn_close_fd(&fds[0]);
+	spawn_close_fd(&fds[1]);
+	errno = saved;
+	return -1;
+}
+
 /* pipe2(O_CLOEXEC) with both ends above 2. */
 static int
 spawn_pipe(int fds[2])
@@ -437,12 +449,7 @@ spawn_pipe(int fds[2])
 	fds[0] = spawn_fd_above2(fds[0]);
 	fds[1] = spawn_fd_above2(fds[1]);
 	if (fds[0] == -1 || fds[1] == -1) {
-		int saved = errno;
-
-		spawn_close_fd(&fds[0]);
-		spawn_close_fd(&fds[1]);
-		errno = saved;
-		return -1;
+		return spawn_pipe_fail(fds);
 	}
 	return 0;
 }
@@ -460,12 +467,7 @@ spawn_gate_pipe(int fds[2])
 	if (spawn_pipe(fds) == -1)
 		return -1;
 	if (spawn_nonblock(fds[1]) == -1) {
-		int saved = errno;
-
-		spawn_close_fd(&fds[0]);
-		spawn_close_fd(&fds[1]);
-		errno = saved;
-		return -1;
+		return spawn_pipe_fail(fds);
 	}
 	return 0;
 }
