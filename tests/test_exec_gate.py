@@ -7,55 +7,12 @@ the recovery, and a kill -9 of tpd while it waits ends it without running
 the program. The failing disk is tests/faultfs.so (LD_PRELOAD), as in
 test_journal_faults.py."""
 import os
-import shutil
 import signal
-import tempfile
 import time
 
-from tpdtest import SLOW, Daemon, Skip, check, eventually, run_tests
+from tpdtest import SLOW, check, eventually, run_tests
 
-SHIM = os.environ.get("FAULTFS", os.path.abspath("tests/faultfs.so"))
-EIO = 5
-
-
-class Faulty:
-    """A state_dir outliving its daemons, the shim's control file, a work dir."""
-
-    def __init__(self):
-        if not os.path.exists(SHIM):
-            raise Skip("%s is not built" % SHIM)
-        self.root = os.path.realpath(tempfile.mkdtemp(prefix="tpdgate-"))
-        self.dir = os.path.join(self.root, "state")
-        self.ctl = os.path.join(self.root, "ctl")
-        self.marker = os.path.join(self.root, "ran")
-        self.gen = 0
-
-    def daemon(self, *args, shim=True, **kw):
-        env = dict(os.environ)
-        if shim:
-            env["LD_PRELOAD"] = SHIM
-            env["FAULTFS_DIR"] = self.dir
-            env["FAULTFS_CTL"] = self.ctl
-            env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") +
-                                   ":verify_asan_link_order=0").lstrip(":")
-        return Daemon("--state-dir", self.dir, *args, env=env, **kw)
-
-    def set(self, *rules):
-        """Replaces the shim's rules ("OP SKIP ERR COUNT")."""
-        self.gen += 1
-        tmp = "%s.%d" % (self.ctl, self.gen)
-        with open(tmp, "w") as f:
-            f.write("".join(r + "\n" for r in rules))
-        os.rename(tmp, self.ctl)
-
-    def ran(self):
-        return os.path.exists(self.marker)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        shutil.rmtree(self.root, ignore_errors=True)
+from faultfs import EIO, Faulty
 
 
 def children(pid):
@@ -105,7 +62,7 @@ def gated_start(f, d):
 
 
 def test_failed_sync_keeps_the_program_from_running_until_recovery():
-    with Faulty() as f:
+    with Faulty("tpdgate-") as f:
         with f.daemon(queue=100) as d:
             c, rid, _ = gated_start(f, d)
             check(not f.ran(), "ran while the journal is failed")
@@ -124,7 +81,7 @@ def test_slow_sync_holds_the_program_until_it_returns():
     # delayed, so that its ACCEPTED record is synced before the slow disk
     # begins, and its STARTED record is the only one of the slow sync.
     slow = 2.0 * SLOW
-    with Faulty() as f:
+    with Faulty("tpdgate-") as f:
         with f.daemon(queue=100) as d:
             c = d.client()
             rid, acc = c.submit({"kind": "exec", "argv": [
@@ -150,7 +107,7 @@ def test_cancels_racing_the_sync_threads_release():
     # task ends, none is left held, and tpd lives on (under the sanitizers:
     # no race, no use of a freed task)
     n = 40
-    with Faulty() as f:
+    with Faulty("tpdgate-") as f:
         with f.daemon(shim=False, queue=200) as d:
             c = d.client()
             rids = [c.send({"op": "submit", "task": {"kind": "exec", "argv": [
@@ -168,7 +125,7 @@ def test_cancels_racing_the_sync_threads_release():
 
 
 def test_kill9_while_gated_runs_nothing():
-    with Faulty() as f:
+    with Faulty("tpdgate-") as f:
         with f.daemon(queue=100) as d:
             c, rid, kids = gated_start(f, d)
             d.proc.kill()
@@ -192,7 +149,7 @@ def test_stop_while_gated_runs_nothing():
     # a stop while the journal cannot sync: the drain turns into a cancel at
     # shutdown_timeout, and the journal's close must not open the gate of a
     # start whose record never reached the disk
-    with Faulty() as f:
+    with Faulty("tpdgate-") as f:
         with f.daemon("--shutdown-timeout", "200ms", queue=100) as d:
             c, rid, kids = gated_start(f, d)
             d.signal(signal.SIGTERM)

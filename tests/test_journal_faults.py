@@ -20,54 +20,7 @@ import time
 
 from tpdtest import SLOW, TIMEOUT, Client, Daemon, Skip, check, eventually, run_tests
 
-SHIM = os.environ.get("FAULTFS", os.path.abspath("tests/faultfs.so"))
-EIO, ENOSPC = 5, 28
-
-
-class Faulty:
-    """A state_dir outliving its daemons, and the shim's control file for it."""
-
-    def __init__(self):
-        if not os.path.exists(SHIM):
-            raise Skip("%s is not built" % SHIM)
-        self.root = os.path.realpath(tempfile.mkdtemp(prefix="tpdfault-"))
-        self.dir = os.path.join(self.root, "state")
-        self.ctl = os.path.join(self.root, "ctl")
-        self.hits_path = os.path.join(self.root, "hits")
-        self.gen = 0
-
-    def env(self):
-        env = dict(os.environ)
-        env["LD_PRELOAD"] = SHIM
-        env["FAULTFS_DIR"] = self.dir
-        env["FAULTFS_CTL"] = self.ctl
-        env["FAULTFS_HITS"] = self.hits_path
-        # an ASan build's runtime would insist on being first
-        env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0").lstrip(":")
-        return env
-
-    def daemon(self, *args, shim=True, **kw):
-        return Daemon("--state-dir", self.dir, *args, env=self.env() if shim else None, **kw)
-
-    def set(self, *rules):
-        """Replaces the rules ("OP SKIP ERR COUNT"); counters start again."""
-        self.gen += 1
-        tmp = "%s.%d" % (self.ctl, self.gen)
-        with open(tmp, "w") as f:
-            f.write("".join(r + "\n" for r in rules))
-        os.rename(tmp, self.ctl)
-
-    def hits(self):
-        try:
-            return open(self.hits_path).read()
-        except OSError:
-            return ""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        shutil.rmtree(self.root, ignore_errors=True)
+from faultfs import EIO, ENOSPC, Faulty
 
 
 def journal_stats(c):
