@@ -28,12 +28,17 @@
 #include "wire.h"
 
 #define TOP_REFRESH_MS 1000
-#define TOP_NCOLS 13
+#define TOP_NCOLS 15
 
-/* TARGET shows an elastic pool's bounds too: "2 (1-8)"; HELD: submits waiting for room */
+/*
+ * TARGET shows an elastic pool's bounds too: "2 (1-8)"; HELD: submits
+ * waiting for room; SCHEDULED: accepted tasks due later (a delay, a retry's
+ * backoff) or due with the queue full; WAITING: accepted tasks waiting for their dependencies. The last
+ * two are not in QUEUED: they hold no queue slot until they are due.
+ */
 static const char *const top_headers[TOP_NCOLS] = {
 	"POOL", "TARGET", "WORKERS", "BUSY", "QUEUED", "TASKS/S", "WAIT p50", "p99",
-	"RUN p50", "p99", "REJECTED", "STATE", "HELD",
+	"RUN p50", "p99", "REJECTED", "STATE", "HELD", "SCHEDULED", "WAITING",
 };
 
 struct top {
@@ -115,7 +120,7 @@ top_render(const json_t *ev, unsigned width, bool live, size_t *len)
 	fprintf(f, "tpd %s  %s  up %s  %lld connection%s  %s\n\n", version, phase,
 	    format_duration(event_num(ev, FIELD_UPTIME_MS, 0), up, sizeof up), conns,
 	    conns == 1 ? "" : "s", clock);
-	if ((t = table_new("lrrrrrrrrrrlr", top_headers)) == NULL) {
+	if ((t = table_new("lrrrrrrrrrrlrrr", top_headers)) == NULL) {
 		fclose(f);
 		free(text);
 		return NULL;
@@ -150,6 +155,10 @@ top_render(const json_t *ev, unsigned width, bool live, size_t *len)
 		    (long long)event_int(pool, "rejected", 0));
 		snprintf(cells[11], sizeof cells[11], "%s", top_pool_state(pool));
 		snprintf(cells[12], sizeof cells[12], "%lld", (long long)event_int(pool, FIELD_HELD, 0));
+		snprintf(cells[13], sizeof cells[13], "%lld",
+		    (long long)event_int(pool, FIELD_SCHEDULED, 0));
+		snprintf(cells[14], sizeof cells[14], "%lld",
+		    (long long)event_int(pool, FIELD_WAITING, 0));
 		table_add(t, row);
 	}
 	table_print(t, f);

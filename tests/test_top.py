@@ -146,4 +146,23 @@ def test_top_prints_one_snapshot_into_a_pipe():
         check(p.returncode == 64, "a stray argument: %d", p.returncode)
 
 
+
+def test_top_shows_tasks_not_yet_due_apart_from_the_queue():
+    # One task due in a minute (scheduled) and one after it (waiting): both
+    # accepted, neither in QUEUED, each in its own column.
+    with Daemon() as d:
+        c = d.client()
+        _, a = c.submit({"kind": "echo", "value": "later"}, delay_ms=LONG_MS)
+        _, b = c.submit({"kind": "echo", "value": "then"}, after=[a["task"]])
+        check(a["event"] == "accepted" and b["event"] == "accepted", "%r %r", a, b)
+        p = subprocess.run([TPCTL, "-s", d.sock, "top", "--once"], capture_output=True,
+                           timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+        out = p.stdout.decode()
+        check(p.returncode == 0, "exit %d: %r", p.returncode, p.stderr)
+        header = [l for l in out.splitlines() if l.startswith("POOL")][0].split()
+        check(header[-2:] == ["SCHEDULED", "WAITING"], "headers: %r", header)
+        # the row's last three cells: HELD, SCHEDULED, WAITING
+        check(row(out, "default")[4] == "0/16" and row(out, "default")[-3:] == ["0", "1", "1"],
+              "row: %r", out)
+
 run_tests(globals())
