@@ -89,6 +89,26 @@ stats_journal_line(const json_t *ev, FILE *f)
 }
 
 /*
+ * Exec tasks' output files (stats' "spool"; none when output_spool is off):
+ * how much of output_spool_bytes they take, and how many were removed to
+ * make room (their tasks' whole output can no longer be read).
+ */
+static void
+stats_spool_line(const json_t *ev, FILE *f)
+{
+	const json_t *sp = json_object_get(ev, FIELD_SPOOL);
+	char bytes[FORMAT_BYTES_LEN], max[FORMAT_BYTES_LEN];
+	long long files = event_int(sp, "files", 0), dropped = event_int(sp, "dropped", 0);
+
+	if (!json_is_object(sp))
+		return;
+	fprintf(f, "spool: %lld task output%s, %s of %s, %lld removed to make room\n", files,
+	    files == 1 ? "" : "s", format_bytes((uint64_t)event_int(sp, "bytes", 0), bytes,
+	    sizeof bytes), format_bytes((uint64_t)event_int(sp, "max_bytes", 0), max, sizeof max),
+	    dropped);
+}
+
+/*
  * The loop's pauses since the start (stats' "loop"): how long every client
  * waited, at worst, behind the daemon's longest stretch without polling.
  */
@@ -219,6 +239,7 @@ stats_print(const json_t *ev)
 	stats_loop_line(ev, stdout);
 	if (json_object_get(ev, FIELD_JOURNAL) != NULL)
 		stats_journal_line(ev, stdout);
+	stats_spool_line(ev, stdout);
 }
 
 static int

@@ -142,6 +142,7 @@ char *wire_default_socket_path(char *buf, size_t len);
 #define FIELD_ON_LOST          "on_lost"        /* submit: "lost" (default) or "rerun" */
 #define FIELD_ATTEMPT          "attempt"        /* started, done (journal on): 1 for the first run */
 #define FIELD_JOURNAL          "journal"        /* stats */
+#define FIELD_SPOOL            "spool"          /* stats: exec output files (output_spool) */
 #define FIELD_LOOP             "loop"           /* stats: the loop's pauses */
 #define ON_LOST_LOST           "lost"
 #define ON_LOST_RERUN          "rerun"

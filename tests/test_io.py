@@ -236,6 +236,44 @@ def test_spool_bounds_drop_the_oldest_finished_and_say_so():
         check(ids[3] in os.listdir(spool), "kept")
 
 
+def test_spool_figures_in_stats_tpctl_and_metrics_match_the_files():
+    # Three tasks of 90 kB under a 200k bound: the first file is removed for
+    # the third. stats' "spool", tpctl stats' line and the tpd_spool_*
+    # series all say what the directory holds.
+    import http.client
+    import re
+    with Daemon("--metrics-listen", "127.0.0.1:0", start=False) as d:
+        d.args += ["-c", conf_file(d, "[exec]\noutput_spool_bytes = 200k\n")]
+        d.start()
+        spool = os.path.join(d.dir, "state", "spool")
+        c = d.client()
+        st = c.request({"op": "stats"}, "stats")["spool"]
+        check(st == {"bytes": 0, "max_bytes": 204800, "files": 0, "dropped": 0}, "at start: %r", st)
+        for ch in "abc":
+            p = tpctl(d, "submit", "--", "sh", "-c", "head -c 90000 /dev/zero | tr '\\0' " + ch)
+            check(p.returncode == 0, "%r", p.stderr)
+        names = os.listdir(spool)
+        size = sum(os.path.getsize(os.path.join(spool, n)) for n in names)
+        st = c.request({"op": "stats"}, "stats")["spool"]
+        check(len(names) == 2, "files in the spool: %r", names)
+        check(st == {"bytes": size, "max_bytes": 204800, "files": 2, "dropped": 1},
+              "after three: %r, files %r of %d bytes", st, names, size)
+        out = tpctl(d, "stats").stdout.decode()
+        check("spool: 2 task outputs, " in out and ", 1 removed to make room" in out,
+              "tpctl stats: %r", out)
+        port = int(re.search(r"metrics: serving GET /metrics on tcp 127\.0\.0\.1:(\d+)",
+                             d.read_log()).group(1))
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        got = dict(l.split(" ") for l in text.splitlines() if l.startswith("tpd_spool_"))
+        check(got == {"tpd_spool_bytes": str(size), "tpd_spool_max_bytes": "204800",
+                      "tpd_spool_files": "2", "tpd_spool_dropped_total": "1"}, "%r", got)
+    with Daemon("--journal", "off") as d:
+        check("spool" not in d.client().request({"op": "stats"}, "stats"),
+              "spooling is off with the journal: no spool object")
+
 def test_spool_file_goes_with_the_forgotten_task():
     with Daemon("--journal", "on", start=False) as d:
         d.args += ["-c", conf_file(d, "[daemon]\nresult_retain = 1\n")]

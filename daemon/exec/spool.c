@@ -42,6 +42,7 @@ static char spool_path[4096];
 static struct spool_entry *spool_head, *spool_tail;
 static atomic_uint_fast64_t spool_total;
 static atomic_uint_fast64_t spool_ndropped;
+static atomic_uint_fast64_t spool_nfiles;   /* entries with a file (not dropped) */
 static atomic_size_t spool_task_max;
 static atomic_uint_fast64_t spool_total_max;
 
@@ -110,6 +111,8 @@ spool_remove_file(struct spool_entry *e)
 		log_warn("spool: cannot remove %s/%s", spool_path, name);
 	atomic_fetch_sub(&spool_total, e->bytes);
 	e->bytes = 0;
+	if (!e->dropped)
+		atomic_fetch_sub(&spool_nfiles, 1);
 }
 
 bool
@@ -207,6 +210,7 @@ spool_scan(bool (*known)(uint64_t id))
 		e->bytes = (uint64_t)st.st_size;
 		e->finished = true;
 		atomic_fetch_add(&spool_total, e->bytes);
+		atomic_fetch_add(&spool_nfiles, 1);
 		pthread_mutex_unlock(&spool_lock);
 		kept++;
 	}
@@ -233,6 +237,7 @@ spool_stop(void)
 		close(spool_dirfd);
 	spool_dirfd = -1;
 	atomic_store(&spool_total, 0);
+	atomic_store(&spool_nfiles, 0);
 	pthread_mutex_unlock(&spool_lock);
 }
 
@@ -247,11 +252,16 @@ spool_writer_create(struct spool_writer *w)
 	w->lazy = false;
 	spool_name(name, sizeof name, task);
 	pthread_mutex_lock(&spool_lock);
-	if ((e = spool_find(task)) == NULL && (e = spool_insert(task)) == NULL) {
-		pthread_mutex_unlock(&spool_lock);
-		log_warnx("spool: task %" PRIu64 ": out of memory: its output is not kept", task);
-		return;
-	}
+	if ((e = spool_find(task)) == NULL) {
+		if ((e = spool_insert(task)) == NULL) {
+			pthread_mutex_unlock(&spool_lock);
+			log_warnx("spool: task %" PRIu64 ": out of memory: its output is not kept",
+			    task);
+			return;
+		}
+		atomic_fetch_add(&spool_nfiles, 1);
+	} else if (e->dropped)
+		atomic_fetch_add(&spool_nfiles, 1);
 	/* a task that runs again (on_lost rerun) starts its file over */
 	atomic_fetch_sub(&spool_total, e->bytes);
 	e->bytes = 0;
@@ -519,14 +529,14 @@ spool_forget(uint64_t task)
 	pthread_mutex_unlock(&spool_lock);
 }
 
-uint64_t
-spool_bytes(void)
+bool
+spool_figures(struct spool_figures *f)
 {
-	return atomic_load(&spool_total);
-}
-
-uint64_t
-spool_dropped_count(void)
-{
-	return atomic_load(&spool_ndropped);
+	if (!spool_on())
+		return false;
+	f->bytes = atomic_load(&spool_total);
+	f->max_bytes = atomic_load(&spool_total_max);
+	f->files = atomic_load(&spool_nfiles);
+	f->dropped = atomic_load(&spool_ndropped);
+	return true;
 }

@@ -108,8 +108,14 @@ const char *spool_dropped(uint64_t task);
 /* Loop thread: the registry forgot the task: its file goes. */
 void spool_forget(uint64_t task);
 
-/* Any thread: bytes of the files, and files removed to make room since start. */
-uint64_t spool_bytes(void);
-uint64_t spool_dropped_count(void);
+/* What an operator sees of the spool (stats' "spool", the tpd_spool_* metrics). */
+struct spool_figures {
+	uint64_t bytes;         /* of the files now */
+	uint64_t max_bytes;     /* output_spool_bytes */
+	uint64_t files;         /* tasks whose output has a file now */
+	uint64_t dropped;       /* files removed to make room since start */
+};
+/* Any thread: the figures now; false when spooling is off (nothing is set). */
+bool spool_figures(struct spool_figures *);
 
 #endif

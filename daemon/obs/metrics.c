@@ -49,6 +49,7 @@
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 
+#include "exec/spool.h"
 #include "journal/durable.h"
 #include "net/conn.h"
 #include "daemon.h"
@@ -368,6 +369,25 @@ metrics_journal(struct evbuffer *out)
 	}
 }
 
+/* The spool's series (none when output_spool is off). */
+static void
+metrics_spool(struct evbuffer *out)
+{
+	struct spool_figures f;
+
+	if (!spool_figures(&f))
+		return;
+	family(out, "tpd_spool_bytes", "gauge", "Bytes of exec tasks' output files (output_spool).");
+	evbuffer_add_printf(out, "tpd_spool_bytes %llu\n", (unsigned long long)f.bytes);
+	family(out, "tpd_spool_max_bytes", "gauge", "output_spool_bytes.");
+	evbuffer_add_printf(out, "tpd_spool_max_bytes %llu\n", (unsigned long long)f.max_bytes);
+	family(out, "tpd_spool_files", "gauge", "Exec tasks whose output has a file now.");
+	evbuffer_add_printf(out, "tpd_spool_files %llu\n", (unsigned long long)f.files);
+	family(out, "tpd_spool_dropped_total", "counter", "Output files of finished tasks "
+	    "removed to stay under output_spool_bytes.");
+	evbuffer_add_printf(out, "tpd_spool_dropped_total %llu\n", (unsigned long long)f.dropped);
+}
+
 int
 metrics_format(struct evbuffer *out)
 {
@@ -405,6 +425,7 @@ metrics_format(struct evbuffer *out)
 	evbuffer_add_printf(out, "tpd_tasks_outstanding %llu\n",
 	    (unsigned long long)tasks_outstanding());
 	metrics_journal(out);
+	metrics_spool(out);
 	metrics_loop(out, &d->loop_pauses);
 
 	family(out, "tpd_tasks_submitted_total", "counter", "Submissions the pool accepted.");

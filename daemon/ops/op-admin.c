@@ -7,6 +7,7 @@
 
 #include "net/auth.h"
 #include "exec/cgroup.h"
+#include "exec/spool.h"
 #include "net/conn.h"
 #include "daemon.h"
 #include "journal/durable.h"
@@ -72,6 +73,19 @@ stats_loop(const struct pauses *p)
 	return o;
 }
 
+/* Stats' "spool" object: exec tasks' output files, or NULL when spooling is off. */
+static json_t *
+stats_spool(void)
+{
+	struct spool_figures f;
+
+	if (!spool_figures(&f))
+		return NULL;
+	return json_pack("{sI sI sI sI}", "bytes", (json_int_t)f.bytes,
+	    "max_bytes", (json_int_t)f.max_bytes, "files", (json_int_t)f.files,
+	    "dropped", (json_int_t)f.dropped);
+}
+
 void
 op_stats(struct conn *c, struct request *req)
 {
@@ -126,9 +140,11 @@ op_stats(struct conn *c, struct request *req)
 	st.nwarnings = auth_warnings(&st.warnings);
 	st.sources = sources_stats();
 	st.loop = stats_loop(&d->loop_pauses);
+	st.spool = stats_spool();
 	proto_encode_stats(&pt, req->id, &st);
 	json_decref(st.journal);
 	json_decref(st.loop);
+	json_decref(st.spool);
 	json_decref(st.sources);
 	conn_send_text(c, &pt);
 }

@@ -660,6 +660,10 @@ proto_encode_stats(struct proto_text *pt, json_t *id, const struct proto_stats *
 		pt_key(pt, FIELD_LOOP);
 		proto_text_json(pt, st->loop);
 	}
+	if (st->spool != NULL) {
+		pt_key(pt, FIELD_SPOOL);
+		proto_text_json(pt, st->spool);
+	}
 	pt_key(pt, FIELD_TCP_AUTH);
 	pt_cstring(pt, st->tcp_auth);
 	pt_key(pt, FIELD_WARNINGS);

@@ -286,6 +286,7 @@ struct proto_stats {
 	const char *tcp_auth;       /* TCP_AUTH_* */
 	json_t *journal;            /* the journal's object (durable_stats_json; borrowed) */
 	json_t *loop;               /* the loop's pauses (borrowed), or NULL */
+	json_t *spool;              /* exec output files (borrowed), or NULL: spooling off */
 	json_t *sources;            /* an array, one object per [source NAME] (borrowed) */
 	const char *const *warnings; /* what is open too wide (auth_warnings) */
 	size_t nwarnings;
