@@ -31,11 +31,16 @@
  *
  * Idle: a tick that finds no pass but its own since the previous tick
  * stops the timer, so that an idle daemon is not woken a thousand times a
- * second. The next pass (the one after the wait, which may be a long one:
- * a big request from an idle daemon) is measured by the thread's CPU time
- * since the timer stopped (the wait takes none), a system call per idle
- * spell, and then the ticks start again. CPU time misses a preemption or
- * a blocking call in that one pass; the ticks, wall time, miss nothing.
+ * second. The pass of that tick goes on with the callbacks the same
+ * epoll_wait woke (the last bytes of a big request, say): it is measured
+ * by wall time from the tick to its end, and when that is a tick or more
+ * the loop was not idle after all, the pause is recorded and the ticks
+ * start again at once. Otherwise the next pass (the one after the wait,
+ * which may be a long one: a big request from an idle daemon) is measured
+ * by the thread's CPU time since the end of the stopping pass (the wait
+ * takes none), a system call per idle spell, and then the ticks start
+ * again. CPU time misses a preemption or a blocking call in that one
+ * pass; the ticks, wall time, miss nothing.
  *
  * Cost while busy: a clock read per pass, and a thousand wake-ups a second
  * (a timer fd read each): nothing per request (callgrind counts 40,687
@@ -69,8 +74,9 @@ static struct {
 	uint64_t last_end_us;       /* when the last pass ended */
 	uint64_t passes;            /* passes ended */
 	uint64_t passes_at_tick;    /* passes when the previous tick ran */
-	uint64_t idle_pass;         /* passes when the timer stopped */
-	uint64_t idle_cpu_us;       /* the thread's CPU time then */
+	uint64_t idle_pass;         /* passes when the timer stopped (its pass not ended) */
+	uint64_t stop_us;           /* when the timer stopped */
+	uint64_t idle_cpu_us;       /* the thread's CPU time when the stopping pass ended */
 } lw = { .fd = -1 };
 
 static uint64_t
@@ -108,7 +114,7 @@ lw_tick_stop(void)
 		log_warn("loop watch: timerfd_settime");
 	lw.ticking = false;
 	lw.idle_pass = lw.passes;
-	lw.idle_cpu_us = thread_cpu_us();
+	lw.stop_us = clock_now_us();
 }
 
 static void
@@ -178,9 +184,18 @@ loop_watch_pass_end(struct daemon *d)
 {
 	lw.passes++;
 	lw.last_end_us = clock_now_us();
-	/* the first pass after an idle spell (not the one that stopped the ticks) */
-	if (!lw.ticking && lw.fd != -1 && lw.passes > lw.idle_pass + 1) {
-		pauses_add(&d->loop_pauses, thread_cpu_us() - lw.idle_cpu_us);
-		lw_tick_start();
+	if (lw.ticking || lw.fd == -1)
+		return;
+	if (lw.passes == lw.idle_pass + 1) {
+		/* the pass that stopped the ticks: what ran after its tick */
+		if (lw.last_end_us - lw.stop_us >= LOOP_WATCH_TICK_US) {
+			pauses_add(&d->loop_pauses, lw.last_end_us - lw.stop_us);
+			lw_tick_start();
+		} else
+			lw.idle_cpu_us = thread_cpu_us();
+		return;
 	}
+	/* the first pass after an idle spell */
+	pauses_add(&d->loop_pauses, thread_cpu_us() - lw.idle_cpu_us);
+	lw_tick_start();
 }
