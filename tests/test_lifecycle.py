@@ -77,6 +77,41 @@ def test_sigterm_as_soon_as_the_socket_appears_is_a_clean_shutdown():
     print("checked: 10 SIGTERMs sent as the socket appeared, 10 clean exits")
 
 
+def test_only_the_loop_thread_takes_signals():
+    # Every thread but the loop's (the main one) blocks the signals tpd
+    # handles: the pool's workers at start and those an elastic pool grows
+    # later, the journal's sync and maintenance threads. A SIGHUP then goes
+    # to the loop and is handled, however busy the other threads are.
+    handled = {signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD}
+
+    def masks(pid):
+        out = {}
+        for tid in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                    blk = [l for l in f if l.startswith("SigBlk:")][0].split()[1]
+            except (OSError, IndexError):
+                continue        # a thread that left meanwhile
+            out[int(tid)] = {s for s in handled if int(blk, 16) >> (s - 1) & 1}
+        return out
+
+    d = Daemon(workers=2, start=False)
+    conf = os.path.join(d.dir, "tpd.conf")
+    with open(conf, "w") as f:
+        f.write("[pool grow]\nmin_workers = 1\nmax_workers = 4\n")
+    d.args += ["-c", conf]
+    d.start()
+    with d:
+        c = d.client()
+        rids = [c.submit({"kind": "sleep", "ms": 300}, pool="grow")[0] for _ in range(4)]
+        eventually(lambda: len(masks(d.proc.pid)) >= 1 + 2 + 4 + 1, "the threads are made")
+        m = masks(d.proc.pid)
+        check(m.pop(d.proc.pid) == set(), "the loop thread blocks a handled signal")
+        check(all(b == handled for b in m.values()),
+              "threads that take a handled signal: %r", {t: handled - b for t, b in m.items()})
+        for rid in rids:
+            check(c.done(rid)["state"] == "succeeded", "a task of the grown pool")
+
 def test_second_sigterm_turns_drain_into_now():
     with Daemon(workers=1) as d:
         c = d.client()

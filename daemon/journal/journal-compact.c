@@ -25,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/thread.h"
 #include "journal-int.h"
 #include "journal-read.h"
 #include "base/log.h"
@@ -308,7 +309,7 @@ jmaint_start(struct journal *j, char **cause)
 {
 	int e;
 
-	if ((e = pthread_create(&j->mt.thread, NULL, jmaint_main, j)) != 0) {
+	if ((e = thread_create_unsignalled(&j->mt.thread, NULL, jmaint_main, j)) != 0) {
 		if (asprintf(cause, "journal %s: cannot start its maintenance thread: %s", j->dir,
 		    strerror(e)) == -1)
 			*cause = NULL;

@@ -41,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/thread.h"
 #include "journal-int.h"
 
 /* Until abs_us (monotonic), or a signal. Under sy.lock. */
@@ -181,7 +182,7 @@ jsync_start(struct journal *j, char **cause)
 	struct jsync *sy = &j->sy;
 	int e;
 
-	if ((e = pthread_create(&sy->thread, NULL, jsync_main, j)) != 0) {
+	if ((e = thread_create_unsignalled(&sy->thread, NULL, jsync_main, j)) != 0) {
 		if (asprintf(cause, "journal %s: cannot start its sync thread: %s", j->dir,
 		    strerror(e)) == -1)
 			*cause = NULL;

@@ -91,6 +91,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/thread.h"
 #include "pool.h"
 
 struct worker {
@@ -1489,7 +1490,7 @@ pool_create(const struct pool_config *cfg, char **cause)
 	p->top = p->top_present = -1;
 	p->warn = cfg->warn;
 	p->warn_arg = cfg->warn_arg;
-	p->thread_start = cfg->thread_start ? cfg->thread_start : pthread_create;
+	p->thread_start = cfg->thread_start ? cfg->thread_start : thread_create_unsignalled;
 	p->room = cfg->room;
 	p->room_arg = cfg->room_arg;
 	p->may_spin = sysconf(_SC_NPROCESSORS_ONLN) > 1;

@@ -273,7 +273,11 @@ struct pool_snapshot {
  */
 typedef void (*pool_room_fn)(struct pool *, void *arg);
 
-/* The thread starter: pthread_create, or a test's fault injector. */
+/*
+ * The thread starter: pthread_create's signature; by default
+ * thread_create_unsignalled (base/thread.h: workers take no asynchronous
+ * signals), or a test's fault injector.
+ */
 typedef int (*pool_thread_start_fn)(pthread_t *, const pthread_attr_t *,
     void *(*)(void *), void *);
 
@@ -295,7 +299,7 @@ struct pool_config {
 	bool drop_oldest;       /* a full queue displaces instead of refusing */
 	unsigned max_queued_per_owner;  /* 0: no limit */
 	unsigned max_running_per_owner; /* 0: no limit */
-	pool_thread_start_fn thread_start; /* NULL = pthread_create */
+	pool_thread_start_fn thread_start; /* NULL = thread_create_unsignalled */
 	pool_room_fn room;      /* optional: told when room frees after pool_want_room */
 	void *room_arg;
 	pool_warn_fn warn;      /* optional */
