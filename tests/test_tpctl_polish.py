@@ -182,8 +182,8 @@ def stats_tables(out):
         if not line.strip():
             rows = None
             continue
-        if line.startswith(("loop: ", "journal: ")):
-            break               # the loop's and the journal's lines, after the tables
+        if line.startswith(("loop: ", "journal: ", "spool: ")):
+            break               # the loop's, the journal's and the spool's lines, after the tables
         if rows is None:
             header, rows = line.split(), []
             tables.append(rows)
@@ -212,8 +212,10 @@ def test_stats_table_adds_up():
         first, tables = stats_tables(p.stdout)
         check(first.startswith("tpd ") and ": running, up " in first, "%r", first)
         check(len(tables) == 2, "two tables: %r", p.stdout)
-        check(p.stdout.decode().splitlines()[-1].startswith("journal: ok, "),
-              "the journal's line: %r", p.stdout)
+        last = p.stdout.decode().splitlines()[-3:]
+        check(last[0].startswith("loop: ") and last[1].startswith("journal: ok, ") and
+              last[2].startswith("spool: 0 task outputs, 0 B of "),
+              "the loop's, the journal's and the spool's lines: %r", p.stdout)
         now, tasks = tables[0][0], tables[1][0]
         check(now["POOL"] == "default" and now["STATE"] == "open", "%r", now)
         check(now["BUSY"] == "1" and now["QUEUED"] == "1", "%r", now)
