@@ -42,6 +42,7 @@
 #include "conf/conf.h"
 #include "exec/exec-spawn.h"
 #include "exec/exec.h"
+#include "exec/pgroup.h"
 #include "exec/spool.h"
 #include "task/task.h"
 #include "base/utf8.h"
@@ -1426,6 +1427,71 @@ test_cleanup(void)
 		fprintf(stderr, "could not remove %s\n", test_dir);
 }
 
+/*
+ * Forks a process that leads a group of its own, from this thread, which
+ * stays until told to go: a thread's children go to the main thread when it
+ * exits, and the main thread's children are the ones tpd takes for orphans.
+ */
+struct stranger {
+	pid_t pid;
+	int made[2], go[2];
+};
+
+static void *
+fork_group_leader(void *arg)
+{
+	struct stranger *st = arg;
+	char b;
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		setpgid(0, 0);
+		for (;;)
+			pause();
+	}
+	if (pid > 0)
+		setpgid(pid, pid);      /* either side may be first */
+	st->pid = pid;
+	if (write(st->made[1], "x", 1) != 1 || read(st->go[0], &b, 1) < 0)
+		return NULL;
+	return NULL;
+}
+
+/*
+ * A task's end after its leader was reaped and its pid given to a stranger
+ * that leads a group of its own (pid_max 32768 wraps in seconds on a busy
+ * host): pgroup_kill_wait must leave that group alone. It sent SIGKILL to
+ * -pid, which killed the stranger.
+ */
+static void
+test_reaped_leaders_pid_named_by_a_stranger(void)
+{
+	struct stranger st = { .pid = -1 };
+	struct pgroup_task pt;
+	pthread_t th;
+	int status = 0;
+	char b;
+
+	CHECK(pipe(st.made) == 0 && pipe(st.go) == 0, "pipe");
+	pgroup_task_prepare(&pt);
+	CHECK(pthread_create(&th, NULL, fork_group_leader, &st) == 0, "pthread_create");
+	CHECK(read(st.made[0], &b, 1) == 1 && st.pid > 0, "fork");
+	CHECK(getpgid(st.pid) == st.pid, "the stranger leads its group");
+	/* the task whose leader had that pid ends now */
+	pgroup_task_begin(&pt, st.pid);
+	CHECK(pgroup_kill_wait(&pt, 300) == 0, "processes left");
+	CHECK(waitpid(st.pid, &status, WNOHANG) == 0, "the stranger was killed (status %d)",
+	    status);
+	kill(st.pid, SIGKILL);
+	CHECK(waitpid(st.pid, &status, 0) == st.pid, "waitpid");
+	CHECK(write(st.go[1], "x", 1) == 1, "write");
+	pthread_join(th, NULL);
+	close(st.made[0]);
+	close(st.made[1]);
+	close(st.go[0]);
+	close(st.go[1]);
+}
+
 static const struct test_case cases[] = {
 	{ "utf8", test_utf8 },
 	{ "base64", test_base64 },
@@ -1445,6 +1511,7 @@ static const struct test_case cases[] = {
 	{ "start_gate", test_start_gate },
 	{ "follow_kept_from_the_spool", test_follow_kept_from_the_spool },
 	{ "many_and_no_zombies", test_many_and_no_zombies },
+	{ "reaped_leaders_pid_named_by_a_stranger", test_reaped_leaders_pid_named_by_a_stranger },
 	{ "reconfigure", test_reconfigure },
 };
 

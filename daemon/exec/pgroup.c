@@ -281,10 +281,14 @@ pgroup_other_leader(const struct pgroup_task *pt, pid_t pid)
 	return false;
 }
 
-/* Is p one of pt's processes (pgroup.h)? Under pgroup_lock. */
+/*
+ * Is p one of pt's processes (pgroup.h)? Under pgroup_lock. reused: the
+ * leader (reaped by now) has a live namesake, so its pid was given to a
+ * stranger, and a group or session of that id is the stranger's.
+ */
 static bool
 pgroup_is_task(struct pgroup_walk *w, const struct pgroup_task *pt,
-    struct pgroup_proc *p, pid_t self)
+    struct pgroup_proc *p, pid_t self, bool reused)
 {
 	struct pgroup_proc *chain[64];
 	size_t n = 0;
@@ -297,7 +301,7 @@ pgroup_is_task(struct pgroup_walk *w, const struct pgroup_task *pt,
 			p->mark = 0;
 			break;
 		}
-		if (p->pgrp == pt->leader || p->sid == pt->leader) {
+		if (!reused && (p->pgrp == pt->leader || p->sid == pt->leader)) {
 			p->mark = 1;
 			break;
 		}
@@ -351,16 +355,18 @@ pgroup_round(struct pgroup_walk *w, struct pgroup_task *pt, uint64_t deadline,
 	size_t nfds = 0;
 	pid_t self = getpid();
 	int found = 0;
+	bool reused;
 
 	/* the orphans first: one adopted during the walk is seen by the next round */
 	if (pgroup_orphans(w) == -1 || pgroup_walk(w) == -1)
 		return -1;
+	reused = pgroup_find(w, pt->leader) != NULL;
 	pthread_mutex_lock(&pgroup_lock);
 	for (size_t i = 0; i < w->n; i++) {
 		struct pgroup_proc *p = &w->p[i];
 		int fd;
 
-		if (p->state == 'Z' || p->state == 'X' || !pgroup_is_task(w, pt, p, self))
+		if (p->state == 'Z' || p->state == 'X' || !pgroup_is_task(w, pt, p, self, reused))
 			continue;
 		if (fds == NULL && (fds = calloc(w->n, sizeof *fds)) == NULL)
 			break;
@@ -407,9 +413,11 @@ pgroup_kill_wait(struct pgroup_task *pt, uint64_t timeout_ms)
 
 	/*
 	 * Fast path: the group is empty (so all of it is reaped, and its
-	 * children re-parented) and tpd has no orphan: nothing is left.
+	 * children re-parented) and tpd has no orphan: nothing is left. The
+	 * leader is reaped, so its pid may name a stranger's group by now:
+	 * the probe is signal 0 (the group had its SIGKILL before the reap).
 	 */
-	if (kill(-pt->leader, SIGKILL) == -1 && errno == ESRCH &&
+	if (kill(-pt->leader, 0) == -1 && errno == ESRCH &&
 	    (!pgroup_subreaper || pgroup_orphans(NULL) == 0)) {
 		pgroup_task_end(pt);
 		return 0;

@@ -5,7 +5,10 @@
  * A task's leader (the child of exec-spawn.h) has a session and process
  * group of its own, whose id is its pid. That id cannot be given to another
  * process while the leader is unreaped or any process still has it as its
- * group or session id, so signalling -pgid never hits a stranger.
+ * group or session id, so signalling -pgid before the reap never hits a
+ * stranger. After the reap it may (pid_max is often 32768: a busy host
+ * wraps it in seconds): then only signal 0 goes to -pgid, and a walk that
+ * finds the leader's pid alive again takes nothing by that group or session.
  *
  * Processes that leave the group (setsid, setpgid) are followed too:
  * pgroup_init makes tpd a child subreaper (PR_SET_CHILD_SUBREAPER), so a
