@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/pidfd.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +21,8 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "wire.h"
+
+#define CGROUP_SIGNAL_MAX 512    /* processes signalled one by one (cgroup_task_signal) */
 
 /* How long the start-up waits for a leftover task cgroup to empty. */
 #define CGROUP_LEFTOVER_WAIT_MS 5000
@@ -525,28 +528,56 @@ cgroup_task_create(struct cgroup_task *ct, const struct cgroup_limits *lim,
 	return 0;
 }
 
+/* Whether pid is in procs, a cgroup.procs text (one pid a line). */
+static bool
+cgroup_procs_has(const char *procs, pid_t pid)
+{
+	for (const char *p = procs; *p != '\0';) {
+		char *end;
+		long v = strtol(p, &end, 10);
+
+		if (end == p)
+			break;
+		if (v == (long)pid)
+			return true;
+		p = end;
+	}
+	return false;
+}
+
 void
 cgroup_task_signal(struct cgroup_task *ct, int sig)
 {
-	char buf[4096];
-	ssize_t n;
+	char buf[4096], again[4096];
+	int fds[CGROUP_SIGNAL_MAX];
+	pid_t pids[CGROUP_SIGNAL_MAX];
+	size_t n = 0;
 
 	/*
-	 * The pids come from the cgroup itself: only an exit and a wrap of
-	 * the whole pid space could turn one into a stranger meanwhile.
-	 * (A longer list than buf holds: the group signal and cgroup.kill
-	 * still reach the rest.)
+	 * The pids come from the cgroup itself, but one may exit and be given
+	 * to a stranger (pid_max is often 32768) before it is signalled. So
+	 * each is pinned with a pidfd first, then signalled only if it is in
+	 * the cgroup still: the process the pidfd names is then the task's (a
+	 * pid the task's reaped process had can only be in its cgroup again if
+	 * the task made it). A longer list than buf holds: the group signal
+	 * and cgroup.kill still reach the rest.
 	 */
-	if (ct->dirfd == -1 || (n = cgroup_read_at(ct->dirfd, "cgroup.procs", buf,
-	    sizeof buf)) <= 0)
+	if (ct->dirfd == -1 || cgroup_read_at(ct->dirfd, "cgroup.procs", buf, sizeof buf) <= 0)
 		return;
-	for (char *p = buf, *end; *p != '\0'; p = end) {
+	for (char *p = buf, *end; *p != '\0' && n < CGROUP_SIGNAL_MAX; p = end) {
 		long pid = strtol(p, &end, 10);
 
 		if (end == p)
 			break;
-		if (pid > 0)
-			kill((pid_t)pid, sig);
+		if (pid > 0 && (fds[n] = (int)pidfd_open((pid_t)pid, 0)) != -1)
+			pids[n++] = (pid_t)pid;
+	}
+	if (n > 0 && cgroup_read_at(ct->dirfd, "cgroup.procs", again, sizeof again) < 0)
+		again[0] = '\0';
+	for (size_t i = 0; i < n; i++) {
+		if (cgroup_procs_has(again, pids[i]))
+			pidfd_send_signal(fds[i], sig, NULL, 0);
+		close(fds[i]);
 	}
 }
 
