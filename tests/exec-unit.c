@@ -1492,6 +1492,41 @@ test_reaped_leaders_pid_named_by_a_stranger(void)
 	close(st.go[1]);
 }
 
+static volatile sig_atomic_t usr1_seen;
+
+static void
+usr1_count(int sig)
+{
+	(void)sig;
+	usr1_seen++;
+}
+
+/*
+ * pgroup_signal for a pid that is not a task's (0, -1: a run whose spawn
+ * never happened) must not become kill(0) (tpd's own process group: the
+ * daemon, and whatever started it) or kill(1). Checked in a child that
+ * leads a session of its own, so that a failure signals nothing else.
+ */
+static void
+test_no_signal_to_our_own_group(void)
+{
+	int status;
+	pid_t pid = fork();
+
+	CHECK(pid != -1, "fork");
+	if (pid == 0) {
+		struct sigaction sa = { .sa_handler = usr1_count };
+
+		setsid();
+		sigaction(SIGUSR1, &sa, NULL);
+		pgroup_signal(0, -1, SIGUSR1);
+		pgroup_signal(-1, -1, 0);       /* kill(1, 0) before: harmless, refused now */
+		_exit(usr1_seen == 0 ? 0 : 1);
+	}
+	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status), "waitpid");
+	CHECK(WEXITSTATUS(status) == 0, "pgroup_signal(0) signalled its own process group");
+}
+
 static const struct test_case cases[] = {
 	{ "utf8", test_utf8 },
 	{ "base64", test_base64 },
@@ -1512,6 +1547,7 @@ static const struct test_case cases[] = {
 	{ "follow_kept_from_the_spool", test_follow_kept_from_the_spool },
 	{ "many_and_no_zombies", test_many_and_no_zombies },
 	{ "reaped_leaders_pid_named_by_a_stranger", test_reaped_leaders_pid_named_by_a_stranger },
+	{ "no_signal_to_our_own_group", test_no_signal_to_our_own_group },
 	{ "reconfigure", test_reconfigure },
 };
 

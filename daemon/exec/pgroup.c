@@ -77,6 +77,12 @@ pgroup_init(void)
 void
 pgroup_signal(pid_t pgid, int leader_pidfd, int sig)
 {
+	/* -0 is tpd's own group and -1 is every process it may signal: never a task's */
+	if (pgid <= 1) {
+		log_warnx("exec: no signal %d to process group %ld (not a task's: a bug)", sig,
+		    (long)pgid);
+		return;
+	}
 	if (kill(-pgid, sig) == -1 && errno != ESRCH)
 		log_warn("exec: kill(-%ld, %d)", (long)pgid, sig);
 	if (leader_pidfd != -1 && getpgid(pgid) != pgid)
@@ -417,6 +423,11 @@ pgroup_kill_wait(struct pgroup_task *pt, uint64_t timeout_ms)
 	 * leader is reaped, so its pid may name a stranger's group by now:
 	 * the probe is signal 0 (the group had its SIGKILL before the reap).
 	 */
+	if (pt->leader <= 1) {
+		log_warnx("exec: no task leader to end (%ld: a bug)", (long)pt->leader);
+		pgroup_task_end(pt);
+		return 0;
+	}
 	if (kill(-pt->leader, 0) == -1 && errno == ESRCH &&
 	    (!pgroup_subreaper || pgroup_orphans(NULL) == 0)) {
 		pgroup_task_end(pt);

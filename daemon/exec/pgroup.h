@@ -40,7 +40,8 @@ void pgroup_init(void);
 
 /*
  * Sends sig to every process of group pgid and, through leader_pidfd, to the
- * leader itself (it may have left the group). Never blocks.
+ * leader itself (it may have left the group). Never blocks. A pgid of 1 or
+ * less (tpd's own group, or every process) is refused and logged.
  */
 void pgroup_signal(pid_t pgid, int leader_pidfd, int sig);
 
