@@ -33,8 +33,9 @@
 /*
  * TARGET shows an elastic pool's bounds too: "2 (1-8)"; HELD: submits
  * waiting for room; SCHEDULED: accepted tasks due later (a delay, a retry's
- * backoff) or due with the queue full; WAITING: accepted tasks waiting for their dependencies. The last
- * two are not in QUEUED: they hold no queue slot until they are due.
+ * backoff) or due with the queue full; WAITING: accepted tasks waiting for
+ * their dependencies. The last two are not in QUEUED: they hold no queue
+ * slot until they are due.
  */
 static const char *const top_headers[TOP_NCOLS] = {
 	"POOL", "TARGET", "WORKERS", "BUSY", "QUEUED", "TASKS/S", "WAIT p50", "p99",

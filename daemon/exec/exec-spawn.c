@@ -448,9 +448,8 @@ spawn_pipe(int fds[2])
 		return -1;
 	fds[0] = spawn_fd_above2(fds[0]);
 	fds[1] = spawn_fd_above2(fds[1]);
-	if (fds[0] == -1 || fds[1] == -1) {
+	if (fds[0] == -1 || fds[1] == -1)
 		return spawn_pipe_fail(fds);
-	}
 	return 0;
 }
 
@@ -466,9 +465,8 @@ spawn_gate_pipe(int fds[2])
 {
 	if (spawn_pipe(fds) == -1)
 		return -1;
-	if (spawn_nonblock(fds[1]) == -1) {
+	if (spawn_nonblock(fds[1]) == -1)
 		return spawn_pipe_fail(fds);
-	}
 	return 0;
 }
 

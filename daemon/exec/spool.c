@@ -248,19 +248,18 @@ spool_writer_create(struct spool_writer *w)
 	uint64_t task = w->task;
 	struct spool_entry *e;
 	char name[32];
+	bool fresh;
 
 	w->lazy = false;
 	spool_name(name, sizeof name, task);
 	pthread_mutex_lock(&spool_lock);
-	if ((e = spool_find(task)) == NULL) {
-		if ((e = spool_insert(task)) == NULL) {
-			pthread_mutex_unlock(&spool_lock);
-			log_warnx("spool: task %" PRIu64 ": out of memory: its output is not kept",
-			    task);
-			return;
-		}
-		atomic_fetch_add(&spool_nfiles, 1);
-	} else if (e->dropped)
+	if ((fresh = (e = spool_find(task)) == NULL) && (e = spool_insert(task)) == NULL) {
+		pthread_mutex_unlock(&spool_lock);
+		log_warnx("spool: task %" PRIu64 ": out of memory: its output is not kept", task);
+		return;
+	}
+	/* a file again: the entry is new, or its file was removed to make room */
+	if (fresh || e->dropped)
 		atomic_fetch_add(&spool_nfiles, 1);
 	/* a task that runs again (on_lost rerun) starts its file over */
 	atomic_fetch_sub(&spool_total, e->bytes);

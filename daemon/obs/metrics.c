@@ -328,14 +328,28 @@ sources_format(struct evbuffer *out)
 	}
 }
 
+/* A family of one sample without labels. */
+struct metrics_plain {
+	const char *name, *type, *help;
+};
+
+/* The families fam[0..n) and their samples v[0..n). */
+static void
+plain_samples(struct evbuffer *out, const struct metrics_plain *fam,
+    const unsigned long long *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		family(out, fam[i].name, fam[i].type, fam[i].help);
+		evbuffer_add_printf(out, "%s %llu\n", fam[i].name, v[i]);
+	}
+}
+
 /* The journal's series (none with the journal off). */
 static void
 metrics_journal(struct evbuffer *out)
 {
 	struct journal_stats js;
-	static const struct {
-		const char *name, *type, *help;
-	} fam[] = {
+	static const struct metrics_plain fam[] = {
 		{ "tpd_journal_failed", "gauge", "1 while the journal cannot be written (submits are "
 		    "refused with storage; what depends on lost records waits), else 0." },
 		{ "tpd_journal_at_limit", "gauge", "1 while the journal is at journal_max_bytes." },
@@ -363,29 +377,30 @@ metrics_journal(struct evbuffer *out)
 	v[5] = js.recoveries;
 	v[6] = held;
 	v[7] = js.held_starts;
-	for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
-		family(out, fam[i].name, fam[i].type, fam[i].help);
-		evbuffer_add_printf(out, "%s %llu\n", fam[i].name, v[i]);
-	}
+	plain_samples(out, fam, v, sizeof fam / sizeof fam[0]);
 }
 
 /* The spool's series (none when output_spool is off). */
 static void
 metrics_spool(struct evbuffer *out)
 {
+	static const struct metrics_plain fam[] = {
+		{ "tpd_spool_bytes", "gauge", "Bytes of exec tasks' output files (output_spool)." },
+		{ "tpd_spool_max_bytes", "gauge", "output_spool_bytes." },
+		{ "tpd_spool_files", "gauge", "Exec tasks whose output has a file now." },
+		{ "tpd_spool_dropped_total", "counter", "Output files of finished tasks removed to "
+		    "stay under output_spool_bytes." },
+	};
 	struct spool_figures f;
+	unsigned long long v[4];
 
 	if (!spool_figures(&f))
 		return;
-	family(out, "tpd_spool_bytes", "gauge", "Bytes of exec tasks' output files (output_spool).");
-	evbuffer_add_printf(out, "tpd_spool_bytes %llu\n", (unsigned long long)f.bytes);
-	family(out, "tpd_spool_max_bytes", "gauge", "output_spool_bytes.");
-	evbuffer_add_printf(out, "tpd_spool_max_bytes %llu\n", (unsigned long long)f.max_bytes);
-	family(out, "tpd_spool_files", "gauge", "Exec tasks whose output has a file now.");
-	evbuffer_add_printf(out, "tpd_spool_files %llu\n", (unsigned long long)f.files);
-	family(out, "tpd_spool_dropped_total", "counter", "Output files of finished tasks "
-	    "removed to stay under output_spool_bytes.");
-	evbuffer_add_printf(out, "tpd_spool_dropped_total %llu\n", (unsigned long long)f.dropped);
+	v[0] = f.bytes;
+	v[1] = f.max_bytes;
+	v[2] = f.files;
+	v[3] = f.dropped;
+	plain_samples(out, fam, v, sizeof fam / sizeof fam[0]);
 }
 
 int
