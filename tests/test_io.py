@@ -240,11 +240,8 @@ def test_spool_figures_in_stats_tpctl_and_metrics_match_the_files():
     # Three tasks of 90 kB under a 200k bound: the first file is removed for
     # the third. stats' "spool", tpctl stats' line and the tpd_spool_*
     # series all say what the directory holds.
-    import http.client
-    import re
-    with Daemon("--metrics-listen", "127.0.0.1:0", start=False) as d:
-        d.args += ["-c", conf_file(d, "[exec]\noutput_spool_bytes = 200k\n")]
-        d.start()
+    with Daemon("--metrics-listen", "127.0.0.1:0",
+                conf="[exec]\noutput_spool_bytes = 200k\n") as d:
         spool = os.path.join(d.dir, "state", "spool")
         c = d.client()
         st = c.request({"op": "stats"}, "stats")["spool"]
@@ -261,18 +258,13 @@ def test_spool_figures_in_stats_tpctl_and_metrics_match_the_files():
         out = tpctl(d, "stats").stdout.decode()
         check("spool: 2 task outputs, " in out and ", 1 removed to make room" in out,
               "tpctl stats: %r", out)
-        port = int(re.search(r"metrics: serving GET /metrics on tcp 127\.0\.0\.1:(\d+)",
-                             d.read_log()).group(1))
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
-        conn.close()
-        got = dict(l.split(" ") for l in text.splitlines() if l.startswith("tpd_spool_"))
+        got = dict(l.split(" ") for l in d.metrics().splitlines() if l.startswith("tpd_spool_"))
         check(got == {"tpd_spool_bytes": str(size), "tpd_spool_max_bytes": "204800",
                       "tpd_spool_files": "2", "tpd_spool_dropped_total": "1"}, "%r", got)
     with Daemon("--journal", "off") as d:
         check("spool" not in d.client().request({"op": "stats"}, "stats"),
               "spooling is off with the journal: no spool object")
+
 
 def test_spool_file_goes_with_the_forgotten_task():
     with Daemon("--journal", "on", start=False) as d:

@@ -9,16 +9,14 @@ that depend on no record (ping, stats, storage rejections) are never held;
 and after a kill -9 every task a client saw accepted is known, with the state
 its done said. The faults come from tests/faultfs.so (LD_PRELOAD), and from a
 real full tmpfs where mounting one is allowed."""
-import http.client
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 import time
 
-from tpdtest import SLOW, TIMEOUT, Client, Daemon, Skip, check, eventually, run_tests
+from tpdtest import SLOW, Client, Daemon, Skip, check, eventually, run_tests
 
 from faultfs import EIO, ENOSPC, Faulty
 
@@ -196,13 +194,8 @@ def test_output_held_past_output_stall_timeout_is_dropped():
 
 def scrape(d):
     """{sample line's name and labels: value} of GET /metrics."""
-    m = re.search(r"metrics: serving GET /metrics on tcp 127\.0\.0\.1:(\d+)", d.read_log())
-    check(m is not None, "no metrics port in the log")
-    conn = http.client.HTTPConnection("127.0.0.1", int(m.group(1)), timeout=TIMEOUT)
-    conn.request("GET", "/metrics")
-    text = conn.getresponse().read().decode()
-    conn.close()
-    return dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    return dict(line.rsplit(" ", 1) for line in d.metrics().splitlines()
+                if not line.startswith("#"))
 
 
 def test_metrics_show_the_failed_journal_and_storage_rejections():

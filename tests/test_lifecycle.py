@@ -95,13 +95,7 @@ def test_only_the_loop_thread_takes_signals():
             out[int(tid)] = {s for s in handled if int(blk, 16) >> (s - 1) & 1}
         return out
 
-    d = Daemon(workers=2, start=False)
-    conf = os.path.join(d.dir, "tpd.conf")
-    with open(conf, "w") as f:
-        f.write("[pool grow]\nmin_workers = 1\nmax_workers = 4\n")
-    d.args += ["-c", conf]
-    d.start()
-    with d:
+    with Daemon(workers=2, conf="[pool grow]\nmin_workers = 1\nmax_workers = 4\n") as d:
         c = d.client()
         rids = [c.submit({"kind": "sleep", "ms": 300}, pool="grow")[0] for _ in range(4)]
         eventually(lambda: len(masks(d.proc.pid)) >= 1 + 2 + 4 + 1, "the threads are made")
@@ -111,6 +105,7 @@ def test_only_the_loop_thread_takes_signals():
               "threads that take a handled signal: %r", {t: handled - b for t, b in m.items()})
         for rid in rids:
             check(c.done(rid)["state"] == "succeeded", "a task of the grown pool")
+
 
 def test_second_sigterm_turns_drain_into_now():
     with Daemon(workers=1) as d:

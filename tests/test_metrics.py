@@ -28,15 +28,9 @@ def metrics_daemon(*args, **kw):
     return Daemon("--metrics-listen", "127.0.0.1:0", *args, **kw)
 
 
-def metrics_port(d):
-    m = re.search(r"metrics: serving GET /metrics on tcp 127\.0\.0\.1:(\d+)", d.read_log())
-    check(m is not None, "the log names the metrics port:\n%s", d.read_log())
-    return int(m.group(1))
-
-
 def scrape(d, path="/metrics", method="GET", body=None, headers=None):
     """(status, headers dict, body text) of one request on a fresh connection."""
-    conn = http.client.HTTPConnection("127.0.0.1", metrics_port(d), timeout=TIMEOUT)
+    conn = http.client.HTTPConnection("127.0.0.1", d.metrics_port(), timeout=TIMEOUT)
     try:
         conn.request(method, path, body=body, headers=headers or {})
         r = conn.getresponse()
@@ -284,7 +278,7 @@ def test_metrics_only_get_metrics():
         status, _, _ = scrape(d, headers={"X-Big": "a" * 9000})
         check(status in (400, 413), "big headers: %d", status)
         # two scrapes on one kept-alive connection
-        conn = http.client.HTTPConnection("127.0.0.1", metrics_port(d), timeout=TIMEOUT)
+        conn = http.client.HTTPConnection("127.0.0.1", d.metrics_port(), timeout=TIMEOUT)
         for _ in range(2):
             conn.request("GET", "/metrics")
             r = conn.getresponse()
@@ -296,7 +290,7 @@ def test_metrics_only_get_metrics():
 
 def test_metrics_connections_are_capped():
     with metrics_daemon("--metrics-max-connections", "2") as d:
-        port = metrics_port(d)
+        port = d.metrics_port()
         idle = [socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
                 for _ in range(2)]
         eventually(lambda: "metrics_max_connections (2) reached" in d.read_log(),
@@ -318,7 +312,7 @@ def test_metrics_connections_are_capped():
 
 def test_metrics_idle_connections_are_closed():
     with metrics_daemon("--metrics-timeout", "200ms") as d:
-        s = socket.create_connection(("127.0.0.1", metrics_port(d)), timeout=TIMEOUT)
+        s = socket.create_connection(("127.0.0.1", d.metrics_port()), timeout=TIMEOUT)
         s.sendall(b"GET /metr")          # half a request line, then nothing
         start = time.monotonic()
         check(s.recv(100) == b"", "closed by tpd")
@@ -354,7 +348,7 @@ def test_metrics_listen_change_waits_for_a_restart():
     os.close(fd)
     try:
         with Daemon("-c", conf) as d:
-            port = metrics_port(d)
+            port = d.metrics_port()
             with open(conf, "w") as f:
                 f.write("[daemon]\nmetrics_listen = 127.0.0.1:1\nmetrics_max_connections = 4\n")
             d.signal(signal.SIGHUP)

@@ -2,10 +2,8 @@
 """Pools that schedule, through the real daemon: elastic size, admission (wait, drop_oldest),
 pause, priorities, fair share between owners, per-owner quotas, and a live resize that a
 reload keeps."""
-import http.client
 import json
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -423,11 +421,7 @@ def test_metrics_held_bounds_quota_and_displaced_as_expired():
         c.submit(ECHO, pool="d")
         c.submit(ECHO, pool="d")                # displaces the one before
         eventually(lambda: pool_stats(c, "w")["held"] == 1, "held")
-        m = re.search(r"metrics: serving GET /metrics on tcp 127\.0\.0\.1:(\d+)", d.read_log())
-        conn = http.client.HTTPConnection("127.0.0.1", int(m.group(1)), timeout=10)
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
-        conn.close()
+        text = d.metrics()
         for line in ('tpd_submits_held{pool="w"} 1', 'tpd_workers_min{pool="el"} 2',
                      'tpd_workers_max{pool="el"} 5',
                      'tpd_tasks_rejected_total{pool="q",reason="quota"} 1',

@@ -163,13 +163,8 @@ def test_delay_survives_restart():
 
 
 def test_delay_in_a_pool_removed_by_a_reload_ends_lost():
-    d = Daemon(start=False)
-    path = os.path.join(d.dir, "tpd.conf")
-    with open(path, "w") as f:
-        f.write("[pool extra]\nsize = 1\n")
-    d.args += ["-c", path]
-    d.start()
-    with d:
+    with Daemon(conf="[pool extra]\nsize = 1\n") as d:
+        path = os.path.join(d.dir, "tpd.conf")      # written again for the reload
         c = d.client()
         gone = [c.submit({"kind": "echo", "value": i}, pool="extra", delay_ms=ms)
                 for i, ms in enumerate((300, 400))]
@@ -735,8 +730,6 @@ def test_max_scheduled_rejects_past_it():
 
 
 def test_metrics_name_the_new_figures():
-    import http.client
-    import re
     with Daemon("--metrics-listen", "127.0.0.1:0") as d:
         c = d.client()
         c.submit({"kind": "echo", "value": 1}, delay_ms=60000, detach=True)
@@ -747,12 +740,7 @@ def test_metrics_name_the_new_figures():
         rf, f = c.submit({"kind": "fail", "message": "x"})
         rk, _ = c.submit({"kind": "echo", "value": 1}, after=[f["task"]])
         c.done(rk)
-        port = int(re.search(r"serving GET /metrics on tcp 127\.0\.0\.1:(\d+)",
-                             d.read_log()).group(1))
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
-        conn.close()
+        text = d.metrics()
         for line in ('tpd_tasks_scheduled{pool="default"} 1', 'tpd_tasks_waiting{pool="default"} 1',
                      'tpd_task_retries_total{pool="default"} 1',
                      'tpd_tasks_finished_total{pool="default",state="skipped"} 1'):

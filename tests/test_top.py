@@ -146,7 +146,6 @@ def test_top_prints_one_snapshot_into_a_pipe():
         check(p.returncode == 64, "a stray argument: %d", p.returncode)
 
 
-
 def test_top_shows_tasks_not_yet_due_apart_from_the_queue():
     # One task due in a minute (scheduled) and one after it (waiting): both
     # accepted, neither in QUEUED, each in its own column.
@@ -164,5 +163,6 @@ def test_top_shows_tasks_not_yet_due_apart_from_the_queue():
         # the row's last three cells: HELD, SCHEDULED, WAITING
         check(row(out, "default")[4] == "0/16" and row(out, "default")[-3:] == ["0", "1", "1"],
               "row: %r", out)
+
 
 run_tests(globals())

@@ -136,13 +136,7 @@ def test_hello_gives_up():
 def test_wait_gets_a_done_larger_than_the_output_buffer():
     """The ping that bounds wait goes first: after a large done, the daemon
     disconnects a client with that much unsent when the next answer is due."""
-    d = Daemon(start=False)
-    conf = os.path.join(d.dir, "tpd.conf")
-    with open(conf, "w") as f:
-        f.write("[daemon]\nmax_output_buffer = 1M\n")
-    d.args += ["-c", conf]
-    d.start()
-    with d:
+    with Daemon(conf="[daemon]\nmax_output_buffer = 1M\n") as d:
         size = 3 * 1024 * 1024
         c = d.client()
         rid = c.send({"op": "submit", "task": {

@@ -114,7 +114,7 @@ class Notify:
 
 class Daemon:
     def __init__(self, *args, workers=2, queue=16, tcp=False, tcp_auth="none", env=None,
-                 sock_name="tpd.sock", start=True):
+                 sock_name="tpd.sock", start=True, conf=None):
         self.dir = tempfile.mkdtemp(prefix="tpdtest-")
         self.sock = os.path.join(self.dir, sock_name)
         self.log_path = os.path.join(self.dir, "tpd.log")
@@ -124,6 +124,12 @@ class Daemon:
         self.args = ["-f", "-c", "none", "-s", self.sock, "-w", str(workers), "-q", str(queue),
                      "--log-level", "debug", "--state-dir", os.path.join(self.dir, "state")
                      ] + list(args)
+        if conf is not None:
+            # conf: the text of a tpd.conf, written in the daemon's dir and given by -c
+            path = os.path.join(self.dir, "tpd.conf")
+            with open(path, "w") as f:
+                f.write(conf)
+            self.args += ["-c", path]
         self.tcp = tcp
         if tcp:
             # a TCP listener needs a token file, or tcp_auth = none: a test with
@@ -159,6 +165,23 @@ class Daemon:
             m = re.match(r"tcp (?:[0-9.]+|\[[0-9a-f:]+\]):(\d+)$", name)
             if m and self.port is None:
                 self.port = int(m.group(1))
+
+    def metrics_port(self):
+        """The TCP port /metrics is served on (--metrics-listen 127.0.0.1:0), from the log."""
+        m = re.search(r"metrics: serving GET /metrics on tcp 127\.0\.0\.1:(\d+)",
+                      self.read_log())
+        check(m is not None, "the log names no metrics port:\n%s", self.read_log())
+        return int(m.group(1))
+
+    def metrics(self):
+        """The text of GET /metrics, on a connection of its own."""
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", self.metrics_port(), timeout=TIMEOUT)
+        try:
+            conn.request("GET", "/metrics")
+            return conn.getresponse().read().decode()
+        finally:
+            conn.close()
 
     def read_log(self):
         try:
