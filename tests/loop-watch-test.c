@@ -97,6 +97,28 @@ wake(struct rig *r)
 	CHECK(write(r->p[1], "x", 1) == 1, "write");
 }
 
+/* One pass whose pipe callback sleeps sleep for (wall time) and spins spin for (CPU time). */
+static void
+pass_busy(struct rig *r, uint64_t sleep, uint64_t spin)
+{
+	cb_sleep_us = sleep;
+	cb_spin_us = spin;
+	pass(r);
+	cb_sleep_us = cb_spin_us = 0;
+}
+
+/* The watch recorded one pause, of min_us to max_us. */
+static void
+check_one_pause(const struct rig *r, uint64_t min_us, uint64_t max_us)
+{
+	const struct pauses *p = &r->d.loop_pauses;
+
+	CHECK(p->count == 1 && p->max_us >= min_us && p->max_us < max_us,
+	    "%llu pauses, the longest %llu us (expected one of %llu to %llu us)",
+	    (unsigned long long)p->count, (unsigned long long)p->max_us,
+	    (unsigned long long)min_us, (unsigned long long)max_us);
+}
+
 /*
  * The first tick finds no pass since the watch started: it stops the
  * ticks. Its epoll_wait also woke the pipe, whose callback (after the
@@ -111,14 +133,9 @@ test_long_callback_in_the_pass_that_stops_the_ticks(void)
 	rig_start(&r);
 	sleep_us(3000);         /* the tick is due */
 	wake(&r);               /* and the pipe readable: one epoll_wait takes both */
-	cb_sleep_us = 60000;
-	pass(&r);
-	cb_sleep_us = 0;
-	CHECK(r.d.loop_pauses.count == 1 && r.d.loop_pauses.max_us >= 55000 &&
-	    r.d.loop_pauses.max_us < 1000000, "%llu pauses, the longest %llu us",
-	    (unsigned long long)r.d.loop_pauses.count,
-	    (unsigned long long)r.d.loop_pauses.max_us);
-	/* ticking again: a tick is due in a millisecond and wakes the loop */
+	pass_busy(&r, 60000, 0);
+	check_one_pause(&r, 55000, 1000000);
+	/* ticking again: a tick is due in a millisecond and wakes the loop (else: the alarm) */
 	pass(&r);
 	rig_stop(&r);
 }
@@ -133,19 +150,15 @@ static void
 test_idle_spell_then_a_long_pass(void)
 {
 	struct rig r;
+
 	rig_start(&r);
 	sleep_us(3000);
 	pass(&r);               /* the tick alone: the ticks stop */
 	CHECK(r.d.loop_pauses.count == 0, "a pause in the idle tick's pass");
 	sleep_us(200000);       /* idle: nothing wakes the loop */
 	wake(&r);
-	cb_spin_us = 30000;
-	pass(&r);
-	cb_spin_us = 0;
-	CHECK(r.d.loop_pauses.count == 1 && r.d.loop_pauses.max_us >= 25000 &&
-	    r.d.loop_pauses.max_us < 150000, "%llu pauses, the longest %llu us",
-	    (unsigned long long)r.d.loop_pauses.count,
-	    (unsigned long long)r.d.loop_pauses.max_us);
+	pass_busy(&r, 0, 30000);
+	check_one_pause(&r, 25000, 150000);
 	rig_stop(&r);
 }
 
