@@ -15,8 +15,9 @@
  * SKIP, COUNT times (0: for ever), with errno ERR (a number), or, with ERR
  * "short", writes half of what was asked and returns that, or with ERR
  * "slowMS" (slow1000) makes the call MS milliseconds late and then lets it
- * succeed (a slow disk). The first rule that fires wins. Counters start again when the file changes. Each fault
- * made is appended to FAULTFS_HITS (when set) as "OP PATH ERR".
+ * succeed (a slow disk). The first rule that fires wins. Counters start
+ * again when the file changes. Each fault made is appended to FAULTFS_HITS
+ * (when set) as "OP PATH ERR".
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

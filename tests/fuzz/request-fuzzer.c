@@ -21,8 +21,8 @@
  *     env entry NAME=value, output_limit within its bounds).
  *
  * The worker side of task.h (task_cancelled, task_set_error, task_emit,
- * the start gate), which only a run calls, is replaced at the end by functions that abort
- * if reached.
+ * the start gate), which only a run calls, is replaced at the end by
+ * functions that abort if reached.
  */
 #include "config.h"
 
