@@ -31,8 +31,12 @@
  *        writes data, not the file's size: a full segment is followed by a
  *        new one (the directory synced, the old one removed). Put FILE on
  *        the file system of tpd's state_dir (bench/run.py: its temp dir).
+ *   -W FILE  the written floor: -D without the fdatasync (each pass's lines
+ *        in one write, then its answers), as Redis's appendfsync everysec
+ *        does between its syncs. What a per-pass write costs a one-thread
+ *        server here: the measure of tpd's journal_sync = interval and none.
  *
- * usage: floor [-j] [-D FILE] [-s PATH] [-l HOST:PORT] [-m MAXCONN]
+ * usage: floor [-j] [-D FILE | -W FILE] [-s PATH] [-l HOST:PORT] [-m MAXCONN]
  * (-m: the open-file limit to raise to, default 16384 + 64)
  * Prints "floor: listening on ..." lines (with the bound TCP port), runs
  * until SIGINT/SIGTERM, then removes its socket file (and -D's segments).
@@ -88,6 +92,7 @@ static size_t olen, ocap;
 static bool use_jansson;        /* -j (and -D) */
 static const char *log_path;    /* -D */
 static int log_fd = -1, log_dirfd = -1;
+static bool log_sync = true;        /* -D; -W: false */
 static unsigned log_seq;        /* the segment's number: FILE.N */
 static off_t log_off;           /* where the next pass's lines go */
 static char *lbuf;              /* the pass's request lines */
@@ -225,7 +230,7 @@ log_close(void)
 	unlink(path);
 }
 
-/* -D: the pass's lines in one write and one fdatasync (a new segment first when full). */
+/* -D: the pass's lines in one write and one fdatasync (-W: no fdatasync; a new segment first when full). */
 static void
 log_sync_pass(void)
 {
@@ -244,7 +249,7 @@ log_sync_pass(void)
 			floor_fatal("pwrite");
 		off += (size_t)n;
 	}
-	if (fdatasync(log_fd) == -1)
+	if (log_sync && fdatasync(log_fd) == -1)
 		floor_fatal("fdatasync");
 	log_off += (off_t)llen;
 	llen = 0;
@@ -517,7 +522,7 @@ floor_accept(int lfd, bool tcp)
 static void
 usage(void)
 {
-	fprintf(stderr, "usage: floor [-j] [-D FILE] [-s PATH] [-l HOST:PORT] [-m MAXCONN]\n");
+	fprintf(stderr, "usage: floor [-j] [-D FILE | -W FILE] [-s PATH] [-l HOST:PORT] [-m MAXCONN]\n");
 	exit(64);
 }
 
@@ -534,13 +539,15 @@ main(int argc, char **argv)
 	long maxconn = 16384;
 	int ch, n, k, ufd = -1, tfd = -1, sfd;
 
-	while ((ch = getopt(argc, argv, "jD:s:l:m:")) != -1) {
+	while ((ch = getopt(argc, argv, "jD:W:s:l:m:")) != -1) {
 		switch (ch) {
 		case 'j':
 			use_jansson = true;
 			break;
 		case 'D':
+		case 'W':
 			log_path = optarg;
+			log_sync = ch == 'D';
 			use_jansson = true;
 			break;
 		case 's':

@@ -12,7 +12,10 @@ The journal's rows (part "journal", one tpd -w 2 per journal_sync mode, and
   (bench/floor -D: one write + one fdatasync per loop pass, to a preallocated
   file in this run's temp dir, before that pass's answers), >= 0.9x;
   interval vs off, >= 0.85x (at most 15% below); none vs off and commit vs
-  off, reported. 50 conns x 1: none, interval and commit vs off.
+  off, reported; interval vs the written floor (bench/floor -W: the durable
+  floor without its fdatasync, one write per loop pass before that pass's
+  answers) and that floor vs the jansson floor, reported: what a write per
+  pass costs a one-thread server here. 50 conns x 1: none, interval and commit vs off.
   --journal off, 50 x 1 and 1 x 64, vs the jansson floor (bench/floor -j: one
   thread parsing each line with jansson), >= 0.9x each; the rows "vs floor"
   of part throughput hold tpd to the textual floor (bench/floor, no JSON
@@ -274,7 +277,8 @@ class Bench:
 
     def round_journal(self):
         """Echo through tpd -w 2 with journal off, none, interval and commit, side by side;
-        after off, the jansson floor, and after commit, the durable floor (A B A B)."""
+        after off, the jansson floor, after interval, the written floor, and after commit,
+        the durable floor (A B A B)."""
         for mode, (p, sock) in self.jtpds.items():
             for conns, window in ((1, 64), (50, 1)):
                 before = self.journal_stats(sock)
@@ -292,6 +296,10 @@ class Bench:
                     self.record("jansson floor echo %dx%d" % (conns, window),
                                 self.load(self.jfloors, ["--echo", "64"], conns, window,
                                           self.jfloorp))
+                if mode == "interval":
+                    self.record("written floor echo %dx%d" % (conns, window),
+                                self.load(self.wfloors, ["--echo", "64"], conns, window,
+                                          self.wfloorp))
                 if mode == "commit" and (conns, window) == (1, 64):
                     self.record("durable floor echo 1x64",
                                 self.load(self.dfloors, ["--echo", "64"], 1, 64,
@@ -649,6 +657,8 @@ class Bench:
         # the durable floor's file: in the temp dir, on the file system of tpd's state_dirs
         self.dfloorp, self.dfloors = self.floor("floor-durable", [
             "-D", os.path.join(self.tmp, "floor-durable.log")])
+        self.wfloorp, self.wfloors = self.floor("floor-written", [
+            "-W", os.path.join(self.tmp, "floor-written.log")])
         self.bs = shutil.which("beanstalkd")
         if self.bs:
             self.bss = os.path.join(self.tmp, "beanstalkd.sock")
@@ -782,6 +792,10 @@ class Bench:
         for shape in ("1x64", "50x1"):
             more("echo %s: journal_sync interval vs journal off" % shape,
                  "journal interval echo " + shape, "journal off echo " + shape, 0.85)
+            more("echo %s: journal_sync interval vs the written floor" % shape,
+                 "journal interval echo " + shape, "written floor echo " + shape, None)
+            more("echo %s: the written floor vs the jansson floor" % shape,
+                 "written floor echo " + shape, "jansson floor echo " + shape, None)
             more("echo %s: journal_sync none vs journal off" % shape,
                  "journal none echo " + shape, "journal off echo " + shape,
                  None if shape == "1x64" else 0.85)
@@ -854,7 +868,8 @@ class Bench:
                   (self.fmt(one, "/s"), self.fmt(two, "/s")))
         for key in ("tpd echo 1x64", "floor echo 1x64", "tpd echo 50x1", "floor echo 50x1",
                     "journal off echo 1x64", "jansson floor echo 1x64",
-                    "journal commit echo 1x64", "durable floor echo 1x64"):
+                    "journal commit echo 1x64", "durable floor echo 1x64",
+                    "journal interval echo 1x64", "written floor echo 1x64"):
             figs = self.results.get(key, [])
             if figs and figs[0].get("server_cpu_s") is not None:
                 per = statistics.median(
