@@ -15,7 +15,9 @@ command -v valgrind >/dev/null || { echo "$0: valgrind is needed" >&2; exit 69; 
 ir() {
 	local build=$1 n=$2 d pid
 	d=$(mktemp -d)
-	valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" "$build/tpd" -f -s "$d/s" \
+	# no configuration file, the state_dir in the temp dir: never the machine's own
+	valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" "$build/tpd" -f -c none \
+	    -s "$d/s" --state-dir "$d/state" \
 	    -w 2 -q 4096 --log-level warning --journal off >"$d/log" 2>&1 &
 	pid=$!
 	for _ in $(seq 600); do [ -S "$d/s" ] && break; sleep 0.1; done

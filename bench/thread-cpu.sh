@@ -1,10 +1,13 @@
 #!/bin/bash
 # thread-cpu.sh: where tpd's CPU goes, thread by thread, per request.
 #
-# usage: bench/thread-cpu.sh BUILD_DIR [-w WORKERS] [-s SECONDS] -- TPBENCH_ARGS...
-#   e.g. bench/thread-cpu.sh _build/dev -w 2 -- -c 50 -w 1 --echo 64
+# usage: bench/thread-cpu.sh BUILD_DIR [-w WORKERS] [-s SECONDS] [-t 'TPD_OPTIONS']
+#                            -- TPBENCH_ARGS...
+#   e.g. bench/thread-cpu.sh _build/dev -w 2 -t '--journal-sync interval' -- -c 50 -w 1 --echo 64
 #
-# Starts BUILD_DIR/tpd on a private socket, warms it up for a second with the
+# Starts BUILD_DIR/tpd on a private socket, with no configuration file and its
+# state_dir in a temp dir (never the machine's own), TPD_OPTIONS added (split
+# on spaces), warms it up for a second with the
 # same load, then runs BUILD_DIR/bench/tpbench for SECONDS (default 3) and
 # prints, for each of tpd's threads (the loop is "tpd", workers "t:POOL/N",
 # the deadline watcher "t~POOL/N"), its CPU time, read and write syscalls and
@@ -12,13 +15,14 @@
 # A manual tool for performance work: make bench gives the comparisons.
 set -euo pipefail
 
-[ $# -ge 1 ] || { sed -n '4,5p' "$0" >&2; exit 64; }
+[ $# -ge 1 ] || { sed -n '4,6p' "$0" >&2; exit 64; }
 build=$1; shift
-workers=2 secs=3
+workers=2 secs=3 tpd_options=
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
 	case $1 in
 	-w) workers=$2; shift 2 ;;
 	-s) secs=$2; shift 2 ;;
+	-t) tpd_options=$2; shift 2 ;;
 	*) echo "thread-cpu.sh: unknown option $1" >&2; exit 64 ;;
 	esac
 done
@@ -26,8 +30,10 @@ done
 [ $# -gt 0 ] || { echo "thread-cpu.sh: give tpbench's load after --" >&2; exit 64; }
 
 dir=$(mktemp -d)
-"$build/tpd" -f -s "$dir/sock" -w "$workers" --limit "$workers" -q 4096 \
-	--max-connections 20000 --log-level warning 2>"$dir/tpd.log" &
+# shellcheck disable=SC2086 # TPD_OPTIONS: words on purpose
+"$build/tpd" -f -c none -s "$dir/sock" --state-dir "$dir/state" -w "$workers" \
+	--limit "$workers" -q 4096 --max-connections 20000 --log-level warning $tpd_options \
+	2>"$dir/tpd.log" &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do [ -S "$dir/sock" ] && break; sleep 0.05; done
