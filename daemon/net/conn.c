@@ -79,6 +79,7 @@
 #include <poll.h>
 #include <stdalign.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +112,17 @@
 #define CONN_ERROR_MAX 512        /* bytes of an error message, cut at a character boundary */
 
 /*
+ * A connection's place on one of the lists of connections (dirty, stuck,
+ * yield, held): put at the head, taken off from anywhere in O(1), and on
+ * the list exactly when prev is not NULL (prev: the pointer that points at
+ * the connection, the list's head or the link before).
+ */
+struct conn_link {
+	struct conn *next;
+	struct conn **prev;
+};
+
+/*
  * Kept small: an idle connection is this struct, its libevent event (in
  * evspace) and an idmap entry. Buffers exist only while they hold bytes.
  */
@@ -138,15 +150,11 @@ struct conn {
 	uint8_t peer_addr[16];
 	struct framing in;     /* the start of a line whose newline has not come */
 	struct conn_out *out;  /* output not yet written; NULL when none */
-	struct conn *next_dirty;  /* the list of connections to flush... */
-	struct conn **prev_dirty; /* ...which c is on when this is not NULL */
-	struct conn *next_stuck;  /* the list of connections whose socket is full... */
-	struct conn **prev_stuck; /* ...which c is on when this is not NULL */
+	struct conn_link dirty;   /* on dirty_list: to flush at the end of the pass */
+	struct conn_link stuck;   /* on stuck_list: its socket is full */
+	struct conn_link yield;   /* on yield_list: goes on in the next pass */
+	struct conn_link held;    /* on held_list: its output waits for the gate */
 	struct conn *next_dead;   /* the graveyard (dead connections to free) */
-	struct conn *next_yield;  /* the list of connections to go on in the next pass... */
-	struct conn **prev_yield; /* ...which c is on when this is not NULL */
-	struct conn *next_held;   /* the list of connections whose output waits for the gate... */
-	struct conn **prev_held;  /* ...which c is on when this is not NULL */
 	/*
 	 * The gate's hold (the journal's, durable.c): bytes ever put in the output buffer,
 	 * sent, and marked with the batch they wait for; bytes up to safe may
@@ -182,21 +190,29 @@ struct conn_out {
 	char data[];
 };
 
+/* A list of connections: its head, and which of a connection's links it uses. */
+struct conn_list {
+	struct conn *head;
+	size_t link;            /* offsetof(struct conn, LINK) */
+};
+
+#define CONN_LIST(link) { NULL, offsetof(struct conn, link) }
+
 static struct idmap *conns;
 static conn_dispatch_fn dispatch;   /* the request lines' handler (conn_set_dispatch) */
 static const struct conn_gate *gate; /* the output gate (conn_set_gate); NULL: none */
-static struct conn *held_head;      /* output held until the gate's batch may be seen */
+static struct conn_list held_list = CONN_LIST(held); /* waiting for the gate's batch */
 static bool held_released;          /* the gate moved on: the held are written again */
 static uint64_t next_conn_id = 1;
 static size_t nunflushed;           /* live connections with output waiting */
-static struct conn *dirty_head;     /* to write at the end of the iteration */
+static struct conn_list dirty_list = CONN_LIST(dirty); /* to write at the end of the pass */
 static struct conn *graveyard;      /* closed since the reaper last ran */
 static struct conn *doomed;         /* closed before it last ran: freed when it runs next */
 static struct event *flush_ev;      /* writes the dirty */
 static struct event *reap_ev;       /* frees the doomed, in the next iteration */
-static struct conn *stuck_head;     /* sockets that did not take all their output */
+static struct conn_list stuck_list = CONN_LIST(stuck); /* sockets that did not take all */
 static struct event *stall_ev;      /* sweeps them for output_stall_timeout */
-static struct conn *yield_head;     /* yielded: their next requests in the next pass */
+static struct conn_list yield_list = CONN_LIST(yield); /* their next requests next pass */
 static struct event *yield_ev;      /* a zero timer: runs after the next poll */
 static bool flush_scheduled;
 static char scratch[CONN_SCRATCH];
@@ -204,8 +220,44 @@ static unsigned lines_this_read;    /* lines handled from the current read */
 static uint64_t pass_start_us;      /* when the current read (or resume) began to be
                                        handled; 0: not read yet (a read of one line) */
 
+static struct conn_link *
+link_of(const struct conn_list *l, struct conn *c)
+{
+	return (struct conn_link *)(void *)((char *)c + l->link);
+}
+
+/* Puts c at the head of l. False when it was on l already (nothing done). */
+static bool
+list_push(struct conn_list *l, struct conn *c)
+{
+	struct conn_link *k = link_of(l, c);
+
+	if (k->prev != NULL)
+		return false;
+	k->next = l->head;
+	if (l->head != NULL)
+		link_of(l, l->head)->prev = &k->next;
+	k->prev = &l->head;
+	l->head = c;
+	return true;
+}
+
+/* Takes c off l, wherever it is on it; nothing when it is not on l. */
+static void
+list_remove(struct conn_list *l, struct conn *c)
+{
+	struct conn_link *k = link_of(l, c);
+
+	if (k->prev == NULL)
+		return;
+	*k->prev = k->next;
+	if (k->next != NULL)
+		link_of(l, k->next)->prev = k->prev;
+	k->next = NULL;
+	k->prev = NULL;
+}
+
 static void conn_io_cb(evutil_socket_t, short, void *);
-static void held_remove(struct conn *);
 static void conn_flush_cb(evutil_socket_t, short, void *);
 static void conn_reap_cb(evutil_socket_t, short, void *);
 static void conn_stall_cb(evutil_socket_t, short, void *);
@@ -471,26 +523,8 @@ stall_schedule(void)
 static void
 stuck_add(struct conn *c)
 {
-	if (c->prev_stuck != NULL)
-		return;
-	c->next_stuck = stuck_head;
-	if (stuck_head != NULL)
-		stuck_head->prev_stuck = &c->next_stuck;
-	c->prev_stuck = &stuck_head;
-	stuck_head = c;
-	stall_schedule();
-}
-
-static void
-stuck_remove(struct conn *c)
-{
-	if (c->prev_stuck == NULL)
-		return;
-	*c->prev_stuck = c->next_stuck;
-	if (c->next_stuck != NULL)
-		c->next_stuck->prev_stuck = c->prev_stuck;
-	c->next_stuck = NULL;
-	c->prev_stuck = NULL;
+	if (list_push(&stuck_list, c))
+		stall_schedule();
 }
 
 static void
@@ -498,7 +532,7 @@ conn_drop_output(struct conn *c)
 {
 	struct conn_item *it;
 
-	stuck_remove(c);
+	list_remove(&stuck_list, c);
 	if (c->out == NULL)
 		return;
 	while ((it = c->out->held) != NULL) {
@@ -520,26 +554,8 @@ conn_drop_input(struct conn *c)
 static void
 dirty_add(struct conn *c)
 {
-	if (c->prev_dirty != NULL)
-		return;
-	c->next_dirty = dirty_head;
-	if (dirty_head != NULL)
-		dirty_head->prev_dirty = &c->next_dirty;
-	c->prev_dirty = &dirty_head;
-	dirty_head = c;
-	conn_schedule_flush();
-}
-
-static void
-dirty_remove(struct conn *c)
-{
-	if (c->prev_dirty == NULL)
-		return;
-	*c->prev_dirty = c->next_dirty;
-	if (c->next_dirty != NULL)
-		c->next_dirty->prev_dirty = c->prev_dirty;
-	c->next_dirty = NULL;
-	c->prev_dirty = NULL;
+	if (list_push(&dirty_list, c))
+		conn_schedule_flush();
 }
 
 /*
@@ -558,14 +574,7 @@ yield_add(struct conn *c)
 	struct timeval now = { 0, 0 };
 
 	c->yielded = true;
-	if (c->prev_yield != NULL)
-		return;
-	c->next_yield = yield_head;
-	if (yield_head != NULL)
-		yield_head->prev_yield = &c->next_yield;
-	c->prev_yield = &yield_head;
-	yield_head = c;
-	if (!evtimer_pending(yield_ev, NULL))
+	if (list_push(&yield_list, c) && !evtimer_pending(yield_ev, NULL))
 		evtimer_add(yield_ev, &now);
 }
 
@@ -573,13 +582,7 @@ static void
 yield_remove(struct conn *c)
 {
 	c->yielded = false;
-	if (c->prev_yield == NULL)
-		return;
-	*c->prev_yield = c->next_yield;
-	if (c->next_yield != NULL)
-		c->next_yield->prev_yield = c->prev_yield;
-	c->next_yield = NULL;
-	c->prev_yield = NULL;
+	list_remove(&yield_list, c);
 }
 
 /* Runs the reaper in the next loop pass, if it is not already due. */
@@ -624,8 +627,8 @@ conn_close(struct conn *c, const char *why)
 		close_hook(c->id);
 	conn_set_events(c, 0);
 	conn_drop_output(c);
-	dirty_remove(c);
-	held_remove(c);
+	list_remove(&dirty_list, c);
+	list_remove(&held_list, c);
 	yield_remove(c);
 	if (why != NULL)
 		log_info("connection %llu (%s) closed: %s", (unsigned long long)c->id, conn_peer(c),
@@ -766,36 +769,12 @@ out_put(struct conn *c, const char *p, size_t n)
 	c->out_total += n;
 }
 
-static void
-held_add(struct conn *c)
-{
-	if (c->prev_held != NULL)
-		return;
-	c->next_held = held_head;
-	if (held_head != NULL)
-		held_head->prev_held = &c->next_held;
-	c->prev_held = &held_head;
-	held_head = c;
-}
-
-static void
-held_remove(struct conn *c)
-{
-	if (c->prev_held == NULL)
-		return;
-	*c->prev_held = c->next_held;
-	if (c->next_held != NULL)
-		c->next_held->prev_held = c->prev_held;
-	c->next_held = NULL;
-	c->prev_held = NULL;
-}
-
 void
 conn_gate_held(size_t *nconns, uint64_t *bytes)
 {
 	*nconns = 0;
 	*bytes = 0;
-	for (struct conn *c = held_head; c != NULL; c = c->next_held) {
+	for (struct conn *c = held_list.head; c != NULL; c = c->held.next) {
 		(*nconns)++;
 		*bytes += c->out_total - c->safe_total;
 	}
@@ -816,7 +795,7 @@ conn_set_gate(const struct conn_gate *g)
 void
 conn_gate_seen(void)
 {
-	if (held_head == NULL)
+	if (held_list.head == NULL)
 		return;
 	held_released = true;
 	conn_schedule_flush();
@@ -1204,8 +1183,8 @@ conn_write(struct conn *c)
 		 * output_stall_timeout the sweep treats it as a stalled socket.
 		 */
 		o->off += (size_t)n;
-		held_add(c);
-		if (n > 0 || c->prev_stuck == NULL)
+		list_push(&held_list, c);
+		if (n > 0 || c->stuck.prev == NULL)
 			o->progress_us = clock_now_us();
 		stuck_add(c);
 		conn_set_events(c, (short)(c->events & ~EV_WRITE));
@@ -1219,7 +1198,7 @@ conn_write(struct conn *c)
 		return;
 	}
 	if (conn_pending(c) > 0) {
-		if (n > 0 || c->prev_stuck == NULL)
+		if (n > 0 || c->stuck.prev == NULL)
 			c->out->progress_us = clock_now_us();
 		conn_set_events(c, (short)(c->events | EV_WRITE));
 		stuck_add(c);
@@ -1418,13 +1397,13 @@ conn_flush_cb(evutil_socket_t fd, short what, void *arg)
 	flush_scheduled = false;
 	if (held_released) {
 		held_released = false;
-		while ((c = held_head) != NULL) {
-			held_remove(c);
+		while ((c = held_list.head) != NULL) {
+			list_remove(&held_list, c);
 			dirty_add(c);
 		}
 	}
-	while ((c = dirty_head) != NULL) {
-		dirty_remove(c);
+	while ((c = dirty_list.head) != NULL) {
+		list_remove(&dirty_list, c);
 		if (conn_can_write(c))
 			conn_write(c);
 	}
@@ -1437,12 +1416,14 @@ conn_flush_cb(evutil_socket_t fd, short what, void *arg)
 static void
 conn_yield_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct conn *list = yield_head, *c;
+	struct conn_list list = yield_list;
+	struct conn *c;
 
-	yield_head = NULL;
-	if (list != NULL)
-		list->prev_yield = &list;
-	while ((c = list) != NULL) {
+	/* the list of this pass, moved here: a connection yielded again joins the next one */
+	yield_list.head = NULL;
+	if (list.head != NULL)
+		list.head->yield.prev = &list.head;
+	while ((c = list.head) != NULL) {
 		yield_remove(c);
 		/* paused for its share only: resumes now; for a full output, once it drains */
 		if (!conn_out_full(c))
@@ -1479,20 +1460,20 @@ conn_stall_cb(evutil_socket_t fd, short what, void *arg)
 	uint64_t timeout_ms = daemon_state->conf.output_stall_timeout_ms, now = clock_now_us();
 	struct conn *c, *next;
 
-	for (c = stuck_head; c != NULL && timeout_ms != 0; c = next) {
-		next = c->next_stuck;
+	for (c = stuck_list.head; c != NULL && timeout_ms != 0; c = next) {
+		next = c->stuck.next;
 		if (now - c->out->progress_us < timeout_ms * 1000)
 			continue;
 		log_warnx("connection %llu (%s): %s for %llu ms "
 		    "(output_stall_timeout) with %zu bytes and %zu answers waiting: "
 		    "disconnecting; its tasks go on", (unsigned long long)c->id, conn_peer(c),
-		    c->prev_held != NULL ? "its output waited for the gate (the journal)" :
+		    c->held.prev != NULL ? "its output waited for the gate (the journal)" :
 		    "its socket took no output",
 		    (unsigned long long)((now - c->out->progress_us) / 1000), conn_pending(c),
 		    c->out->nheld);
 		conn_close(c, NULL);
 	}
-	if (stuck_head != NULL)
+	if (stuck_list.head != NULL)
 		stall_schedule();
 }
 
@@ -1537,7 +1518,7 @@ conn_close_all(void)
 		doomed = c->next_dead;
 		conn_free(c);
 	}
-	dirty_head = NULL;
+	dirty_list.head = NULL;
 	if (flush_ev != NULL) {
 		event_free(flush_ev);
 		flush_ev = NULL;
@@ -1554,8 +1535,8 @@ conn_close_all(void)
 		event_free(yield_ev);
 		yield_ev = NULL;
 	}
-	yield_head = NULL;
-	stuck_head = NULL;
+	yield_list.head = NULL;
+	stuck_list.head = NULL;
 	flush_scheduled = false;
 	idmap_free(conns);
 	conns = NULL;
