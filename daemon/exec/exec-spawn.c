@@ -400,6 +400,8 @@ spawn_close(struct spawn_child *child)
 	spawn_close_fd(&child->stdin_fd);
 	spawn_close_fd(&child->stdout_fd);
 	spawn_close_fd(&child->stderr_fd);
+	spawn_close_fd(&child->stdout_w);
+	spawn_close_fd(&child->stderr_w);
 }
 
 int
@@ -701,7 +703,7 @@ spawn_start(const struct spawn_request *req, struct spawn_child *child,
 	pid_t pid;
 
 	*child = (struct spawn_child){ .pid = -1, .pidfd = -1, .stdin_fd = -1,
-	    .stdout_fd = -1, .stderr_fd = -1 };
+	    .stdout_fd = -1, .stderr_fd = -1, .stdout_w = -1, .stderr_w = -1 };
 	*gate_stopped = false;
 	if ((dirfd = spawn_open_cwd(req->cwd, req->cwd_or_root, cause)) == -1)
 		return -1;
@@ -752,8 +754,13 @@ spawn_start(const struct spawn_request *req, struct spawn_child *child,
 	child->pid = pid;
 	child->pidfd = pidfd;
 	spawn_close_fd(&in[0]);
-	spawn_close_fd(&out[1]);
-	spawn_close_fd(&err[1]);
+	if (req->hold_outputs) {
+		child->stdout_w = out[1];
+		child->stderr_w = err[1];
+	} else {
+		spawn_close_fd(&out[1]);
+		spawn_close_fd(&err[1]);
+	}
 	child->stdin_fd = in[1];
 	child->stdout_fd = out[0];
 	child->stderr_fd = err[0];
