@@ -644,6 +644,19 @@ round_trip(json_t *v, const char *want)
 	proto_text_free(&pt);
 }
 
+/* What the encoder writes for a real: the shortest of %.15g..%.17g that reads back, ".0" if integral. */
+static void
+real_text(double d, char *buf, size_t size)
+{
+	for (int prec = 15; prec <= 17; prec++) {
+		snprintf(buf, size, "%.*g", prec, d);
+		if (prec == 17 || strtod(buf, NULL) == d)
+			break;
+	}
+	if (strspn(buf, "0123456789-") == strlen(buf))
+		strncat(buf, ".0", size - strlen(buf) - 1);
+}
+
 static void
 test_values_round_trip(void)
 {
@@ -665,6 +678,21 @@ test_values_round_trip(void)
 		v = json_real(reals[i].d);
 		round_trip(v, reals[i].text);
 		json_decref(v);
+	}
+	/* milliseconds to the microsecond, written from the integer: as %.15g would */
+	for (uint64_t i = 0; i < 100000; i++) {
+		uint64_t us = i < 50000 ? i : (i * 2654435761u) % 1000000000000u;
+		double ms[3] = { (double)us / 1000.0, (double)(us / 1000000) * 1000.0 +
+		    (double)(us % 1000000) / 1000.0, (double)us / 1000.0 + 1e-7 };
+
+		for (int j = 0; j < 3; j++) {
+			char want[40];
+
+			v = json_real(ms[j]);
+			real_text(ms[j], want, sizeof want);
+			round_trip(v, want);
+			json_decref(v);
+		}
 	}
 	v = json_integer(LLONG_MIN);
 	round_trip(v, "-9223372036854775808");
