@@ -688,7 +688,8 @@ exec_finish(struct exec_run *r)
 
 	/* before the reap: until then the leader's pid cannot name another group */
 	r->killed_after_grace = r->end != EXEC_END_EXITED && !r->leader_exited;
-	pgroup_signal(r->child.pid, r->child.pidfd, SIGKILL);
+	/* an exited leader needs no signal of its own, wherever its group went */
+	pgroup_signal(r->child.pid, r->leader_exited ? -1 : r->child.pidfd, SIGKILL);
 	if (r->in_cgroup)
 		cgroup_task_kill_wait(&r->cg, wait_ms);
 	/* only possible if something else reaped our child */
