@@ -1574,6 +1574,23 @@ test_no_signal_to_our_own_group(void)
 	CHECK(WEXITSTATUS(status) == 0, "pgroup_signal(0) signalled its own process group");
 }
 
+/* A children list that filled its buffer loses its last pid when that may be cut. */
+static void
+test_children_list_cut(void)
+{
+	char full[] = "123 4567 89", spaced[] = "123 4567 ", shorter[] = "123 4567 89",
+	    one[] = "98765";
+
+	test_current = "children list cut";
+	CHECK(pgroup_children_trim(full, 11, 12) == 9 && strcmp(full, "123 4567 ") == 0,
+	    "a full buffer kept %s", full);
+	CHECK(pgroup_children_trim(spaced, 9, 10) == 9, "a full buffer ending a pid lost it");
+	CHECK(pgroup_children_trim(shorter, 11, 64) == 11 && strcmp(shorter, "123 4567 89") == 0,
+	    "a list that did not fill its buffer was cut");
+	CHECK(pgroup_children_trim(one, 5, 6) == 0 && one[0] == '\0', "a lone cut pid kept");
+	printf("ok - children list: a pid a full buffer may have cut is left out\n");
+}
+
 static const struct test_case cases[] = {
 	{ "utf8", test_utf8 },
 	{ "base64", test_base64 },
@@ -1596,6 +1613,7 @@ static const struct test_case cases[] = {
 	{ "many_and_no_zombies", test_many_and_no_zombies },
 	{ "reaped_leaders_pid_named_by_a_stranger", test_reaped_leaders_pid_named_by_a_stranger },
 	{ "no_signal_to_our_own_group", test_no_signal_to_our_own_group },
+	{ "children_list_cut", test_children_list_cut },
 	{ "reconfigure", test_reconfigure },
 };
 

@@ -230,6 +230,17 @@ pgroup_pid_cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+size_t
+pgroup_children_trim(char *buf, size_t n, size_t size)
+{
+	if (n + 1 < size || n == 0 || isspace((unsigned char)buf[n - 1]))
+		return n;
+	while (n > 0 && !isspace((unsigned char)buf[n - 1]))
+		n--;
+	buf[n] = '\0';
+	return n;
+}
+
 /*
  * The orphans tpd adopted: a subreaper's new children are its first live
  * thread's, the main thread's, which spawns nothing itself (the leaders are
@@ -254,12 +265,7 @@ pgroup_orphans(struct pgroup_walk *w)
 	if (n < 0)
 		return -1;
 	buf[n] = '\0';
-	/* a full buffer may end in a cut pid, which could name anyone: left out */
-	if (n == (ssize_t)sizeof buf - 1 && n > 0 && !isspace((unsigned char)buf[n - 1])) {
-		char *last = strrchr(buf, ' ');
-
-		*(last != NULL ? last : buf) = '\0';
-	}
+	pgroup_children_trim(buf, (size_t)n, sizeof buf);
 	if (w != NULL)
 		w->norphans = 0;
 	for (char *p = buf, *end; *p != '\0'; p = end) {

@@ -41,6 +41,7 @@
 #define TPD_PGROUP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -79,6 +80,15 @@ void pgroup_task_begin(struct pgroup_task *pt, pid_t leader);
  * normally), or -1 when /proc could not be read. Unregisters the task.
  */
 int pgroup_kill_wait(struct pgroup_task *pt, uint64_t timeout_ms);
+
+/*
+ * A children list (/proc/PID/task/TID/children: pids, each followed by a
+ * space) of n bytes read into a buffer of size bytes, NUL-terminated
+ * after them: a read that filled the buffer (n is size - 1) may end in a
+ * cut pid, which could name any process; it is cut off. Returns the
+ * length kept.
+ */
+size_t pgroup_children_trim(char *buf, size_t n, size_t size);
 
 /*
  * The main (loop) thread, once a second: reaps exited orphans, which are
