@@ -157,9 +157,10 @@ pt_real(struct proto_text *pt, double v)
 	 * task's usage): v nearest to k / 1000 for an integer k, which %.15g
 	 * prints as that decimal (a double is within 1.2e-16 of it, relative,
 	 * and 15 digits round at 5e-16), so it is written from k, with no
-	 * snprintf and strtod. The same text as below, as proto-test checks.
+	 * snprintf and strtod (0 too: a short task's usage is often 0). The
+	 * same text as below, as proto-test checks.
 	 */
-	if (v > 0 && v < 1e9) {
+	if ((v > 0 || (v == 0 && !__builtin_signbit(v))) && v < 1e9) {
 		double k = (double)(uint64_t)(v * 1000.0 + 0.5);
 
 		if (k / 1000.0 == v) {
