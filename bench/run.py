@@ -726,7 +726,10 @@ class Bench:
                 self.results.get("tpd exec true -w 2 cgroup", []) + \
                 self.results.get("tpd exec true -w 2 journal off", []):
             if fig.get("server_cpu_s") is not None and fig.get("ok"):
-                fig["cpu_us"] = fig["server_cpu_s"] / fig["ok"] * 1e6
+                # the server's CPU covers the warm-up too, ok only the measured part: the
+                # tasks of the warm-up are counted at the measured rate
+                tasks = fig["ok"] + fig["rate"] * self.args.warmup
+                fig["cpu_us"] = fig["server_cpu_s"] / tasks * 1e6
         for fig in self.results.get("spawn-loop -P2", []):
             if fig.get("cpu_s") is not None and fig.get("ok"):
                 fig["cpu_us"] = fig["cpu_s"] / fig["ok"] * 1e6
