@@ -644,7 +644,7 @@ round_trip(json_t *v, const char *want)
 	proto_text_free(&pt);
 }
 
-/* What the encoder writes for a real: the shortest of %.15g..%.17g that reads back, ".0" if integral. */
+/* A real as the encoder writes it: the shortest %.15g..%.17g that reads back, ".0" if whole. */
 static void
 real_text(double d, char *buf, size_t size)
 {
