@@ -263,16 +263,15 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	case SIGHUP:
 		daemon_reload();
 		break;
-	case SIGCHLD:
-		pgroup_reap();
-		break;
 	}
 }
 
+/* Once a second: finished tasks past their retention, and the orphans that exited (pgroup.h). */
 static void
 prune_cb(evutil_socket_t fd, short what, void *arg)
 {
 	tasks_prune();
+	pgroup_reap();
 }
 
 static bool containment_ready; /* cgroup_setup ran: cgroup_current() is in force */
@@ -348,7 +347,7 @@ check_only(struct daemon *d, const char *errors)
 
 /* ------------------------------------------------------------ the steps */
 
-static struct event *signal_events[4];
+static struct event *signal_events[3];
 static struct event *prune_timer;
 
 static void
@@ -429,8 +428,8 @@ start_containment(struct daemon *d)
 	if (cgroup_setup(d->conf.containment, d->conf.cgroup_root, &cause) == -1)
 		fatalx("%s", cause);
 	containment_ready = true;
-	if (!cgroup_current()->cgroup)
-		pgroup_init();
+	/* SIGCHLD blocked from here on, in every thread; subreaper with process */
+	pgroup_init(!cgroup_current()->cgroup);
 	signal(SIGPIPE, SIG_IGN);
 }
 
@@ -481,17 +480,15 @@ stop_loop_watch(struct daemon *d)
 /*
  * Signals are caught before the socket exists: a SIGTERM sent as soon as
  * the socket appears is handled (a clean shutdown once the loop runs), not
- * the default action that kills tpd mid-start. SIGCHLD only with process
- * containment: then tpd adopts orphans to reap.
+ * the default action that kills tpd mid-start. Not SIGCHLD: it stays
+ * blocked (pgroup.h), and the orphans tpd adopts are reaped by prune_cb.
  */
 static void
 start_signals(struct daemon *d)
 {
-	static const int signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGCHLD };
+	static const int signals[3] = { SIGTERM, SIGINT, SIGHUP };
 
-	for (int i = 0; i < 4; i++) {
-		if (signals[i] == SIGCHLD && cgroup_current()->cgroup)
-			continue;
+	for (int i = 0; i < 3; i++) {
 		if ((signal_events[i] = evsignal_new(d->base, signals[i], signal_cb, NULL)) == NULL ||
 		    evsignal_add(signal_events[i], NULL) == -1)
 			fatalx("cannot catch signal %d", signals[i]);
@@ -501,7 +498,7 @@ start_signals(struct daemon *d)
 static void
 stop_signals(struct daemon *d)
 {
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 3; i++)
 		if (signal_events[i] != NULL) {
 			event_free(signal_events[i]);
 			signal_events[i] = NULL;

@@ -919,6 +919,53 @@ test_spawn_creds(void)
 	printf("ok - spawn credentials: groups, gid, uid applied; a failed drop fails the spawn\n");
 }
 
+/*
+ * hold_outputs: the child's exit hangs up no pipe while the caller holds
+ * its write ends (only the pidfd says it), and what the child wrote is
+ * there to read, then the end of file, once the caller closes them.
+ */
+static void
+test_spawn_hold_outputs(void)
+{
+	static char sh[] = "sh", c[] = "-c", script[] = "echo out; echo err >&2";
+	static char path[] = "PATH=/usr/bin:/bin";
+	char *const argv[] = { sh, c, script, NULL };
+	char *const envp[] = { path, NULL };
+	struct spawn_request req = { .argv = argv, .envp = envp, .hold_outputs = true,
+	    .cgroup_fd = -1 };
+	struct spawn_child child;
+	struct pollfd pfd[2];
+	char *cause = NULL, buf[64];
+	int status;
+	ssize_t n;
+
+	test_current = "spawn hold_outputs";
+	CHECK(spawn_start(&req, &child, &cause, &(bool){ false }) == 0, "%s", cause);
+	CHECK(child.stdout_w > 2 && child.stderr_w > 2, "no write ends held");
+	pfd[0] = (struct pollfd){ .fd = child.pidfd, .events = POLLIN };
+	CHECK(poll(pfd, 1, TEST_WAIT_S * 1000) == 1, "the child did not exit");
+	pfd[0] = (struct pollfd){ .fd = child.stdout_fd, .events = POLLIN };
+	pfd[1] = (struct pollfd){ .fd = child.stderr_fd, .events = POLLIN };
+	CHECK(poll(pfd, 2, 0) == 2 && pfd[0].revents == POLLIN && pfd[1].revents == POLLIN,
+	    "after the exit: stdout %#x, stderr %#x (a hang-up, or no output)",
+	    pfd[0].revents, pfd[1].revents);
+	CHECK((n = read(child.stdout_fd, buf, sizeof buf)) == 4 && memcmp(buf, "out\n", 4) == 0,
+	    "stdout: %zd bytes", n);
+	CHECK(read(child.stdout_fd, buf, sizeof buf) == -1 && errno == EAGAIN,
+	    "stdout ended while its write end is held");
+	spawn_close_fd(&child.stdout_w);
+	spawn_close_fd(&child.stderr_w);
+	CHECK(read(child.stdout_fd, buf, sizeof buf) == 0, "no end of file on stdout");
+	CHECK((n = read(child.stderr_fd, buf, sizeof buf)) == 4 && memcmp(buf, "err\n", 4) == 0,
+	    "stderr: %zd bytes", n);
+	CHECK(read(child.stderr_fd, buf, sizeof buf) == 0, "no end of file on stderr");
+	CHECK(spawn_reap(child.pid, &status, NULL) == 0 && WIFEXITED(status) &&
+	    WEXITSTATUS(status) == 0, "status %d", status);
+	spawn_close(&child);
+	printf("ok - spawn hold_outputs: no hang-up at the exit, the output and its end once "
+	    "the write ends are closed\n");
+}
+
 /* The path taken where clone3 is refused: a fork-like clone, the same child. */
 static void
 test_spawn_with_clone(void)
@@ -1527,6 +1574,23 @@ test_no_signal_to_our_own_group(void)
 	CHECK(WEXITSTATUS(status) == 0, "pgroup_signal(0) signalled its own process group");
 }
 
+/* A children list that filled its buffer loses its last pid when that may be cut. */
+static void
+test_children_list_cut(void)
+{
+	char full[] = "123 4567 89", spaced[] = "123 4567 ", shorter[] = "123 4567 89",
+	    one[] = "98765";
+
+	test_current = "children list cut";
+	CHECK(pgroup_children_trim(full, 11, 12) == 9 && strcmp(full, "123 4567 ") == 0,
+	    "a full buffer kept %s", full);
+	CHECK(pgroup_children_trim(spaced, 9, 10) == 9, "a full buffer ending a pid lost it");
+	CHECK(pgroup_children_trim(shorter, 11, 64) == 11 && strcmp(shorter, "123 4567 89") == 0,
+	    "a list that did not fill its buffer was cut");
+	CHECK(pgroup_children_trim(one, 5, 6) == 0 && one[0] == '\0', "a lone cut pid kept");
+	printf("ok - children list: a pid a full buffer may have cut is left out\n");
+}
+
 static const struct test_case cases[] = {
 	{ "utf8", test_utf8 },
 	{ "base64", test_base64 },
@@ -1537,6 +1601,7 @@ static const struct test_case cases[] = {
 	{ "environment", test_environment },
 	{ "cwd_and_spawn_errors", test_cwd_and_spawn_errors },
 	{ "spawn_creds", test_spawn_creds },
+	{ "spawn_hold_outputs", test_spawn_hold_outputs },
 	{ "spawn_with_clone", test_spawn_with_clone },
 	{ "fds_and_signals", test_fds_and_signals },
 	{ "truncation_and_binary", test_truncation_and_binary },
@@ -1548,6 +1613,7 @@ static const struct test_case cases[] = {
 	{ "many_and_no_zombies", test_many_and_no_zombies },
 	{ "reaped_leaders_pid_named_by_a_stranger", test_reaped_leaders_pid_named_by_a_stranger },
 	{ "no_signal_to_our_own_group", test_no_signal_to_our_own_group },
+	{ "children_list_cut", test_children_list_cut },
 	{ "reconfigure", test_reconfigure },
 };
 

@@ -644,6 +644,19 @@ round_trip(json_t *v, const char *want)
 	proto_text_free(&pt);
 }
 
+/* A real as the encoder writes it: the shortest %.15g..%.17g that reads back, ".0" if whole. */
+static void
+real_text(double d, char *buf, size_t size)
+{
+	for (int prec = 15; prec <= 17; prec++) {
+		snprintf(buf, size, "%.*g", prec, d);
+		if (prec == 17 || strtod(buf, NULL) == d)
+			break;
+	}
+	if (strspn(buf, "0123456789-") == strlen(buf))
+		strncat(buf, ".0", size - strlen(buf) - 1);
+}
+
 static void
 test_values_round_trip(void)
 {
@@ -654,7 +667,7 @@ test_values_round_trip(void)
 		{ 0.1, "0.1" }, { 1.5, "1.5" }, { 3.0, "3.0" }, { 1e300, "1e+300" },
 		{ -0.25, "-0.25" }, { 5.772, "5.772" }, { 0.030, "0.03" },
 		{ 5e-324, "4.94065645841247e-324" }, { 1.0 / 3, "0.3333333333333333" },
-		{ 123456789012.0, "123456789012.0" },
+		{ 123456789012.0, "123456789012.0" }, { 0.0, "0.0" }, { -0.0, "-0.0" },
 	};
 	static const char tricky[] = "nul\0, \x01, \x1f, \x7f, \"q\", \\, /, \xe2\x82\xac, "
 	    "\xf0\x9f\x98\x80";
@@ -665,6 +678,21 @@ test_values_round_trip(void)
 		v = json_real(reals[i].d);
 		round_trip(v, reals[i].text);
 		json_decref(v);
+	}
+	/* milliseconds to the microsecond, written from the integer: as %.15g would */
+	for (uint64_t i = 0; i < 100000; i++) {
+		uint64_t us = i < 50000 ? i : (i * 2654435761u) % 1000000000000u;
+		double ms[3] = { (double)us / 1000.0, (double)(us / 1000000) * 1000.0 +
+		    (double)(us % 1000000) / 1000.0, (double)us / 1000.0 + 1e-7 };
+
+		for (int j = 0; j < 3; j++) {
+			char want[40];
+
+			v = json_real(ms[j]);
+			real_text(ms[j], want, sizeof want);
+			round_trip(v, want);
+			json_decref(v);
+		}
 	}
 	v = json_integer(LLONG_MIN);
 	round_trip(v, "-9223372036854775808");

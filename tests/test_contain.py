@@ -280,6 +280,31 @@ def test_process_mode_orphans_are_told_apart_by_session():
     print("checked: process: an orphan that kept its task's session is that task's alone")
 
 
+def test_process_mode_orphan_that_exits_is_reaped_while_its_task_runs():
+    # tpd takes no SIGCHLD: an orphan that exits by itself is reaped by the
+    # loop's sweep once a second, not left a zombie until its task ends.
+    with conf_daemon(mode_conf("process", None)) as d:
+        c = d.client()
+        pidfile = os.path.join(d.dir, "orphan")
+        rid, ev = c.submit(sh("(sh -c 'echo $$ > %s; exec sleep 0.2' &); sleep 1000" % pidfile))
+        orphan = read_pids(pidfile, 1)[0]
+
+        def reaped():
+            try:
+                with open("/proc/%d/stat" % orphan) as f:
+                    text = f.read()
+            except OSError:
+                return True
+            # gone, or its pid is someone else's by now (not tpd's child)
+            return int(text[text.rindex(")") + 2:].split()[1]) != d.proc.pid
+        eventually(reaped, "the exited orphan %d is reaped" % orphan, timeout=5 * SLOW)
+        check(c.request({"op": "status", "task": ev["task"]})["state"] == "running",
+              "the task ended")
+        c.request({"op": "cancel", "task": ev["task"]})
+        check(c.done(rid)["state"] == "cancelled", "cancelled")
+    print("checked: process: an orphan that exits is reaped while its task still runs")
+
+
 # ---------------------------------------------------------------- limits
 
 def test_rlimit_limits_apply_in_both_containments():

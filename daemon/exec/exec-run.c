@@ -4,6 +4,10 @@
  * One worker waits for its one child with ppoll over: the child's stdout and
  * stderr pipes, its stdin pipe while there is input left to write, a pidfd
  * of the child, and an eventfd that the kind's cancel hook writes to. The
+ * worker holds its own write ends of stdout and stderr until the end
+ * (spawn_request.hold_outputs): the pipes never hang up while it waits, so
+ * a child's exit wakes it once, through the pidfd, not a second time for
+ * the hang-up of its pipes (a `true` task's wait was as often two as one). The
  * timeout is the ppoll timeout, computed from a monotonic deadline. Nothing
  * spins, and the child is reaped with waitpid(pid) for its own pid only:
  * tpd never calls waitpid(-1) and never ignores SIGCHLD, so workers cannot
@@ -655,13 +659,18 @@ exec_wait(struct exec_run *r)
 static void
 exec_stream_drain(struct exec_run *r, struct exec_stream *s)
 {
-	int capacity = *s->fd != -1 ? fcntl(*s->fd, F_GETPIPE_SZ) : 0;
-	size_t most = capacity > 0 ? (size_t)capacity : 1024 * 1024;
-	size_t before = s->cap.seen;
+	size_t before = s->cap.seen, most = 0;
 
-	while (*s->fd != -1 && s->cap.seen - before < most &&
-	    exec_stream_read(r, s) == 1)
-		;
+	while (*s->fd != -1 && exec_stream_read(r, s) == 1) {
+		/* asked only of a pipe that held something (most end at once) */
+		if (most == 0) {
+			int capacity = fcntl(*s->fd, F_GETPIPE_SZ);
+
+			most = capacity > 0 ? (size_t)capacity : 1024 * 1024;
+		}
+		if (s->cap.seen - before >= most)
+			break;
+	}
 }
 
 /*
@@ -679,7 +688,8 @@ exec_finish(struct exec_run *r)
 
 	/* before the reap: until then the leader's pid cannot name another group */
 	r->killed_after_grace = r->end != EXEC_END_EXITED && !r->leader_exited;
-	pgroup_signal(r->child.pid, r->child.pidfd, SIGKILL);
+	/* an exited leader needs no signal of its own, wherever its group went */
+	pgroup_signal(r->child.pid, r->leader_exited ? -1 : r->child.pidfd, SIGKILL);
 	if (r->in_cgroup)
 		cgroup_task_kill_wait(&r->cg, wait_ms);
 	/* only possible if something else reaped our child */
@@ -690,7 +700,9 @@ exec_finish(struct exec_run *r)
 	if (!r->in_cgroup)
 		pgroup_kill_wait(&r->pg, wait_ms);
 
-	/* Every writer of the group is gone: the pipes end at what they hold. */
+	/* Every writer of the group is gone, ours with these: the pipes end at what they hold. */
+	spawn_close_fd(&r->child.stdout_w);
+	spawn_close_fd(&r->child.stderr_w);
 	exec_stream_drain(r, &r->out);
 	exec_stream_drain(r, &r->err);
 	if (r->child.stdout_fd != -1 || r->child.stderr_fd != -1)
@@ -956,6 +968,7 @@ exec_run_input(struct task *t)
 		.envp = x->env,
 		.cwd = x->cwd,
 		.pipe_stdin = x->stdin_data != NULL || x->stdin_stream,
+		.hold_outputs = true,
 		.cgroup_fd = -1,
 	};
 	struct cgroup_usage cu = { 0 };

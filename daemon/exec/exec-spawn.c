@@ -45,6 +45,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -400,6 +401,8 @@ spawn_close(struct spawn_child *child)
 	spawn_close_fd(&child->stdin_fd);
 	spawn_close_fd(&child->stdout_fd);
 	spawn_close_fd(&child->stderr_fd);
+	spawn_close_fd(&child->stdout_w);
+	spawn_close_fd(&child->stderr_w);
 }
 
 int
@@ -517,8 +520,9 @@ static char *
 spawn_resolve(const char *prog, char *const *envp, int dirfd, char **cause)
 {
 	const char *path, *p, *end;
+	size_t plen = strlen(prog);
 	bool denied = false;
-	char *candidate;
+	char *candidate, buf[PATH_MAX];
 
 	if (strchr(prog, '/') != NULL) {
 		if ((candidate = strdup(prog)) == NULL)
@@ -528,24 +532,30 @@ spawn_resolve(const char *prog, char *const *envp, int dirfd, char **cause)
 	path = spawn_env_path(envp);
 	for (p = path;; p = end + 1) {
 		struct stat sb;
-		int n;
+		/* an empty entry means the working directory */
+		const char *dir = p;
+		size_t dlen;
 
 		end = strchrnul(p, ':');
-		/* an empty entry means the working directory */
-		if (end == p)
-			n = asprintf(&candidate, "./%s", prog);
-		else
-			n = asprintf(&candidate, "%.*s/%s", (int)(end - p), p, prog);
-		if (n == -1) {
-			cause_set(cause, "cannot start %s: %s", prog, strerror(errno));
-			return NULL;
+		if ((dlen = (size_t)(end - p)) == 0) {
+			dir = ".";
+			dlen = 1;
 		}
-		if (fstatat(dirfd, candidate, &sb, 0) == 0 && S_ISREG(sb.st_mode)) {
-			if (faccessat(dirfd, candidate, X_OK, AT_EACCESS) == 0)
-				return candidate;
-			denied = true;
+		/* one longer than a path may be is found by no one (ENAMETOOLONG) */
+		if (dlen + 1 + plen < sizeof buf) {
+			memcpy(buf, dir, dlen);
+			buf[dlen] = '/';
+			memcpy(buf + dlen + 1, prog, plen + 1);
+			if (fstatat(dirfd, buf, &sb, 0) == 0 && S_ISREG(sb.st_mode)) {
+				if (faccessat(dirfd, buf, X_OK, AT_EACCESS) == 0) {
+					if ((candidate = strdup(buf)) == NULL)
+						cause_set(cause, "cannot start %s: %s", prog,
+						    strerror(errno));
+					return candidate;
+				}
+				denied = true;
+			}
 		}
-		free(candidate);
 		if (*end == '\0')
 			break;
 	}
@@ -701,7 +711,7 @@ spawn_start(const struct spawn_request *req, struct spawn_child *child,
 	pid_t pid;
 
 	*child = (struct spawn_child){ .pid = -1, .pidfd = -1, .stdin_fd = -1,
-	    .stdout_fd = -1, .stderr_fd = -1 };
+	    .stdout_fd = -1, .stderr_fd = -1, .stdout_w = -1, .stderr_w = -1 };
 	*gate_stopped = false;
 	if ((dirfd = spawn_open_cwd(req->cwd, req->cwd_or_root, cause)) == -1)
 		return -1;
@@ -752,8 +762,13 @@ spawn_start(const struct spawn_request *req, struct spawn_child *child,
 	child->pid = pid;
 	child->pidfd = pidfd;
 	spawn_close_fd(&in[0]);
-	spawn_close_fd(&out[1]);
-	spawn_close_fd(&err[1]);
+	if (req->hold_outputs) {
+		child->stdout_w = out[1];
+		child->stderr_w = err[1];
+	} else {
+		spawn_close_fd(&out[1]);
+		spawn_close_fd(&err[1]);
+	}
 	child->stdin_fd = in[1];
 	child->stdout_fd = out[0];
 	child->stderr_fd = err[0];

@@ -65,6 +65,14 @@ struct spawn_request {
 	const char *cwd;        /* NULL: the daemon's working directory */
 	bool cwd_or_root;       /* cwd was a default (a home): fall back to "/" */
 	bool pipe_stdin;        /* true: stdin from a pipe; false: /dev/null */
+	/*
+	 * true: the caller keeps its copies of the write ends of stdout and
+	 * stderr (child->stdout_w, stderr_w) until it closes them, so the read
+	 * ends see no end of file before that: the child's exit is not seen
+	 * twice (a hang-up of its pipes, then its pidfd), and the caller reads
+	 * what is left once it has closed them.
+	 */
+	bool hold_outputs;
 	const struct spawn_creds *creds;        /* NULL: the daemon's own */
 	struct spawn_rlimit rlimits[SPAWN_MAX_RLIMITS];
 	size_t nrlimits;
@@ -86,6 +94,8 @@ struct spawn_child {
 	int stdin_fd;           /* write end of stdin, or -1 */
 	int stdout_fd;          /* read ends, non-blocking */
 	int stderr_fd;
+	int stdout_w;           /* with hold_outputs, our write ends; else -1 */
+	int stderr_w;
 };
 
 /*

@@ -22,7 +22,10 @@
 #include "base/log.h"
 #include "pgroup.h"
 
-/* The running tasks (process containment), for attributing orphans. */
+/*
+ * The running tasks (process containment), for attributing orphans; held
+ * too while orphans are reaped (pgroup.h).
+ */
 static pthread_mutex_t pgroup_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pgroup_task *pgroup_running;
 static bool pgroup_subreaper;
@@ -62,9 +65,17 @@ pgroup_children_open(void)
 }
 
 void
-pgroup_init(void)
+pgroup_init(bool subreaper)
 {
+	sigset_t chld;
+
+	/* blocked, it stays pending once and costs nothing more: no thread is woken */
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	pthread_sigmask(SIG_BLOCK, &chld, NULL);
 	pgroup_hz = sysconf(_SC_CLK_TCK);
+	if (!subreaper)
+		return;
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == -1) {
 		log_warn("exec: PR_SET_CHILD_SUBREAPER: processes that leave a task's "
 		    "group and lose their parent are not followed");
@@ -219,6 +230,17 @@ pgroup_pid_cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+size_t
+pgroup_children_trim(char *buf, size_t n, size_t size)
+{
+	if (n + 1 < size || n == 0 || isspace((unsigned char)buf[n - 1]))
+		return n;
+	while (n > 0 && !isspace((unsigned char)buf[n - 1]))
+		n--;
+	buf[n] = '\0';
+	return n;
+}
+
 /*
  * The orphans tpd adopted: a subreaper's new children are its first live
  * thread's, the main thread's, which spawns nothing itself (the leaders are
@@ -243,6 +265,7 @@ pgroup_orphans(struct pgroup_walk *w)
 	if (n < 0)
 		return -1;
 	buf[n] = '\0';
+	pgroup_children_trim(buf, (size_t)n, sizeof buf);
 	if (w != NULL)
 		w->norphans = 0;
 	for (char *p = buf, *end; *p != '\0'; p = end) {
@@ -410,6 +433,37 @@ pgroup_round(struct pgroup_walk *w, struct pgroup_task *pt, uint64_t deadline,
 	return found;
 }
 
+/*
+ * Reaps the orphans that have exited, from any thread: each by its pid
+ * (waitid reaches a child of another thread of tpd), under pgroup_lock so
+ * that no pid of the list is reaped and reused meanwhile (pgroup.h); a
+ * pid of the main thread's children list is never a worker's leader.
+ * Returns the count of orphans left (running ones), or -1.
+ */
+static int
+pgroup_reap_exited(void)
+{
+	struct pgroup_walk w = { 0 };
+	int left;
+
+	pthread_mutex_lock(&pgroup_lock);
+	if ((left = pgroup_orphans(&w)) > 0) {
+		for (size_t i = 0; i < w.norphans; i++) {
+			siginfo_t si;
+
+			memset(&si, 0, sizeof si);
+			if (waitid(P_PID, (id_t)w.orphans[i], &si, WEXITED | WNOHANG) == 0 &&
+			    si.si_pid != 0) {
+				log_debug("exec: reaped orphan %ld", (long)si.si_pid);
+				left--;
+			}
+		}
+	}
+	pthread_mutex_unlock(&pgroup_lock);
+	free(w.orphans);
+	return left;
+}
+
 int
 pgroup_kill_wait(struct pgroup_task *pt, uint64_t timeout_ms)
 {
@@ -419,9 +473,10 @@ pgroup_kill_wait(struct pgroup_task *pt, uint64_t timeout_ms)
 
 	/*
 	 * Fast path: the group is empty (so all of it is reaped, and its
-	 * children re-parented) and tpd has no orphan: nothing is left. The
-	 * leader is reaped, so its pid may name a stranger's group by now:
-	 * the probe is signal 0 (the group had its SIGKILL before the reap).
+	 * children re-parented) and tpd has no orphan, or only exited ones
+	 * (reaped here): nothing is left. The leader is reaped, so its pid
+	 * may name a stranger's group by now: the probe is signal 0 (the
+	 * group had its SIGKILL before the reap).
 	 */
 	if (pt->leader <= 1) {
 		log_warnx("exec: no task leader to end (%ld: a bug)", (long)pt->leader);
@@ -429,7 +484,7 @@ pgroup_kill_wait(struct pgroup_task *pt, uint64_t timeout_ms)
 		return 0;
 	}
 	if (kill(-pt->leader, 0) == -1 && errno == ESRCH &&
-	    (!pgroup_subreaper || pgroup_orphans(NULL) == 0)) {
+	    (!pgroup_subreaper || pgroup_orphans(NULL) == 0 || pgroup_reap_exited() == 0)) {
 		pgroup_task_end(pt);
 		return 0;
 	}
@@ -441,6 +496,9 @@ pgroup_kill_wait(struct pgroup_task *pt, uint64_t timeout_ms)
 			break;
 		}
 	} while (found > 0 && left == 0 && clock_now_us() / 1000 < deadline);
+	/* those killed were waited for until they exited: orphans by now, or reaped */
+	if (pgroup_subreaper)
+		pgroup_reap_exited();
 	free(w.p);
 	free(w.orphans);
 	pgroup_task_end(pt);
@@ -455,6 +513,9 @@ pgroup_reap(void)
 {
 	siginfo_t si;
 
+	/* busy: a task's end holds it, and reaps the exited orphans itself */
+	if (!pgroup_subreaper || pthread_mutex_trylock(&pgroup_lock) != 0)
+		return;
 	/* __WNOTHREAD: this thread's children, the orphans, never a worker's leader */
 	for (;;) {
 		memset(&si, 0, sizeof si);
@@ -463,4 +524,5 @@ pgroup_reap(void)
 			break;
 		log_debug("exec: reaped orphan %ld", (long)si.si_pid);
 	}
+	pthread_mutex_unlock(&pgroup_lock);
 }

@@ -21,8 +21,17 @@
  * orphan as belonging to every task that was running when it started (its
  * start time): it is ended with the first of them to end. With one exec
  * task at a time that is exact; with several, an escaped orphan may be
- * ended by another task's end, never outlive its own. Orphans that exit by
- * themselves are reaped by pgroup_reap (the loop thread, on SIGCHLD).
+ * ended by another task's end, never outlive its own.
+ *
+ * SIGCHLD is blocked in every thread of tpd and never taken (pgroup_init):
+ * a task's leader is waited for through its pidfd (exec-run.c), and a
+ * SIGCHLD per task only woke the loop thread for nothing. Orphans are
+ * reaped without it: those a task's end killed, and any other that has
+ * exited by then, at that end (pgroup_kill_wait); those that exit by
+ * themselves meanwhile, by the loop thread's sweep once a second
+ * (pgroup_reap). Both hold pgroup_lock while they reap, so a pid read from
+ * the children list cannot be reaped, reused by a worker's new leader and
+ * then taken by mistake.
  *
  * What this cannot catch (doc/exec.md): the death of the daemon itself.
  * The leader gets SIGKILL then (PR_SET_PDEATHSIG), but its group and every
@@ -32,11 +41,16 @@
 #define TPD_PGROUP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
-/* At start, containment process: makes tpd a child subreaper. */
-void pgroup_init(void);
+/*
+ * At start, before any thread: blocks SIGCHLD (in every containment: a
+ * thread made later inherits the mask); with containment process also
+ * makes tpd a child subreaper.
+ */
+void pgroup_init(bool subreaper);
 
 /*
  * Sends sig to every process of group pgid and, through leader_pidfd, to the
@@ -61,16 +75,24 @@ void pgroup_task_begin(struct pgroup_task *pt, pid_t leader);
 /*
  * Call after the leader has been reaped. SIGKILLs whatever is left of the
  * task as described above and waits, without spinning, until each of those
- * processes has exited (an exited orphan counts as gone before it is
- * reaped). Waits at most timeout_ms. Returns the number of processes still
- * running then (0 normally), or -1 when /proc could not be read.
- * Unregisters the task.
+ * processes has exited; then reaps the orphans that have exited. Waits at
+ * most timeout_ms. Returns the number of processes still running then (0
+ * normally), or -1 when /proc could not be read. Unregisters the task.
  */
 int pgroup_kill_wait(struct pgroup_task *pt, uint64_t timeout_ms);
 
 /*
- * The main (loop) thread, on SIGCHLD: reaps exited orphans, which are its
- * own children, never a worker's (a task's leader).
+ * A children list (/proc/PID/task/TID/children: pids, each followed by a
+ * space) of n bytes read into a buffer of size bytes, NUL-terminated
+ * after them: a read that filled the buffer (n is size - 1) may end in a
+ * cut pid, which could name any process; it is cut off. Returns the
+ * length kept.
+ */
+size_t pgroup_children_trim(char *buf, size_t n, size_t size);
+
+/*
+ * The main (loop) thread, once a second: reaps exited orphans, which are
+ * its own children, never a worker's (a task's leader).
  */
 void pgroup_reap(void);
 
