@@ -38,19 +38,19 @@ extern char **environ;
 
 #define RECORD_BYTES 64
 #define RECORD_FILE_BYTES (16u << 20)
+#define STARTS_PER_PASS 64      /* the most starts one pass makes (one record write) */
 
 /*
- * -D: the records of the k starts from number first, on disk before their
- * programs run: one write and one fdatasync for them all (exits on failure).
+ * -D: the records of the k (at most STARTS_PER_PASS) starts from number
+ * first, on disk before their programs run: one write and one fdatasync for
+ * them all (exits on failure).
  */
 static void
 record_starts(int fd, uint64_t first, unsigned k)
 {
-	char recs[64 * RECORD_BYTES];
+	char recs[STARTS_PER_PASS * RECORD_BYTES];
 	off_t at = (off_t)((first * RECORD_BYTES) % RECORD_FILE_BYTES);
 
-	if (k > 64)
-		k = 64;
 	if ((uint64_t)at + (uint64_t)k * RECORD_BYTES > RECORD_FILE_BYTES)
 		at = 0;
 	memset(recs, 0, (size_t)k * RECORD_BYTES);
@@ -155,8 +155,8 @@ main(int argc, char **argv)
 
 		if (duration <= 0 && (uint64_t)k > count - started)
 			k = (long)(count - started);
-		if (k > 64)
-			k = 64;
+		if (k > STARTS_PER_PASS)
+			k = STARTS_PER_PASS;
 		/* -D: the starts this pass makes share one record write (a group commit) */
 		if (record_fd != -1 && k > 0)
 			record_starts(record_fd, started, (unsigned)k);

@@ -16,6 +16,7 @@
  */
 #include "config.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,7 +161,7 @@ pt_real(struct proto_text *pt, double v)
 	 * snprintf and strtod (0 too: a short task's usage is often 0). The
 	 * same text as below, as proto-test checks.
 	 */
-	if ((v > 0 || (v == 0 && !__builtin_signbit(v))) && v < 1e9) {
+	if (!signbit(v) && v < 1e9) {     /* not -0, not NaN */
 		double k = (double)(uint64_t)(v * 1000.0 + 0.5);
 
 		if (k / 1000.0 == v) {
