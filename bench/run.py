@@ -10,7 +10,10 @@ The journal's rows (part "journal", one tpd -w 2 per journal_sync mode, and
 --journal off), echo 64 B:
   1 conn x 64 in flight: commit (the defaults) vs the durable floor
   (bench/floor -D: one write + one fdatasync per loop pass, to a preallocated
-  file in this run's temp dir, before that pass's answers), >= 0.9x;
+  file in this run's temp dir, before that pass's answers), >= 0.9x; the
+  same at 1 x 256, reported, and both p50 round trips side by side: a
+  difference that stays the same at both windows is a fixed cost per round
+  trip, which weighs more the faster this machine's fdatasync is;
   interval vs off, >= 0.85x (at most 15% below); none vs off and commit vs
   off, reported; interval vs the written floor (bench/floor -W: the durable
   floor without its fdatasync, one write per loop pass before that pass's
@@ -226,6 +229,11 @@ class Bench:
         vals = [r[key] for r in self.results.get(name, []) if r.get(key) is not None]
         return statistics.median(vals) if vals else None
 
+    def median_p50(self, name):
+        """The median over the rounds of a load's p50 latency (us)."""
+        vals = [r["latency_us"]["p50"] for r in self.results.get(name, []) if "latency_us" in r]
+        return statistics.median(vals) if vals else None
+
     # ------------------------------------------------------------ workloads
     def round_throughput(self):
         echo = ["--echo", "64"]
@@ -307,6 +315,12 @@ class Bench:
                     self.record("durable floor echo 1x64",
                                 self.load(self.dfloors, ["--echo", "64"], 1, 64,
                                           self.dfloorp))
+            if mode == "commit":
+                # a deeper window: how much of the gap at 64 is a fixed cost per round trip
+                self.record("journal commit echo 1x256",
+                            self.load(sock, ["--echo", "64"], 1, 256, p))
+                self.record("durable floor echo 1x256",
+                            self.load(self.dfloors, ["--echo", "64"], 1, 256, self.dfloorp))
 
     @staticmethod
     def preemptions(pid):
@@ -699,6 +713,22 @@ class Bench:
         self.stop_all()
         self.remove_cgroups()
 
+    def print_round_trips(self):
+        """The commit path's round trip against the durable floor's, at 64 and 256 in
+        flight: a difference that stays the same at both windows is a fixed cost per
+        round trip (tpd's hand-offs between threads), which weighs more the faster the
+        disk's fdatasync is; one that grows with the window is a cost per request."""
+        parts = []
+        for window in (64, 256):
+            t, f = (self.median_p50("%s echo 1x%d" % (who, window))
+                    for who in ("journal commit", "durable floor"))
+            if t is not None and f is not None:
+                parts.append("1x%d: tpd %.0f us, floor %.0f us (%+.0f us)" %
+                             (window, t, f, t - f))
+        if parts:
+            print("p50 round trip, journal_sync commit vs the durable floor: " +
+                  "; ".join(parts))
+
     # ------------------------------------------------------------ the table
     def rows(self):
         m = self.median
@@ -808,6 +838,8 @@ class Bench:
              "redis exec true, 1 tpd", 1.0)
         more("echo 1x64: journal_sync commit (defaults) vs the durable floor",
              "journal commit echo 1x64", "durable floor echo 1x64", 0.9)
+        more("echo 1x256: journal_sync commit (defaults) vs the durable floor",
+             "journal commit echo 1x256", "durable floor echo 1x256", None)
         for shape in ("1x64", "50x1"):
             more("echo %s: journal_sync interval vs journal off" % shape,
                  "journal interval echo " + shape, "journal off echo " + shape, 0.85)
@@ -898,6 +930,7 @@ class Bench:
                      for f in figs])
                 print("CPU per request, %s: server %.2f us, tpbench %.2f us" % (key, per, gen))
         self.print_redis()
+        self.print_round_trips()
         for key, figs in self.results.items():
             if key.startswith("journal ") and figs and figs[0].get("syncs_per_s") is not None:
                 rps = [f["records_per_sync"] for f in figs if f.get("records_per_sync")]
