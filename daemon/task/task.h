@@ -197,6 +197,7 @@ struct task {
 	uint64_t finished_us;
 	uint64_t finished_wall_us;  /* when it ended, wall clock (a dependent's delay counts from it) */
 	struct task *older, *newer; /* retention list of finished tasks */
+	size_t retained_size;       /* what it counts against result_retain_bytes (tasks.c) */
 
 	/* the registry's scheduling (tasks.c): delay, dependencies, retries, key */
 	unsigned char sched;        /* TASKS_SCHED_* (tasks.c): where it is without a queue slot */

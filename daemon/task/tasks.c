@@ -1267,8 +1267,9 @@ tasks_stream_taken(uint64_t id, size_t weight)
 /*
  * What a retained task is counted for against result_retain_bytes: its
  * done text, the task itself, its pool's name and its owner. Only what does not
- * change once it is retained, so that the same figure comes off when it
- * goes.
+ * change once it is retained; retain keeps the figure in the task
+ * (retained_size), so that the same one comes off when it goes, and a
+ * prune, which walks the oldest tasks, touches none of their strings.
  */
 static size_t
 retained_cost(const struct task *t)
@@ -1292,7 +1293,8 @@ retain(struct task *t)
 		oldest_retained = t;
 	newest_retained = t;
 	nretained++;
-	retained_bytes += retained_cost(t);
+	t->retained_size = retained_cost(t);
+	retained_bytes += t->retained_size;
 }
 
 /* The done came back: every sink gets it, the task is retained, light. */
@@ -1374,7 +1376,7 @@ tasks_prune(void)
 		else
 			newest_retained = NULL;
 		nretained--;
-		retained_bytes -= retained_cost(t);
+		retained_bytes -= t->retained_size;
 		idmap_remove(tasks, t->id);
 		hooks_forgotten(t);
 		discard(t);
@@ -1395,7 +1397,7 @@ tasks_forget_oldest(void)
 	else
 		newest_retained = NULL;
 	nretained--;
-	retained_bytes -= retained_cost(t);
+	retained_bytes -= t->retained_size;
 	idmap_remove(tasks, t->id);
 	hooks_forgotten(t);
 	discard(t);
