@@ -91,6 +91,19 @@ def test_instr_per_task_runs_tpd_on_a_private_state_dir():
         check(len(argvs) == 2, "two tpds expected, got %r" % argvs)
         for argv in argvs:
             check_private(argv, "instr-per-task.sh")
+            check(argv[-2:] == ["--journal", "off"], "not the default options: %r" % argv)
+        # -t's options replace the default --journal off
+        r = subprocess.run(["bash", os.path.join(SRC, "bench", "instr-per-task.sh"),
+                            "-t", "--journal-sync interval", b.dir],
+                           capture_output=True, text=True, timeout=TIMEOUT * 8, env=env)
+        check(r.returncode == 0, "instr-per-task.sh -t failed: %s %s" % (r.stdout, r.stderr))
+        check("(--journal-sync interval)" in r.stdout, "options not named: %s" % r.stdout)
+        argvs = b.argvs()[2:]
+        check(len(argvs) == 2, "two more tpds expected, got %r" % argvs)
+        for argv in argvs:
+            check_private(argv, "instr-per-task.sh -t")
+            check(argv[-2:] == ["--journal-sync", "interval"] and "off" not in argv,
+                  "-t's options are not what tpd got: %r" % argv)
     finally:
         b.close()
 
