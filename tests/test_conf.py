@@ -383,6 +383,39 @@ def test_sighup_flags_still_override_the_file():
         check(p["target"] == 2 and p["capacity"] == 16, "flags kept: %r", p)
 
 
+def test_debug_lines_follow_the_level_set_at_start_and_by_sighup():
+    # log_debug checks the level where it is called: each line must follow the level
+    # the daemon runs with now, from the flag, the file, and a reload
+    def accepted_lines(d):
+        return d.read_log().count("accepted into pool default")
+
+    with daemon_with_conf("[daemon]\nlog_level = info\n") as d:
+        # the file says info; the test daemon's --log-level debug flag wins
+        c = d.client()
+        echo = {"kind": "echo", "value": 1}
+        c.done(c.submit(echo)[0])
+        check(accepted_lines(d) == 1, "the flag's debug level: one debug line per task, "
+              "got %d", accepted_lines(d))
+    d = Daemon(start=False)
+    d.conf = os.path.join(d.dir, "tpd.conf")
+    write(d.conf, "[daemon]\nlog_level = info\n")
+    d.args = [a for a in d.args if a not in ("--log-level", "debug")] + ["-c", d.conf]
+    d.start()
+    with d:
+        c = d.client()
+        c.done(c.submit(echo)[0])
+        check(accepted_lines(d) == 0, "no debug line at info: %d", accepted_lines(d))
+        write(d.conf, "[daemon]\nlog_level = debug\n")
+        hup_and_wait(d, "configuration reloaded")
+        c.done(c.submit(echo)[0])
+        eventually(lambda: accepted_lines(d) == 1, "a debug line once the reload set debug")
+        write(d.conf, "[daemon]\nlog_level = info\n")
+        hup_and_wait(d, "configuration reloaded")
+        c.done(c.submit(echo)[0])
+        check(accepted_lines(d) == 1, "no more debug lines back at info: %d",
+              accepted_lines(d))
+
+
 def test_sighup_applies_exec_settings_to_new_tasks():
     with daemon_with_conf("[exec]\nenv = GREETING=before\n") as d:
         c = d.client()

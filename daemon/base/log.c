@@ -19,7 +19,7 @@
  * atomic, so a reload can change it while workers log. log_to_journal is
  * set once, by log_init, before any thread starts.
  */
-static atomic_int log_level = LOG_INFO;
+atomic_int log_level_now = LOG_INFO;
 static bool log_to_journal;
 
 static const char *const level_names[] = {
@@ -46,20 +46,20 @@ stderr_is_journal(void)
 void
 log_init(int level)
 {
-	atomic_store_explicit(&log_level, level, memory_order_relaxed);
+	atomic_store_explicit(&log_level_now, level, memory_order_relaxed);
 	log_to_journal = stderr_is_journal();
 }
 
 void
 log_set_level(int level)
 {
-	atomic_store_explicit(&log_level, level, memory_order_relaxed);
+	atomic_store_explicit(&log_level_now, level, memory_order_relaxed);
 }
 
 int
 log_get_level(void)
 {
-	return atomic_load_explicit(&log_level, memory_order_relaxed);
+	return atomic_load_explicit(&log_level_now, memory_order_relaxed);
 }
 
 int
@@ -134,7 +134,7 @@ log_vwrite(int priority, const char *suffix, const char *fmt, va_list ap)
 	struct timespec ts;
 	struct tm tm;
 
-	if (priority > atomic_load_explicit(&log_level, memory_order_relaxed))
+	if (priority > atomic_load_explicit(&log_level_now, memory_order_relaxed))
 		return;
 	vsnprintf(raw, sizeof raw, fmt, ap);
 	log_escape(msg, sizeof msg, raw);
@@ -166,7 +166,7 @@ LOG_FN(log_warn, LOG_WARNING, true)
 LOG_FN(log_warnx, LOG_WARNING, false)
 LOG_FN(log_notice, LOG_NOTICE, false)
 LOG_FN(log_info, LOG_INFO, false)
-LOG_FN(log_debug, LOG_DEBUG, false)
+LOG_FN(log_debug_line, LOG_DEBUG, false)
 
 int
 cause_set(char **cause, const char *fmt, ...)

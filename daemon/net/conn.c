@@ -446,8 +446,7 @@ conn_new(int fd, bool is_unix, const struct sockaddr *sa)
 		return NULL;
 	}
 	conn_set_events(c, EV_READ);
-	if (log_get_level() >= LOG_DEBUG)
-		log_debug("connection %llu from %s", (unsigned long long)c->id, conn_peer(c));
+	log_debug("connection %llu from %s", (unsigned long long)c->id, conn_peer(c));
 	return c;
 }
 
