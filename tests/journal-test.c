@@ -881,55 +881,6 @@ test_commit_write_failure(void)
 	remove_tree(dir);
 }
 
-/*
- * journal_retract takes back only the last record appended to a batch not
- * yet written: the replay then has none of it, and everything else.
- */
-static void
-test_retract(void)
-{
-	char dir[300];
-	struct tj t;
-	struct journal_ref r1, r2, r3;
-	struct jbuf b = { 0 };
-	struct jstarted s = { 1, 2000, 0 };
-	struct jread *r;
-	char *cause = NULL;
-	struct jtask *const *tasks;
-	size_t n;
-	uint64_t bt;
-
-	test_current = "retract";
-	make_dir(dir, sizeof dir, "retract");
-	tj_start(&t, dir, JOURNAL_SYNC_COMMIT, 0);
-	jstarted_encode(&b, &s);
-	tj_accept(&t, 1);
-	tj_accept(&t, 2);
-	tj_accept(&t, 3);
-	r1 = journal_append(t.j, JREC_STARTED, 1, b.p, b.len);
-	r2 = journal_append(t.j, JREC_STARTED, 2, b.p, b.len);
-	CHECK(!journal_retract(t.j, r1), "a record with one after it was taken back");
-	CHECK(journal_retract(t.j, r2), "the last record was not taken back");
-	CHECK(!journal_retract(t.j, r2), "taken back twice");
-	bt = journal_batch(t.j);
-	journal_flush(t.j);
-	tj_until_seen(&t, bt);
-	r3 = journal_append(t.j, JREC_STARTED, 3, b.p, b.len);
-	bt = journal_batch(t.j);
-	journal_flush(t.j);
-	tj_until_seen(&t, bt);
-	CHECK(!journal_retract(t.j, r3), "a written record was taken back");
-	journal_close(t.j, 4);
-	CHECK(load(dir, &r, &cause) == 0, "load: %s", cause);
-	tasks = jstate_tasks(r->state, &n);
-	CHECK(n == 3, "%zu tasks", n);
-	EXPECT((tasks[0]->flags & JT_STARTED) && !(tasks[1]->flags & JT_STARTED) &&
-	    (tasks[2]->flags & JT_STARTED));
-	jread_free(r);
-	jbuf_free(&b);
-	remove_tree(dir);
-}
-
 static void
 test_writer_interval_none(void)
 {
@@ -1384,7 +1335,6 @@ static const struct test_case cases[] = {
 	{ "writer_interval_none", test_writer_interval_none },
 	{ "commit_handover", test_commit_handover },
 	{ "commit_write_failure", test_commit_write_failure },
-	{ "retract", test_retract },
 	{ "lock", test_lock },
 	{ "crash_torn_tail", test_crash_torn_tail },
 	{ "damage_refused", test_damage_refused },

@@ -32,9 +32,10 @@
  * The built-in kinds (echo, sleep, spin, fail) have no effect outside tpd:
  * their run is seen only through their events, which wait like any output,
  * so their STARTED record goes with the group commit of the pass that sees
- * the start, before any of their events; when that pass sees their end too
- * (an echo), the STARTED record is taken back (journal_retract) and only
- * the FINISHED one, which says as much, is written. An exec task's program
+ * the start, before any of their events. It is built only then, when the
+ * pass's records are written (durable_prepare: the deferred starts), and
+ * only for a task still running: when the pass sees the end too (an echo),
+ * only the FINISHED record, which says as much, is written. An exec task's program
  * has effects of its own: it runs only once its STARTED record may be seen
  * (task.c's start_barrier and start gate, released by task_start_recorded
  * from seen_cb; with journal_sync = commit already from the sync thread
@@ -92,13 +93,15 @@ struct jdata {
 	struct jbuf payload;        /* its ACCEPTED payload, while unfinished */
 	uint64_t finished_wall_us;
 	uint64_t retry_at_us;       /* its STARTED record says: the next attempt is due then */
+	uint64_t started_wall_us;   /* a deferred start's time, for its record */
+	bool start_deferred;        /* on the deferred starts: its STARTED record is not built yet */
 };
 
 static struct journal *journal;
 static enum journal_sync sync_mode;
 static bool pending;                /* records appended since the last write */
 static uint64_t appended;           /* records appended since start (stats) */
-static uint64_t retracted;          /* of those, taken back before they were written */
+static uint64_t needless_starts;    /* of those, deferred starts that never needed a record */
 static uint64_t wanted;             /* the batch of the last record appended */
 static struct event *journal_ev, *tick_ev, *gate_ev;
 static void (*seen_hook)(void);     /* durable_set_seen_hook */
@@ -124,6 +127,17 @@ static size_t nwaiting, waiting_cap;
 /* A request is being handled; appended counted this many records when it began. */
 static bool dispatching;
 static uint64_t dispatch_appended;
+
+/*
+ * The deferred starts: built-in tasks whose STARTED record is appended at
+ * the next write of the pass's records (durable_prepare), if they are still
+ * running then. Each counts as appended when it is deferred, so that output
+ * and answers wait for the batch it will be in exactly as for a record
+ * appended at once. A task leaves the list when its record is appended or
+ * when it ends (hook_finished), before it can be freed. Loop thread only.
+ */
+static struct task **deferred;
+static size_t ndeferred, deferred_cap;
 
 /* During the replay: the task being submitted again, with its records already on disk. */
 static struct jdata *replaying;
@@ -310,19 +324,75 @@ hook_accepted(struct task *t, void *arg)
 	append(JREC_ACCEPTED, t->id, &jd->payload, &jd->accepted);
 }
 
+/* t's STARTED record of its current attempt, started at wall_us, is appended now. */
+static void
+append_started(struct task *t, struct jdata *jd, uint64_t wall_us)
+{
+	struct jbuf b = { 0 };
+	struct jstarted s = { t->attempt, wall_us, 0 };
+
+	jstarted_encode(&b, &s);
+	release(&jd->started);
+	append(JREC_STARTED, t->id, &b, &jd->started);
+	jbuf_free(&b);
+}
+
+/* The deferred starts' records go in the batch about to be written. */
+static void
+append_deferred(void)
+{
+	for (size_t i = 0; i < ndeferred; i++) {
+		struct task *t = deferred[i];
+		struct jdata *jd = t->jdata;
+
+		jd->start_deferred = false;
+		appended--;     /* counted when it was deferred */
+		append_started(t, jd, jd->started_wall_us);
+	}
+	ndeferred = 0;
+}
+
+/* t ended (or its jdata goes): off the deferred starts, without a record. */
+static void
+undefer(struct task *t)
+{
+	struct jdata *jd = t->jdata;
+
+	jd->start_deferred = false;
+	for (size_t i = 0; i < ndeferred; i++)
+		if (deferred[i] == t) {
+			deferred[i] = deferred[--ndeferred];
+			return;
+		}
+}
+
 static void
 hook_started(struct task *t, void *arg)
 {
 	struct jdata *jd = t->jdata;
-	struct jbuf b = { 0 };
-	struct jstarted s = { t->attempt, clock_wall_us(), 0 };
 
-	if (jd != NULL) {
+	if (jd != NULL && !t->start_barrier && journal != NULL) {
+		/* a built-in kind: its record waits for the pass's write (deferred starts) */
 		jd->retry_at_us = 0;
-		jstarted_encode(&b, &s);
 		release(&jd->started);
-		append(JREC_STARTED, t->id, &b, &jd->started);
-		jbuf_free(&b);
+		if (!jd->start_deferred) {
+			if (ndeferred == deferred_cap) {
+				size_t cap = deferred_cap ? deferred_cap * 2 : 64;
+				void *p = realloc(deferred, cap * sizeof *deferred);
+				if (p == NULL)
+					fatalx("journal: out of memory for the starts of a pass");
+				deferred = p;
+				deferred_cap = cap;
+			}
+			deferred[ndeferred++] = t;
+			jd->start_deferred = true;
+		}
+		jd->started_wall_us = clock_wall_us();
+		appended++;
+		append_wanted(journal_batch(journal));
+	} else if (jd != NULL) {
+		jd->retry_at_us = 0;
+		append_started(t, jd, clock_wall_us());
 	}
 	if (t->start_barrier) {
 		pthread_mutex_lock(&waiting_lock);
@@ -356,6 +426,11 @@ hook_retry(struct task *t)
 
 	if (jd == NULL)
 		return;
+	if (jd->start_deferred) {
+		/* the attempt that ended needs no record: this one says what comes next */
+		undefer(t);
+		needless_starts++;
+	}
 	jd->retry_at_us = t->due_wall_us;
 	jstarted_encode(&b, &s);
 	release(&jd->started);
@@ -423,15 +498,15 @@ hook_finished(struct task *t, void *arg)
 	if (jd == NULL)
 		return;
 	/*
-	 * A built-in kind's start and end seen in the same pass (an echo): its
-	 * STARTED record, the last one appended, is not written at all, as its
-	 * FINISHED goes in the same batch and says as much; nothing of the task
-	 * was seen before that batch. (An exec task's STARTED is seen before
-	 * its program runs: it is never the one taken back.)
+	 * A built-in kind's start and end seen before the pass's records were
+	 * written (an echo): it has no STARTED record at all, as its FINISHED
+	 * goes in the batch the STARTED would have been in and says as much;
+	 * nothing of the task was seen before that batch. (An exec task's
+	 * STARTED is seen before its program runs: it is never deferred.)
 	 */
-	if (journal != NULL && !t->start_barrier && journal_retract(journal, jd->started)) {
-		jd->started.size = 0;
-		retracted++;
+	if (jd->start_deferred) {
+		undefer(t);
+		needless_starts++;
 	}
 	jd->finished_wall_us = clock_wall_us();
 	finished_payload(t, jd->finished_wall_us, &b);
@@ -460,7 +535,7 @@ static void
 hook_forgotten(struct task *t, void *arg)
 {
 	struct jdata *jd = t->jdata;
-	struct journal_ref r = { 0, 0, 0 };
+	struct journal_ref r = { 0, 0 };
 
 	if (jd == NULL)
 		return;
@@ -483,6 +558,7 @@ snap_one(struct task *t, void *arg)
 	struct jdata *jd = t->jdata;
 	struct jbuf b = { 0 };
 	struct jstarted s;
+	bool started;
 
 	if (jd == NULL)
 		return;
@@ -494,7 +570,14 @@ snap_one(struct task *t, void *arg)
 	}
 	jd->accepted = journal_snap_add(snap, JREC_ACCEPTED, t->id, jd->payload.p,
 	    jd->payload.len);
-	if (jd->started.size != 0) {
+	started = jd->started.size != 0;
+	if (jd->start_deferred) {
+		/* the snapshot holds its start: nothing is left to append for it */
+		undefer(t);
+		needless_starts++;
+		started = true;
+	}
+	if (started) {
 		s.attempt = t->attempt;
 		s.time_us = clock_wall_us();
 		s.retry_at_us = jd->retry_at_us;
@@ -523,6 +606,7 @@ durable_prepare(void)
 	if (journal == NULL)
 		return 0;
 	if (pending) {
+		append_deferred();
 		pending = false;
 		journal_flush(journal);
 	}
@@ -1134,6 +1218,7 @@ durable_stop(void)
 	event_free(journal_ev);
 	event_free(tick_ev);
 	journal_ev = tick_ev = NULL;
+	append_deferred();      /* a task still running keeps its start across the restart */
 	journal_close(journal, tasks_next_id());
 	journal = NULL;
 	tasks_each(free_jdata, NULL);
@@ -1145,6 +1230,9 @@ durable_stop(void)
 	waiting = NULL;
 	waiting_cap = 0;
 	pthread_mutex_unlock(&waiting_lock);
+	free(deferred);
+	deferred = NULL;
+	ndeferred = deferred_cap = 0;
 }
 
 bool
@@ -1210,7 +1298,7 @@ durable_stats(struct journal_stats *out)
 	if (journal == NULL)
 		return false;
 	journal_stats(journal, out);
-	out->appended = appended - retracted;
+	out->appended = appended - needless_starts;
 	pthread_mutex_lock(&waiting_lock);
 	out->held_starts = nwaiting;
 	pthread_mutex_unlock(&waiting_lock);

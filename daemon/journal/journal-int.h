@@ -127,8 +127,6 @@ struct journal {
 
 	struct jbuf pending;        /* the current batch */
 	uint64_t pending_records, pending_dead;
-	size_t last_off;            /* where the last record appended starts in pending... */
-	uint64_t last_batch;        /* ...when it went in this batch (0: none to take back) */
 	bool pending_sync;          /* the batch must be synced before it is seen */
 	uint64_t batch;             /* the current batch's number */
 	uint64_t written;           /* the last batch written */

@@ -406,7 +406,7 @@ fail:
 struct journal_ref
 journal_replay_ref(const struct journal *j, const struct jread *r, const struct jloc *loc)
 {
-	struct journal_ref ref = { 0, 0, 0 };
+	struct journal_ref ref = { 0, 0 };
 
 	if (loc->size != 0 && loc->seg < r->nsegs) {
 		ref.batch = (uint64_t)loc->seg + 1;
@@ -752,8 +752,7 @@ struct journal_ref
 journal_append(struct journal *j, enum jrec_type type, uint64_t id, const void *payload,
     size_t len)
 {
-	struct journal_ref ref = { j->batch, 0, 0 };
-	size_t off = j->pending.len;
+	struct journal_ref ref = { j->batch, 0 };
 	size_t size = jrec_append(&j->pending, type, id, payload, len);
 
 	if (size == 0) {
@@ -765,10 +764,7 @@ journal_append(struct journal *j, enum jrec_type type, uint64_t id, const void *
 		return ref;
 	}
 	ref.size = (uint32_t)size;
-	ref.pos = (uint32_t)off;
 	j->pending_records++;
-	j->last_off = off;
-	j->last_batch = j->batch;
 	if (type == JREC_ACCEPTED && id > j->max_task_id) {
 		j->max_task_id = id;
 		if (j->sync != JOURNAL_SYNC_COMMIT && j->begun) {
@@ -814,19 +810,6 @@ journal_reserve_id(struct journal *j, uint64_t id)
 	j->pending_sync = true;
 	j->reserve_value = v;
 	j->reserve_batch = j->batch;
-	return true;
-}
-
-bool
-journal_retract(struct journal *j, struct journal_ref ref)
-{
-	/* a record appended after it (a reservation, a MARK) or a write since: kept */
-	if (ref.size == 0 || ref.batch != j->batch || j->last_batch != j->batch ||
-	    ref.pos != j->last_off || j->last_off + ref.size != j->pending.len)
-		return false;
-	j->pending.len = j->last_off;
-	j->pending_records--;
-	j->last_batch = 0;
 	return true;
 }
 
@@ -1283,7 +1266,7 @@ struct journal_ref
 journal_snap_add(struct journal_snap *s, enum jrec_type type, uint64_t id, const void *payload,
     size_t len)
 {
-	struct journal_ref ref = { s->batch, 0, 0 };
+	struct journal_ref ref = { s->batch, 0 };
 	size_t size = jrec_append(&s->buf, type, id, payload, len);
 
 	if (size != 0) {

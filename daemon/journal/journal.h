@@ -79,7 +79,6 @@ struct journal_snap;
 struct journal_ref {
 	uint64_t batch;
 	uint32_t size;              /* 0 = no record */
-	uint32_t pos;               /* where it starts in its batch (journal_retract) */
 };
 
 struct journal_settings {
@@ -185,13 +184,6 @@ struct journal_ref journal_append(struct journal *, enum jrec_type type, uint64_
  */
 bool journal_reserve_id(struct journal *, uint64_t id);
 
-/*
- * Takes back ref when it is the last record appended and its batch is not
- * written yet: the caller's next record makes it needless (a task's
- * STARTED followed in the same pass by its FINISHED, which says as much).
- * True when it was taken back (ref is no record any more).
- */
-bool journal_retract(struct journal *, struct journal_ref ref);
 
 /* The record ref is dead (superseded, or its task forgotten): for compaction's count. */
 void journal_release(struct journal *, struct journal_ref ref);
