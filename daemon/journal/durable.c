@@ -35,11 +35,12 @@
  * the start, before any of their events. It is built only then, when the
  * pass's records are written (durable_prepare: the deferred starts), and
  * only for a task still running: when the pass sees the end too (an echo),
- * only the FINISHED record, which says as much, is written. An exec task's program
- * has effects of its own: it runs only once its STARTED record may be seen
- * (task.c's start_barrier and start gate, released by task_start_recorded
- * from seen_cb; with journal_sync = commit already from the sync thread
- * once the fdatasync that covers the record returns: durable_cb).
+ * only the FINISHED record, which says as much, is written. An exec task's
+ * program has effects of its own: it runs only once its STARTED record may
+ * be seen (task.c's start_barrier and start gate, released by
+ * task_start_recorded from seen_cb; with journal_sync = commit already from
+ * the sync thread once the fdatasync that covers the record returns:
+ * durable_cb).
  *
  * A retry (tasks_set_retry_hook): when an attempt ends and another is
  * scheduled, a STARTED record of the next attempt with JF_RETRY_AT (its due
@@ -386,9 +387,9 @@ hook_started(struct task *t, void *arg)
 			}
 			deferred[ndeferred++] = t;
 			jd->start_deferred = true;
+			appended++;
 		}
 		jd->started_wall_us = clock_wall_us();
-		appended++;
 		append_wanted(journal_batch(journal));
 	} else if (jd != NULL) {
 		jd->retry_at_us = 0;
