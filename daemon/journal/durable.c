@@ -325,6 +325,25 @@ hook_accepted(struct task *t, void *arg)
 	append(JREC_ACCEPTED, t->id, &jd->payload, &jd->accepted);
 }
 
+/*
+ * An array of n elements of size bytes in *cap's room, with room for one
+ * more: arr itself, or its copy twice as large (64 the first time). Out of
+ * memory, tpd stops naming what: what it holds cannot be dropped.
+ */
+static void *
+room_for_one(void *arr, size_t n, size_t *cap, size_t size, const char *what)
+{
+	size_t c;
+
+	if (n < *cap)
+		return arr;
+	c = *cap ? *cap * 2 : 64;
+	if ((arr = realloc(arr, c * size)) == NULL)
+		fatalx("journal: out of memory for %s", what);
+	*cap = c;
+	return arr;
+}
+
 /* t's STARTED record of its current attempt, started at wall_us, is appended now. */
 static void
 append_started(struct task *t, struct jdata *jd, uint64_t wall_us)
@@ -377,14 +396,8 @@ hook_started(struct task *t, void *arg)
 		jd->retry_at_us = 0;
 		release(&jd->started);
 		if (!jd->start_deferred) {
-			if (ndeferred == deferred_cap) {
-				size_t cap = deferred_cap ? deferred_cap * 2 : 64;
-				void *p = realloc(deferred, cap * sizeof *deferred);
-				if (p == NULL)
-					fatalx("journal: out of memory for the starts of a pass");
-				deferred = p;
-				deferred_cap = cap;
-			}
+			deferred = room_for_one(deferred, ndeferred, &deferred_cap,
+			    sizeof *deferred, "the starts of a pass");
 			deferred[ndeferred++] = t;
 			jd->start_deferred = true;
 			appended++;
@@ -397,14 +410,8 @@ hook_started(struct task *t, void *arg)
 	}
 	if (t->start_barrier) {
 		pthread_mutex_lock(&waiting_lock);
-		if (nwaiting == waiting_cap) {
-			size_t cap = waiting_cap ? waiting_cap * 2 : 64;
-			void *p = realloc(waiting, cap * sizeof *waiting);
-			if (p == NULL)
-				fatalx("journal: out of memory for the tasks waiting for their start");
-			waiting = p;
-			waiting_cap = cap;
-		}
+		waiting = room_for_one(waiting, nwaiting, &waiting_cap, sizeof *waiting,
+		    "the tasks waiting for their start");
 		waiting[nwaiting].t = t;
 		waiting[nwaiting].batch = journal_batch(journal);
 		nwaiting++;
