@@ -37,14 +37,14 @@ void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * so a debug line on a path taken per task costs a load and a branch while
  * the level is above debug, not a call and its arguments' evaluation.
  */
+extern atomic_int log_level_now;   /* the level (log_init, log_set_level) */
+void log_debug_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define log_debug(...)                                                        \
 	do {                                                                  \
 		if (atomic_load_explicit(&log_level_now, memory_order_relaxed) >= \
 		    LOG_DEBUG)                                                \
 			log_debug_line(__VA_ARGS__);                          \
 	} while (0)
-extern atomic_int log_level_now;   /* the level (log_init, log_set_level) */
-void log_debug_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
  * For functions that return -1 and fill a char **cause: sets *cause (the

@@ -372,7 +372,28 @@ append_deferred(void)
 	ndeferred = 0;
 }
 
-/* t ended (or its jdata goes): off the deferred starts, without a record. */
+/*
+ * A built-in kind started: its STARTED record waits for the pass's write
+ * (the deferred starts), and counts as appended from now.
+ */
+static void
+defer_start(struct task *t, struct jdata *jd)
+{
+	if (journal == NULL)
+		return; /* stopped: nothing is written any more (as append) */
+	release(&jd->started);
+	if (!jd->start_deferred) {
+		deferred = room_for_one(deferred, ndeferred, &deferred_cap, sizeof *deferred,
+		    "the starts of a pass");
+		deferred[ndeferred++] = t;
+		jd->start_deferred = true;
+		appended++;
+	}
+	jd->started_wall_us = clock_wall_us();
+	append_wanted(journal_batch(journal));
+}
+
+/* t ended, retries or went into a snapshot: off the deferred starts, without a record. */
 static void
 undefer(struct task *t)
 {
@@ -391,22 +412,12 @@ hook_started(struct task *t, void *arg)
 {
 	struct jdata *jd = t->jdata;
 
-	if (jd != NULL && !t->start_barrier && journal != NULL) {
-		/* a built-in kind: its record waits for the pass's write (deferred starts) */
+	if (jd != NULL) {
 		jd->retry_at_us = 0;
-		release(&jd->started);
-		if (!jd->start_deferred) {
-			deferred = room_for_one(deferred, ndeferred, &deferred_cap,
-			    sizeof *deferred, "the starts of a pass");
-			deferred[ndeferred++] = t;
-			jd->start_deferred = true;
-			appended++;
-		}
-		jd->started_wall_us = clock_wall_us();
-		append_wanted(journal_batch(journal));
-	} else if (jd != NULL) {
-		jd->retry_at_us = 0;
-		append_started(t, jd, clock_wall_us());
+		if (t->start_barrier)
+			append_started(t, jd, clock_wall_us());
+		else
+			defer_start(t, jd);
 	}
 	if (t->start_barrier) {
 		pthread_mutex_lock(&waiting_lock);
